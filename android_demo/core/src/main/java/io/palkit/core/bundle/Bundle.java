@@ -1,0 +1,145 @@
+package io.palkit.core.bundle;
+
+import io.palkit.core.tokenizer.BertTokenizer;
+import io.palkit.core.tokenizer.Vocab;
+import java.io.File;
+import java.io.FileInputStream;
+import java.io.IOException;
+import java.io.InputStream;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
+import java.util.LinkedHashSet;
+import java.util.Set;
+
+/**
+ * A bundle folder whose manifest was parsed and whose every referenced file was checked against
+ * the manifest's size and SHA-256. Anything BUNDLE.md says a loader must refuse throws
+ * {@link BundleException} from {@link #open}.
+ */
+public final class Bundle {
+    public final File dir;
+    public final Manifest manifest;
+
+    private Bundle(File dir, Manifest manifest) {
+        this.dir = dir;
+        this.manifest = manifest;
+    }
+
+    public static Bundle open(File dir) throws BundleException {
+        File manifestFile = new File(dir, "manifest.json");
+        if (!manifestFile.isFile()) {
+            throw new BundleException("no manifest.json in " + dir);
+        }
+        Manifest manifest;
+        try {
+            manifest = ManifestParser.parse(
+                    new String(Files.readAllBytes(manifestFile.toPath()), StandardCharsets.UTF_8));
+        } catch (IOException e) {
+            throw new BundleException("cannot read " + manifestFile + ": " + e.getMessage(), e);
+        }
+        Bundle bundle = new Bundle(dir, manifest);
+        bundle.checkTrunkHashes();
+        for (String path : bundle.referencedFiles()) {
+            bundle.verify(path);
+        }
+        return bundle;
+    }
+
+    /** Absolute file for a bundle-relative path that {@link #open} already checked. */
+    public File file(String relativePath) {
+        return new File(dir, relativePath);
+    }
+
+    public BertTokenizer tokenizer() throws BundleException {
+        try (InputStream in = new FileInputStream(file(manifest.vocabFile))) {
+            return new BertTokenizer(manifest.tokenizer, Vocab.read(in));
+        } catch (IOException | IllegalArgumentException e) {
+            throw new BundleException("cannot load the tokenizer: " + e.getMessage(), e);
+        }
+    }
+
+    /** Total size of the files one runtime needs (trunk + every task), for the benchmark report. */
+    public long bytesFor(RuntimeKind runtime) {
+        long total = manifest.files.get(manifest.trunkFiles.get(runtime)).bytes;
+        for (TaskSpec task : manifest.tasks) {
+            total += manifest.files.get(task.files.get(runtime)).bytes;
+        }
+        return total;
+    }
+
+    private void checkTrunkHashes() throws BundleException {
+        for (TaskSpec task : manifest.tasks) {
+            if (!task.trunkSha256.equalsIgnoreCase(manifest.trunkSha256)) {
+                throw new BundleException("task \"" + task.name + "\" was trained on another trunk"
+                        + " (trunk_sha256 " + shortHash(task.trunkSha256) + ", bundle trunk "
+                        + shortHash(manifest.trunkSha256) + ")");
+            }
+        }
+    }
+
+    /** Vocabulary, each runtime's trunk, and each task's file for every runtime present. */
+    private Set<String> referencedFiles() throws BundleException {
+        Set<String> paths = new LinkedHashSet<>();
+        paths.add(manifest.vocabFile);
+        for (RuntimeKind runtime : manifest.trunkFiles.keySet()) {
+            paths.add(manifest.trunkFiles.get(runtime));
+            for (TaskSpec task : manifest.tasks) {
+                String path = task.files.get(runtime);
+                if (path == null) {
+                    throw new BundleException("task \"" + task.name + "\" has no " + runtime.key
+                            + " file although the bundle has that runtime");
+                }
+                paths.add(path);
+            }
+        }
+        return paths;
+    }
+
+    private void verify(String path) throws BundleException {
+        BundlePaths.requireInside(path);
+        FileEntry expected = manifest.files.get(path);
+        if (expected == null) {
+            throw new BundleException(path + " is not listed in the manifest's files table");
+        }
+        File file = file(path);
+        BundlePaths.requireNoSymlinkEscape(dir, file);
+        if (!file.isFile()) {
+            throw new BundleException("missing file " + path);
+        }
+        if (file.length() != expected.bytes) {
+            throw new BundleException(path + " is " + file.length() + " bytes, manifest says "
+                    + expected.bytes + " (incomplete copy?)");
+        }
+        String actual = sha256(file);
+        if (!actual.equalsIgnoreCase(expected.sha256)) {
+            throw new BundleException(path + " is corrupt: SHA-256 " + shortHash(actual)
+                    + " differs from the manifest's " + shortHash(expected.sha256));
+        }
+    }
+
+    static String sha256(File file) throws BundleException {
+        try (InputStream in = new FileInputStream(file)) {
+            MessageDigest digest = MessageDigest.getInstance("SHA-256");
+            byte[] buffer = new byte[1 << 20];
+            int n;
+            while ((n = in.read(buffer)) > 0) {
+                digest.update(buffer, 0, n);
+            }
+            StringBuilder hex = new StringBuilder(64);
+            for (byte b : digest.digest()) {
+                hex.append(String.format("%02x", b));
+            }
+            return hex.toString();
+        } catch (IOException e) {
+            throw new BundleException("cannot read " + file + ": " + e.getMessage(), e);
+        } catch (NoSuchAlgorithmException e) {
+            throw new IllegalStateException("every Java platform has SHA-256", e);
+        }
+    }
+
+    private static String shortHash(String hash) {
+        return hash.length() > 12 ? hash.substring(0, 12) + "…" : hash;
+    }
+}

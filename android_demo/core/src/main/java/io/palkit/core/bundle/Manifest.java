@@ -1,0 +1,41 @@
+package io.palkit.core.bundle;
+
+import io.palkit.core.tokenizer.TokenizerConfig;
+import java.util.List;
+import java.util.Map;
+
+/** The parts of manifest.json the app uses (see export/BUNDLE.md). */
+public final class Manifest {
+    public static final String FORMAT = "palkit-bundle";
+    public static final long VERSION = 1;
+
+    public final String trunkSha256;
+    public final String baseModel;
+    public final String vocabFile;
+    public final TokenizerConfig tokenizer;
+    /** Runtime version the bundle was exported for, per runtime present. */
+    public final Map<RuntimeKind, String> runtimeVersions;
+    /** Bundle-relative path of the shared trunk file, per runtime present. */
+    public final Map<RuntimeKind, String> trunkFiles;
+    /** Model input names in the order the programs take them (ids, mask, token types). */
+    public final List<String> inputNames;
+    public final String outputName;
+    public final List<TaskSpec> tasks;
+    public final Map<String, FileEntry> files;
+
+    Manifest(String trunkSha256, String baseModel, String vocabFile, TokenizerConfig tokenizer,
+            Map<RuntimeKind, String> runtimeVersions, Map<RuntimeKind, String> trunkFiles,
+            List<String> inputNames, String outputName, List<TaskSpec> tasks,
+            Map<String, FileEntry> files) {
+        this.trunkSha256 = trunkSha256;
+        this.baseModel = baseModel;
+        this.vocabFile = vocabFile;
+        this.tokenizer = tokenizer;
+        this.runtimeVersions = runtimeVersions;
+        this.trunkFiles = trunkFiles;
+        this.inputNames = inputNames;
+        this.outputName = outputName;
+        this.tasks = tasks;
+        this.files = files;
+    }
+}

@@ -1,0 +1,146 @@
+package io.palkit.core.bundle;
+
+import io.palkit.core.json.Json;
+import io.palkit.core.json.JsonException;
+import io.palkit.core.tokenizer.TokenizerConfig;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.EnumMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * Turns manifest.json text into a {@link Manifest}. Checks format and version before anything
+ * else, so a bundle from a newer exporter is refused with that reason rather than a missing key.
+ */
+public final class ManifestParser {
+    private ManifestParser() {}
+
+    public static Manifest parse(String text) throws BundleException {
+        JsonFields root;
+        try {
+            root = new JsonFields(Json.parse(text), "");
+        } catch (JsonException e) {
+            throw new BundleException("manifest.json is not valid JSON: " + e.getMessage(), e);
+        }
+        checkFormatAndVersion(root);
+        JsonFields trunk = root.object("trunk");
+        JsonFields tokenizer = root.object("tokenizer");
+        Map<RuntimeKind, String> versions = new EnumMap<>(RuntimeKind.class);
+        Map<RuntimeKind, String> trunkFiles = new EnumMap<>(RuntimeKind.class);
+        readRuntimes(root.object("runtimes"), versions, trunkFiles);
+        JsonFields io = root.object("io");
+        return new Manifest(
+                trunk.string("sha256"),
+                trunk.string("base_model"),
+                tokenizer.string("vocab_file"),
+                readTokenizer(tokenizer),
+                Collections.unmodifiableMap(versions),
+                Collections.unmodifiableMap(trunkFiles),
+                readNames(io, "inputs"),
+                readNames(io, "outputs").get(0),
+                readTasks(root),
+                readFiles(root.object("files")));
+    }
+
+    private static void checkFormatAndVersion(JsonFields root) throws BundleException {
+        String format = root.has("format") ? String.valueOf(root.raw("format")) : "(none)";
+        if (!Manifest.FORMAT.equals(format)) {
+            throw new BundleException("not a palkit bundle: format is \"" + format + "\"");
+        }
+        Object version = root.has("version") ? root.raw("version") : "(none)";
+        if (!(version instanceof Long) || (Long) version != Manifest.VERSION) {
+            throw new BundleException("unsupported bundle version " + version
+                    + "; this app reads version " + Manifest.VERSION);
+        }
+    }
+
+    private static TokenizerConfig readTokenizer(JsonFields t) throws BundleException {
+        String mask = t.has("mask_token") ? t.string("mask_token") : "[MASK]";
+        return new TokenizerConfig(t.bool("lowercase"), t.bool("strip_accents"),
+                (int) t.integer("max_length"), (int) t.integer("max_input_chars_per_word"),
+                t.string("cls_token"), t.string("sep_token"), t.string("pad_token"),
+                t.string("unk_token"), mask);
+    }
+
+    private static void readRuntimes(JsonFields runtimes, Map<RuntimeKind, String> versions,
+            Map<RuntimeKind, String> trunkFiles) throws BundleException {
+        if (runtimes.has(RuntimeKind.EXECUTORCH.key)) {
+            JsonFields et = runtimes.object(RuntimeKind.EXECUTORCH.key);
+            versions.put(RuntimeKind.EXECUTORCH, et.string("version"));
+            trunkFiles.put(RuntimeKind.EXECUTORCH, et.string("trunk_data"));
+        }
+        if (runtimes.has(RuntimeKind.ONNXRUNTIME.key)) {
+            JsonFields ort = runtimes.object(RuntimeKind.ONNXRUNTIME.key);
+            versions.put(RuntimeKind.ONNXRUNTIME, ort.string("version"));
+            trunkFiles.put(RuntimeKind.ONNXRUNTIME, ort.string("trunk_model"));
+        }
+        if (versions.isEmpty()) {
+            throw new BundleException("manifest: runtimes names neither executorch nor onnxruntime");
+        }
+    }
+
+    private static List<String> readNames(JsonFields io, String key) throws BundleException {
+        List<Object> items = io.list(key);
+        List<String> names = new ArrayList<>();
+        for (int i = 0; i < items.size(); i++) {
+            names.add(new JsonFields(items.get(i), io.where(key) + "[" + i + "]").string("name"));
+        }
+        if (names.isEmpty()) {
+            throw new BundleException("manifest: " + io.where(key) + " is empty");
+        }
+        return Collections.unmodifiableList(names);
+    }
+
+    private static List<TaskSpec> readTasks(JsonFields root) throws BundleException {
+        List<Object> items = root.list("tasks");
+        if (items.isEmpty()) {
+            throw new BundleException("manifest: the bundle has no tasks");
+        }
+        List<TaskSpec> tasks = new ArrayList<>();
+        for (int i = 0; i < items.size(); i++) {
+            tasks.add(readTask(new JsonFields(items.get(i), "tasks[" + i + "]")));
+        }
+        return Collections.unmodifiableList(tasks);
+    }
+
+    private static TaskSpec readTask(JsonFields t) throws BundleException {
+        TaskKind kind = TaskKind.fromKey(t.string("kind"));
+        int numOutputs = (int) t.integer("num_outputs");
+        List<String> labels = kind == TaskKind.PAIR_REGRESSION
+                ? Collections.<String>emptyList() : t.strings("labels");
+        if (kind != TaskKind.PAIR_REGRESSION && labels.size() != numOutputs) {
+            throw new BundleException("manifest: " + t.where("labels") + " has " + labels.size()
+                    + " names for " + numOutputs + " outputs");
+        }
+        double[] scoreRange = kind == TaskKind.PAIR_REGRESSION ? readRange(t) : null;
+        Map<RuntimeKind, String> files = new EnumMap<>(RuntimeKind.class);
+        JsonFields fileMap = t.object("files");
+        for (RuntimeKind runtime : RuntimeKind.values()) {
+            if (fileMap.has(runtime.key)) {
+                files.put(runtime, fileMap.string(runtime.key));
+            }
+        }
+        return new TaskSpec(t.string("name"), kind, Collections.unmodifiableList(labels),
+                scoreRange, numOutputs, t.string("trunk_sha256"), Collections.unmodifiableMap(files));
+    }
+
+    private static double[] readRange(JsonFields t) throws BundleException {
+        List<Object> range = t.list("score_range");
+        if (range.size() != 2 || !(range.get(0) instanceof Number) || !(range.get(1) instanceof Number)) {
+            throw new BundleException("manifest: " + t.where("score_range") + " must be [low, high]");
+        }
+        return new double[] {((Number) range.get(0)).doubleValue(), ((Number) range.get(1)).doubleValue()};
+    }
+
+    private static Map<String, FileEntry> readFiles(JsonFields files) throws BundleException {
+        Map<String, FileEntry> out = new LinkedHashMap<>();
+        for (Map.Entry<?, ?> entry : files.entries()) {
+            String path = String.valueOf(entry.getKey());
+            JsonFields f = new JsonFields(entry.getValue(), "files[\"" + path + "\"]");
+            out.put(path, new FileEntry(path, f.string("sha256"), f.integer("bytes")));
+        }
+        return Collections.unmodifiableMap(out);
+    }
+}

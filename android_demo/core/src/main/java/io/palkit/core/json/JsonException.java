@@ -1,0 +1,8 @@
+package io.palkit.core.json;
+
+/** Malformed JSON text. */
+public final class JsonException extends Exception {
+    public JsonException(String message) {
+        super(message);
+    }
+}

@@ -1,0 +1,57 @@
+package io.palkit.core;
+
+import io.palkit.core.bundle.Bundle;
+import io.palkit.core.bundle.Manifest;
+import io.palkit.core.bundle.RuntimeKind;
+import io.palkit.core.bundle.TaskKind;
+import io.palkit.core.bundle.TaskSpec;
+import io.palkit.core.tokenizer.Encoding;
+import java.util.Arrays;
+
+public final class ManifestTest {
+    public static void testOpensAValidBundle() throws Exception {
+        TestBundle fixture = new TestBundle();
+        Bundle bundle = Bundle.open(fixture.dir);
+        Manifest m = bundle.manifest;
+        Check.equal(TestBundle.TRUNK_SHA, m.trunkSha256, "trunk hash");
+        Check.equal("vocab.txt", m.vocabFile, "vocab file");
+        Check.equal(128, m.tokenizer.maxLength, "max length");
+        Check.equal("1.5.1", m.runtimeVersions.get(RuntimeKind.EXECUTORCH), "executorch version");
+        Check.equal("onnx/trunk.onnx", m.trunkFiles.get(RuntimeKind.ONNXRUNTIME), "ort trunk");
+        Check.equal(Arrays.asList("input_ids", "attention_mask", "token_type_ids"), m.inputNames, "inputs");
+        Check.equal("logits", m.outputName, "output");
+        Check.equal(2, m.tasks.size(), "tasks");
+        TaskSpec sst = m.tasks.get(0);
+        Check.equal(TaskKind.SINGLE_CLASSIFICATION, sst.kind, "sst kind");
+        Check.equal(Arrays.asList("negative", "positive"), sst.labels, "sst labels");
+        Check.equal("executorch/sst.pte", sst.files.get(RuntimeKind.EXECUTORCH), "sst program");
+        TaskSpec stsb = m.tasks.get(1);
+        Check.isTrue(stsb.kind.isPair, "stsb takes two texts");
+        Check.equal(5.0, stsb.scoreRange[1], "stsb range");
+        Check.equal((long) ("trunk graph".length() + "sst adapter".length() + "stsb adapter".length()),
+                bundle.bytesFor(RuntimeKind.ONNXRUNTIME), "onnx bytes");
+    }
+
+    public static void testBundleTokenizerUsesManifestSettings() throws Exception {
+        Bundle bundle = Bundle.open(new TestBundle().dir);
+        Encoding e = bundle.tokenizer().encodePair("Hello worlds", "HELLO [MASK]");
+        Check.equal(new long[] {2, 5, 6, 7, 3, 5, 4, 3}, e.inputIds, "ids");
+        Check.equal(new long[] {0, 0, 0, 0, 0, 1, 1, 1}, e.tokenTypeIds, "types");
+    }
+
+    public static void testOneRuntimeIsEnough() throws Exception {
+        TestBundle fixture = new TestBundle();
+        fixture.section("runtimes").remove("executorch");
+        fixture.task(0).put("files", TestBundle.map("onnxruntime", "onnx/sst.onnx_adapter"));
+        fixture.writeManifest();
+        Check.equal(1, Bundle.open(fixture.dir).manifest.trunkFiles.size(), "runtimes");
+    }
+
+    public static void testOptionalMaskTokenIsRead() throws Exception {
+        TestBundle fixture = new TestBundle();
+        fixture.section("tokenizer").put("mask_token", "[MASK]");
+        fixture.writeManifest();
+        Check.isTrue(Bundle.open(fixture.dir).manifest.tokenizer.specialTokens.contains("[MASK]"),
+                "mask token");
+    }
+}

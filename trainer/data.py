@@ -1,0 +1,150 @@
+"""Read the tab-separated minBERT layout, validate it, tokenize once, batch with dynamic padding."""
+from __future__ import annotations
+
+import csv
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from trainer.errors import PalkitError
+from trainer.tasks import TaskSpec
+
+DATA_DIR_ENV = "PALKIT_DATA_DIR"
+# The repository sits next to shared/ in this workplace; users point elsewhere with the flag/env.
+DEFAULT_DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+class DataError(PalkitError, ValueError):
+    """A data file is missing or malformed; the message names the file and line."""
+
+
+def resolve_data_dir(cli_value: str | None) -> Path:
+    """--data-dir wins, then $PALKIT_DATA_DIR, then ../shared/data beside the repository."""
+    raw = cli_value or os.environ.get(DATA_DIR_ENV) or str(DEFAULT_DATA_DIR)
+    path = Path(raw).expanduser()
+    if not path.is_dir():
+        raise DataError(f"data directory {path} does not exist; pass --data-dir DIR or set "
+                        f"{DATA_DIR_ENV} to the folder holding sst/, quora/, sts/")
+    return path
+
+
+@dataclass
+class Example:
+    texts: tuple[str, ...]
+    label: float  # class index for classification, score for regression
+
+
+# Skipping tolerates a stray broken row (the shipped Quora train file has one); more than this
+# fraction of bad rows means a wrong file or column mapping, and stops the run either way.
+MAX_BAD_FRACTION = 0.01
+
+
+def read_examples(task: TaskSpec, data_dir: Path, split: str,
+                  bad_rows: str = "stop") -> list[Example]:
+    """Parse one split of a task.
+
+    A bad row (too few fields, empty text, bad label) stops with file, line and problem, or with
+    bad_rows="skip" is reported on stderr and left out.
+    """
+    if split not in task.files:
+        raise DataError(f"task '{task.name}' has no '{split}' split (it has: "
+                        f"{', '.join(task.files) or 'none'})")
+    path = data_dir / task.files[split]
+    if not path.is_file():
+        raise DataError(f"{path}: file not found (task '{task.name}', split '{split}'); "
+                        "check --data-dir")
+    examples, skipped = [], []
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.reader(f, delimiter="\t")
+        header = next(reader, None)
+        if header is None:
+            raise DataError(f"{path}: file is empty")
+        columns = {name.strip(): i for i, name in enumerate(header)}
+        needed = [*task.text_columns, task.label_column]
+        missing = [c for c in needed if c not in columns]
+        if missing:
+            raise DataError(f"{path}:1: missing column(s) {missing}; header has {list(columns)}")
+        for row in reader:
+            if not row:
+                continue
+            try:
+                examples.append(_parse_row(task, row, columns, len(header), f"{path}:{reader.line_num}"))
+            except DataError as e:
+                if bad_rows != "skip":
+                    raise
+                skipped.append(str(e))
+    if not examples:
+        raise DataError(f"{path}: no examples")
+    if skipped:
+        for problem in skipped:
+            print(f"warning: skipped {problem}", file=sys.stderr)
+        if len(skipped) > MAX_BAD_FRACTION * (len(examples) + len(skipped)):
+            raise DataError(f"{path}: {len(skipped)} bad rows (first: {skipped[0]}); is this the "
+                            f"right file for task '{task.name}'?")
+    return examples
+
+
+def _parse_row(task: TaskSpec, row: list[str], columns: dict[str, int], width: int,
+               where: str) -> Example:
+    if len(row) < width:
+        raise DataError(f"{where}: {len(row)} fields, expected {width}")
+    texts = tuple(row[columns[c]].strip() for c in task.text_columns)
+    for col, text in zip(task.text_columns, texts):
+        if not text:
+            raise DataError(f"{where}: empty text in column '{col}'")
+    return Example(texts, _parse_label(task, row[columns[task.label_column]], where))
+
+
+def _parse_label(task: TaskSpec, raw: str, where: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise DataError(f"{where}: label '{raw}' in column '{task.label_column}' "
+                        "is not a number") from None
+    if task.is_regression:
+        low, high = task.score_range  # type: ignore[misc]
+        if not low <= value <= high:
+            raise DataError(f"{where}: score {value} outside [{low}, {high}]")
+        return value
+    if value != int(value) or not 0 <= value < task.num_outputs:
+        raise DataError(f"{where}: label '{raw}' is not a class index 0..{task.num_outputs - 1}")
+    return float(int(value))
+
+
+@dataclass
+class EncodedSplit:
+    """A tokenized split: ragged token lists, padded per batch by `collate`."""
+    input_ids: list[list[int]]
+    token_type_ids: list[list[int]]
+    labels: torch.Tensor
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+
+def encode(examples: list[Example], tokenizer, max_len: int) -> EncodedSplit:
+    """Tokenize once; pairs become one sequence [CLS] a [SEP] b [SEP]."""
+    firsts = [e.texts[0] for e in examples]
+    seconds = [e.texts[1] for e in examples] if len(examples[0].texts) == 2 else None
+    enc = tokenizer(firsts, seconds, truncation="longest_first", max_length=max_len,
+                    return_token_type_ids=True)
+    labels = torch.tensor([e.label for e in examples], dtype=torch.float32)
+    return EncodedSplit(enc["input_ids"], enc["token_type_ids"], labels)
+
+
+def collate(split: EncodedSplit, indices: list[int], pad_id: int) -> dict[str, torch.Tensor]:
+    """Pad a batch to its own longest sequence (dynamic padding)."""
+    width = max(len(split.input_ids[i]) for i in indices)
+    ids = torch.full((len(indices), width), pad_id, dtype=torch.long)
+    types = torch.zeros((len(indices), width), dtype=torch.long)
+    mask = torch.zeros((len(indices), width), dtype=torch.long)
+    for row, i in enumerate(indices):
+        n = len(split.input_ids[i])
+        ids[row, :n] = torch.tensor(split.input_ids[i])
+        types[row, :n] = torch.tensor(split.token_type_ids[i])
+        mask[row, :n] = 1
+    return {"input_ids": ids, "token_type_ids": types, "attention_mask": mask,
+            "labels": split.labels[indices]}

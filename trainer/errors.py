@@ -1,0 +1,5 @@
+"""The one base class for failures a user can fix; the CLI prints them as one line."""
+
+
+class PalkitError(Exception):
+    """Bad input, a missing or incompatible file, or a run that cannot go on; says what to do."""

@@ -1,0 +1,65 @@
+"""Score a model on dev or test: batched, length-sorted inference and the task metrics."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainer.data import EncodedSplit, collate, encode, read_examples
+from trainer.metrics import average_score, task_metrics
+from trainer.model import PalBert, regression_score
+from trainer.tasks import TaskSpec
+
+
+def predictions_from_outputs(spec: TaskSpec, raw: torch.Tensor) -> torch.Tensor:
+    """Class indices for classification, scores in score_range for regression."""
+    if spec.is_regression:
+        return regression_score(spec, raw)
+    return raw.argmax(-1)
+
+
+@torch.no_grad()
+def predict_split(model: PalBert, task: str, split: EncodedSplit, pad_id: int,
+                  batch_size: int, device: torch.device) -> torch.Tensor:
+    """Predictions in the split's original order; batches are length-sorted to pad little."""
+    was_training = model.training
+    model.eval()
+    order = sorted(range(len(split)), key=lambda i: len(split.input_ids[i]))
+    out = torch.empty(len(split))
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        batch = collate(split, idx, pad_id)
+        raw = model(batch["input_ids"].to(device), batch["attention_mask"].to(device),
+                    batch["token_type_ids"].to(device), task=task).float().cpu()
+        out[idx] = predictions_from_outputs(model.tasks[task], raw).float()
+    model.train(was_training)
+    return out
+
+
+def evaluate_model(model: PalBert, specs: list[TaskSpec], splits: dict[str, EncodedSplit],
+                   pad_id: int, batch_size: int, device: torch.device) -> dict[str, float]:
+    metrics: dict[str, float] = {}
+    for spec in specs:
+        preds = predict_split(model, spec.name, splits[spec.name], pad_id, batch_size, device)
+        metrics.update(task_metrics(spec, preds, splits[spec.name].labels))
+    metrics["avg"] = average_score(specs, metrics)
+    return metrics
+
+
+def evaluate_model_dir(model_dir: Path, data_dir: Path, split: str, max_len: int,
+                       batch_size: int = 128,
+                       max_examples: int | None = None) -> dict[str, Any]:
+    """Load RUN/model (or a model folder) and score every task it has that has this split."""
+    from trainer.checkpoint import load_model
+
+    model, tokenizer, trunk_sha = load_model(model_dir)
+    specs = [s for s in model.tasks.values() if split in s.files]
+    splits = {}
+    for spec in specs:
+        examples = read_examples(spec, data_dir, split)[:max_examples]
+        splits[spec.name] = encode(examples, tokenizer, max_len)
+    metrics = evaluate_model(model, specs, splits, tokenizer.pad_token_id, batch_size,
+                             torch.device("cpu"))
+    return {"split": split, "trunk_sha256": trunk_sha, "tasks": [s.name for s in specs],
+            "max_len": max_len, **metrics}

@@ -1,0 +1,255 @@
+"""PAL-BERT: a BERT trunk with Projected Attention Layers per task (Stickland & Murray, 2019).
+
+Read top to bottom: the PAL (a small multi-head attention in a projected space), one task's
+adapter (the PALs of every adapted layer, V^E/V^D shared across layers as in the paper), a
+task head, and the model that runs transformers' `BertModel` weights layer by layer so that it
+can add each task's PAL output in parallel inside every layer:
+
+    a       = LN1(h + SelfAttention(h))
+    h_next  = LN2(a + FFN(a) + PAL_t(h))          PAL_t(h) = GELU(V^D · MH_t(V^E · h))
+
+PAL_t reads the layer's input h and is added before the layer's output LayerNorm, as in the
+authors' released code; the GELU on the decoder output is theirs too. With a zero V^D (weight and
+bias) the PAL adds exactly 0 and the layer is plain BERT.
+
+The same module is used by training, export and tests.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import BertModel
+from transformers.activations import ACT2FN
+
+from trainer.tasks import TaskSpec
+
+# The paper's projected size for BERT-base: d_s = 204 for d = 768.
+PAPER_PAL_RATIO = 204 / 768
+
+
+@dataclass(frozen=True)
+class PalConfig:
+    size: int                   # d_s, the projected width
+    heads: int                  # attention heads inside the PAL
+    layers: tuple[int, ...]     # trunk layers that get a PAL
+    share_projections: bool     # one V^E/V^D per task for all layers (paper) or one per layer
+
+    def __post_init__(self) -> None:
+        if self.size % self.heads:
+            raise ValueError(f"PAL size {self.size} is not divisible by {self.heads} heads")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["layers"] = list(self.layers)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PalConfig":
+        return cls(int(d["size"]), int(d["heads"]), tuple(d["layers"]), bool(d["share_projections"]))
+
+
+def default_pal_size(hidden_size: int, heads: int) -> int:
+    """Scale the paper's 204/768 to the trunk's width, rounded to a multiple of the head count."""
+    per_head = math.floor(PAPER_PAL_RATIO * hidden_size / heads + 0.5)
+    return heads * max(1, per_head)
+
+
+def pal_layer_indices(num_layers: int, which: str) -> tuple[int, ...]:
+    """'all', or the 'top' / 'bottom' half of the trunk's layers."""
+    half = num_layers // 2
+    table = {"all": range(num_layers), "top": range(half, num_layers), "bottom": range(half)}
+    if which not in table:
+        raise ValueError(f"--pal-layers must be one of {', '.join(table)}, got '{which}'")
+    return tuple(table[which])
+
+
+def additive_mask(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """[B, S] 1/0 mask -> [B, 1, 1, S] additive mask (0 where attended, very negative where not)."""
+    keep = attention_mask[:, None, None, :].to(dtype)
+    return (1.0 - keep) * torch.finfo(dtype).min
+
+
+def multi_head_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int,
+                         mask: torch.Tensor, dropout_p: float, training: bool) -> torch.Tensor:
+    """Scaled dot-product attention written out (matmul/softmax), the form XNNPACK lowers best."""
+    b, s, width = q.shape
+    head_dim = width // heads
+
+    def split(x: torch.Tensor) -> torch.Tensor:
+        return x.view(b, s, heads, head_dim).transpose(1, 2)
+
+    scores = (split(q) @ split(k).transpose(-1, -2)) * head_dim ** -0.5 + mask
+    probs = F.dropout(scores.softmax(dim=-1), dropout_p, training)
+    return (probs @ split(v)).transpose(1, 2).reshape(b, s, width)
+
+
+class ProjectedAttention(nn.Module):
+    """MH_t: multi-head self-attention inside the projected space, without an output matrix W^O."""
+
+    def __init__(self, size: int, heads: int, dropout: float):
+        super().__init__()
+        self.heads, self.dropout = heads, dropout
+        self.query = nn.Linear(size, size)
+        self.key = nn.Linear(size, size)
+        self.value = nn.Linear(size, size)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return multi_head_attention(self.query(x), self.key(x), self.value(x), self.heads, mask,
+                                    self.dropout, self.training)
+
+
+class TaskAdapter(nn.Module):
+    """All PALs of one task: an attention per adapted layer, V^E/V^D shared or per layer."""
+
+    def __init__(self, hidden_size: int, cfg: PalConfig, dropout: float):
+        super().__init__()
+        self.cfg = cfg
+        n_proj = 1 if cfg.share_projections else len(cfg.layers)
+        self.encoders = nn.ModuleList(nn.Linear(hidden_size, cfg.size) for _ in range(n_proj))
+        self.decoders = nn.ModuleList(nn.Linear(cfg.size, hidden_size) for _ in range(n_proj))
+        self.attentions = nn.ModuleList(ProjectedAttention(cfg.size, cfg.heads, dropout)
+                                        for _ in cfg.layers)
+        self.slot_of_layer = {layer: slot for slot, layer in enumerate(cfg.layers)}
+
+    def forward(self, layer: int, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        slot = self.slot_of_layer[layer]
+        proj = 0 if self.cfg.share_projections else slot
+        projected = self.attentions[slot](self.encoders[proj](h), mask)
+        return F.gelu(self.decoders[proj](projected))
+
+
+class TaskHead(nn.Module):
+    """Dropout and a linear map from the pooled [CLS] state to the task's outputs."""
+
+    def __init__(self, hidden_size: int, num_outputs: int, dropout: float):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.out = nn.Linear(hidden_size, num_outputs)
+
+    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        return self.out(self.dropout(pooled))
+
+
+def regression_score(spec: TaskSpec, raw: torch.Tensor) -> torch.Tensor:
+    """The regression head predicts a logit; the score is that logit squashed into score_range."""
+    low, high = spec.score_range  # type: ignore[misc]
+    return low + (high - low) * torch.sigmoid(raw.squeeze(-1))
+
+
+class PalBert(nn.Module):
+    """A BERT trunk shared by all tasks, one adapter (optional) and one head per task."""
+
+    def __init__(self, trunk: BertModel, tasks: list[TaskSpec], pal: PalConfig | None):
+        super().__init__()
+        cfg = trunk.config
+        if getattr(cfg, "position_embedding_type", "absolute") != "absolute":
+            raise ValueError("only BERT checkpoints with absolute position embeddings are supported")
+        if trunk.pooler is None:
+            raise ValueError("the trunk was loaded without its pooler (add_pooling_layer=False)")
+        self.trunk = trunk
+        self.tasks = {t.name: t for t in tasks}
+        self.pal = pal
+        self.adapters = nn.ModuleDict()
+        self.heads = nn.ModuleDict()
+        for t in tasks:
+            self.add_task_modules(t)
+
+    def add_task_modules(self, spec: TaskSpec) -> None:
+        """A fresh adapter (when PALs are on) and head; joint training and add-task both use it."""
+        cfg = self.trunk.config
+        if self.pal is not None:
+            adapter = TaskAdapter(cfg.hidden_size, self.pal, cfg.attention_probs_dropout_prob)
+            adapter.apply(self._init_linear)
+            self.adapters[spec.name] = adapter
+        head = TaskHead(cfg.hidden_size, spec.num_outputs, cfg.hidden_dropout_prob)
+        head.apply(self._init_linear)
+        self.heads[spec.name] = head
+        self.tasks[spec.name] = spec
+
+    def _init_linear(self, module: nn.Module) -> None:
+        # BERT's own initialisation, as the paper's code uses for its PALs.
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, std=self.trunk.config.initializer_range)
+            nn.init.zeros_(module.bias)
+
+    # ---- forward -------------------------------------------------------------------------
+
+    def embed(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
+        emb = self.trunk.embeddings
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        # Same summation order as transformers, so a zero PAL reproduces BertModel bit for bit.
+        h = emb.word_embeddings(input_ids) + emb.token_type_embeddings(token_type_ids)
+        h = h + emb.position_embeddings(positions)[None]
+        return emb.dropout(emb.LayerNorm(h))
+
+    def layer(self, index: int, h: torch.Tensor, mask: torch.Tensor,
+              task: str | None) -> torch.Tensor:
+        """One BERT layer, plus the task's PAL in parallel when this layer is adapted."""
+        block = self.trunk.encoder.layer[index]
+        attn = block.attention
+        cfg = self.trunk.config
+        ctx = multi_head_attention(attn.self.query(h), attn.self.key(h), attn.self.value(h),
+                                   cfg.num_attention_heads, mask,
+                                   cfg.attention_probs_dropout_prob, self.training)
+        a = attn.output.LayerNorm(attn.output.dropout(attn.output.dense(ctx)) + h)
+        ffn = block.output.dropout(block.output.dense(ACT2FN[cfg.hidden_act](
+            block.intermediate.dense(a))))
+        if task is not None and task in self.adapters and self.adapted(index):
+            ffn = ffn + self.adapters[task](index, h, mask)
+        return block.output.LayerNorm(ffn + a)
+
+    def adapted(self, index: int) -> bool:
+        return self.pal is not None and index in self.pal.layers
+
+    def first_adapted_layer(self) -> int:
+        """Layers below this one are identical for every task and can be computed once."""
+        if self.pal is None:
+            return len(self.trunk.encoder.layer)
+        return min(self.pal.layers)
+
+    def head(self, task: str, h: torch.Tensor) -> torch.Tensor:
+        return self.heads[task](self.trunk.pooler(h))
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                token_type_ids: torch.Tensor, task: str) -> torch.Tensor:
+        """Raw outputs of one task: class logits, or the regression logit (see regression_score)."""
+        mask = additive_mask(attention_mask, self.trunk.embeddings.word_embeddings.weight.dtype)
+        h = self.embed(input_ids, token_type_ids)
+        for i in range(len(self.trunk.encoder.layer)):
+            h = self.layer(i, h, mask, task)
+        return self.head(task, h)
+
+    def forward_all(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                    token_type_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Every task on one input; the layers below the first PAL run once for all tasks."""
+        mask = additive_mask(attention_mask, self.trunk.embeddings.word_embeddings.weight.dtype)
+        shared = self.embed(input_ids, token_type_ids)
+        split_at = self.first_adapted_layer()
+        for i in range(split_at):
+            shared = self.layer(i, shared, mask, None)
+        out = {}
+        for task in self.tasks:
+            h = shared
+            for i in range(split_at, len(self.trunk.encoder.layer)):
+                h = self.layer(i, h, mask, task)
+            out[task] = self.head(task, h)
+        return out
+
+    # ---- bookkeeping ---------------------------------------------------------------------
+
+    def task_parameters(self, task: str) -> dict[str, nn.Parameter]:
+        """The task-specific weights, keyed as they are saved in the task's adapter file."""
+        params = {f"head.{k}": v for k, v in self.heads[task].named_parameters()}
+        if task in self.adapters:
+            params.update({f"pal.{k}": v for k, v in self.adapters[task].named_parameters()})
+        return params
+
+    def param_counts(self) -> dict[str, int]:
+        trunk = sum(p.numel() for p in self.trunk.parameters())
+        specific = sum(p.numel() for t in self.tasks for p in self.task_parameters(t).values())
+        return {"params_trunk": trunk, "params_task_specific": specific,
+                "params_total": trunk + specific}

@@ -1,0 +1,64 @@
+"""Which task trains at each step (Stickland & Murray, section 4.1), and which examples it sees.
+
+Everything is a pure function of (seed, epoch, step) or (seed, task, pass), so a resumed run
+replays exactly the same task order and batches as an uninterrupted one.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def sampling_alpha(sampling: str, epoch: int, epochs: int) -> float | None:
+    """The exponent in p_t ∝ N_t^α for 1-based `epoch`; None for round-robin."""
+    if sampling == "round-robin":
+        return None
+    if sampling == "proportional":
+        return 1.0
+    if sampling == "sqrt":
+        return 0.5
+    if sampling == "annealed":
+        return 1.0 - 0.8 * (epoch - 1) / max(1, epochs - 1)
+    raise ValueError(f"unknown sampling '{sampling}'")
+
+
+def task_probabilities(sizes: list[int], alpha: float | None) -> list[float]:
+    if alpha is None:
+        return [1.0 / len(sizes)] * len(sizes)
+    weights = [n ** alpha for n in sizes]
+    total = sum(weights)
+    return [w / total for w in weights]
+
+
+def epoch_task_schedule(sampling: str, sizes: list[int], epoch: int, epochs: int,
+                        steps: int, seed: int) -> list[int]:
+    """The task index trained at each step of one epoch."""
+    if sampling == "round-robin":
+        return [(i % len(sizes)) for i in range(steps)]
+    probs = torch.tensor(task_probabilities(sizes, sampling_alpha(sampling, epoch, epochs)))
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.multinomial(probs, steps, replacement=True, generator=gen).tolist()
+
+
+class TaskStream:
+    """An endless, reshuffled-per-pass stream of example indices for one task.
+
+    Its only state is how many indices were drawn, so it is saved as one integer.
+    """
+
+    def __init__(self, size: int, seed: int, task_index: int, drawn: int = 0):
+        self.size, self.seed, self.task_index, self.drawn = size, seed, task_index, drawn
+        self._pass, self._order = -1, []
+
+    def _order_of_pass(self, p: int) -> list[int]:
+        if p != self._pass:
+            gen = torch.Generator().manual_seed(self.seed * 7919 + self.task_index * 104_729 + p)
+            self._pass, self._order = p, torch.randperm(self.size, generator=gen).tolist()
+        return self._order
+
+    def take(self, n: int) -> list[int]:
+        out = []
+        for _ in range(n):
+            p, i = divmod(self.drawn, self.size)
+            out.append(self._order_of_pass(p)[i])
+            self.drawn += 1
+        return out

@@ -1,0 +1,138 @@
+"""Task definitions are data: a kind, the columns to read, the labels, the files per split.
+
+A user adds a task by describing it in a config file (see `TaskSpec.from_dict`); nothing in the
+model or the training loop knows task names.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# The three kinds the model knows how to head and score.
+TASK_KINDS = ("single_classification", "pair_classification", "pair_regression")
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    name: str
+    kind: str
+    text_columns: tuple[str, ...]
+    label_column: str
+    # Class names for classification (label i in the data means labels[i]); None for regression.
+    labels: tuple[str, ...] | None = None
+    # Inclusive score range for regression.
+    score_range: tuple[float, float] | None = None
+    # File names relative to the data directory, per split ("train", "dev", "test").
+    files: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        where = f"task '{self.name}'"
+        if self.kind not in TASK_KINDS:
+            raise ValueError(f"{where}: kind '{self.kind}' is not one of {', '.join(TASK_KINDS)}")
+        want_texts = 1 if self.kind == "single_classification" else 2
+        if len(self.text_columns) != want_texts:
+            raise ValueError(f"{where}: kind {self.kind} needs {want_texts} text column(s), "
+                             f"got {list(self.text_columns)}")
+        if self.is_regression:
+            if self.score_range is None or self.score_range[0] >= self.score_range[1]:
+                raise ValueError(f"{where}: pair_regression needs score_range [low, high]")
+        elif not self.labels or len(self.labels) < 2:
+            raise ValueError(f"{where}: classification needs at least two labels")
+
+    @property
+    def is_regression(self) -> bool:
+        return self.kind == "pair_regression"
+
+    @property
+    def is_pair(self) -> bool:
+        return self.kind != "single_classification"
+
+    @property
+    def num_outputs(self) -> int:
+        return 1 if self.is_regression else len(self.labels or ())
+
+    @property
+    def metric(self) -> str:
+        return "pearson" if self.is_regression else "accuracy"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["text_columns"] = list(self.text_columns)
+        d["labels"] = list(self.labels) if self.labels is not None else None
+        d["score_range"] = list(self.score_range) if self.score_range is not None else None
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TaskSpec":
+        known = {"name", "kind", "text_columns", "label_column", "labels", "score_range", "files"}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"task '{d.get('name', '?')}': unknown field(s) {sorted(unknown)}; "
+                             f"known: {sorted(known)}")
+        missing = {"name", "kind", "text_columns", "label_column"} - set(d)
+        if missing:
+            raise ValueError(f"task '{d.get('name', '?')}': missing field(s) {sorted(missing)}")
+        return cls(
+            name=str(d["name"]),
+            kind=str(d["kind"]),
+            text_columns=tuple(d["text_columns"]),
+            label_column=str(d["label_column"]),
+            labels=tuple(d["labels"]) if d.get("labels") is not None else None,
+            score_range=tuple(d["score_range"]) if d.get("score_range") is not None else None,
+            files=dict(d.get("files", {})),
+        )
+
+
+# The tasks of the minBERT data layout in ../shared/data (see its README).
+BUILTIN_TASKS: dict[str, TaskSpec] = {
+    t.name: t
+    for t in (
+        TaskSpec(
+            name="sst", kind="single_classification",
+            text_columns=("sentence",), label_column="sentiment",
+            labels=("very negative", "negative", "neutral", "positive", "very positive"),
+            files={"train": "sst/ids-sst-train.csv", "dev": "sst/ids-sst-dev.csv",
+                   "test": "sst/ids-sst-test.csv"},
+        ),
+        TaskSpec(
+            name="quora", kind="pair_classification",
+            text_columns=("sentence1", "sentence2"), label_column="is_duplicate",
+            labels=("not paraphrase", "paraphrase"),
+            files={"train": "quora/quora-train.csv", "dev": "quora/quora-dev.csv",
+                   "test": "quora/quora-test.csv"},
+        ),
+        TaskSpec(
+            name="sts", kind="pair_regression",
+            text_columns=("sentence1", "sentence2"), label_column="similarity",
+            score_range=(0.0, 5.0),
+            files={"train": "sts/sts-train.csv", "dev": "sts/sts-dev.csv",
+                   "test": "sts/sts-test.csv"},
+        ),
+        TaskSpec(
+            name="cfimdb", kind="single_classification",
+            text_columns=("sentence",), label_column="sentiment",
+            labels=("negative", "positive"),
+            files={"train": "cfimdb/ids-cfimdb-train.csv", "dev": "cfimdb/ids-cfimdb-dev.csv"},
+        ),
+    )
+}
+
+DEFAULT_TASKS = ("sst", "quora", "sts")
+
+
+def resolve_tasks(names: list[str] | tuple[str, ...],
+                  custom: list[dict[str, Any]] | None = None) -> list[TaskSpec]:
+    """Look task names up among the config's custom tasks, then the built-in ones."""
+    table = dict(BUILTIN_TASKS)
+    for d in custom or []:
+        spec = TaskSpec.from_dict(d)
+        table[spec.name] = spec
+    out = []
+    for name in names:
+        if name not in table:
+            raise ValueError(f"unknown task '{name}'; known: {', '.join(sorted(table))} "
+                             "(describe new tasks under 'custom_tasks' in a --config file)")
+        out.append(table[name])
+    if len({t.name for t in out}) != len(out):
+        raise ValueError(f"task listed twice in {list(names)}")
+    return out

