@@ -102,11 +102,6 @@ def run_train(args: argparse.Namespace) -> int:
         cfg = build_config(given, args.config)
     resolve_tasks(cfg.tasks, list(cfg.custom_tasks))  # fail on unknown tasks before loading BERT
     resolve_data_dir(cfg.data_dir)
-    if not args.resume:
-        Path(cfg.out).mkdir(parents=True, exist_ok=True)
-        if not any(Path(cfg.out).iterdir()):
-            # The exact command, so results tables can quote what produced them.
-            write_json(Path(cfg.out) / "command.json", {"argv": ["python", "cli.py", *sys.argv[1:]]})
     run_dir = train(cfg, resume=args.resume)
     print(f"done: {run_dir}")
     return 0

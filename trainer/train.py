@@ -504,7 +504,7 @@ class Run:
 def train(cfg: TrainConfig, resume: bool = False) -> Path:
     """Train as configured; --mode separate trains one full single-task model per task."""
     out = Path(cfg.out)
-    if not resume and out.exists() and any(p.name != "command.json" for p in out.iterdir()):
+    if not resume and out.exists() and any(out.iterdir()):
         raise TrainingError(f"{out} already holds a run; pass --resume to continue it or choose "
                             "another --out")
     if cfg.mode != "separate":

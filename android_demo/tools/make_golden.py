@@ -66,7 +66,8 @@ SINGLE_TEXTS = [
 PAIRS = [
     ("", ""),
     ("A man is playing a guitar.", "A person plays an instrument."),
-    ("How do I learn Python?", ""),
+    ("How do I learn Python?", ""),  # transformers encodes an empty text_pair as a single text
+    ("Whitespace-only second text", " \t"),
     ("", "Only the second text."),
     ("Short.", _long_text()),
     (_long_text(), "Short."),

@@ -56,6 +56,9 @@ public final class BertTokenizer {
     }
 
     public Encoding encodePair(String first, String second, int maxLength) {
+        if (second.isEmpty()) {
+            return encode(first, maxLength); // transformers treats an empty text_pair as no pair
+        }
         List<Integer> a = tokenize(first);
         List<Integer> b = tokenize(second);
         int[] lengths = longestFirst(a.size(), b.size(), budget(maxLength, 3));

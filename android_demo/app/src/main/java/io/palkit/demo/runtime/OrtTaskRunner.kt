@@ -1,0 +1,55 @@
+package io.palkit.demo.runtime
+
+import ai.onnxruntime.OnnxTensor
+import ai.onnxruntime.OrtEnvironment
+import ai.onnxruntime.OrtLoraAdapter
+import ai.onnxruntime.OrtSession
+import io.palkit.core.bundle.Bundle
+import io.palkit.core.bundle.RuntimeKind
+import io.palkit.core.bundle.TaskSpec
+import io.palkit.core.tokenizer.Encoding
+import java.nio.LongBuffer
+
+/** One OrtSession on onnx/trunk.onnx; each task is an OrtLoraAdapter activated per run. */
+class OrtTaskRunner(private val bundle: Bundle, threads: Int) : TaskRunner {
+    override val runtime = RuntimeKind.ONNXRUNTIME
+
+    private val env = OrtEnvironment.getEnvironment()
+    private val session: OrtSession = OrtSession.SessionOptions().use { options ->
+        if (threads > 0) options.setIntraOpNumThreads(threads)
+        val trunk = bundle.file(bundle.manifest.trunkFiles.getValue(runtime))
+        env.createSession(trunk.path, options)
+    }
+    private val adapters = HashMap<String, OrtLoraAdapter>()
+
+    override fun loadTask(task: TaskSpec) {
+        adapters.getOrPut(task.name) {
+            OrtLoraAdapter.create(bundle.file(task.files.getValue(runtime)).path)
+        }
+    }
+
+    override fun run(task: TaskSpec, input: Encoding): FloatArray {
+        loadTask(task)
+        val shape = longArrayOf(1, input.length().toLong())
+        val columns = listOf(input.inputIds, input.attentionMask, input.tokenTypeIds)
+        val tensors = bundle.manifest.inputNames.zip(columns).associate { (name, values) ->
+            name to OnnxTensor.createTensor(env, LongBuffer.wrap(values), shape)
+        }
+        try {
+            OrtSession.RunOptions().use { options ->
+                options.addActiveLoraAdapter(adapters.getValue(task.name))
+                session.run(tensors, options).use { result ->
+                    @Suppress("UNCHECKED_CAST")
+                    return (result.get(0).value as Array<FloatArray>)[0]
+                }
+            }
+        } finally {
+            tensors.values.forEach { it.close() }
+        }
+    }
+
+    override fun close() {
+        adapters.values.forEach { it.close() }
+        session.close()
+    }
+}

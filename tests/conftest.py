@@ -1,0 +1,133 @@
+"""Shared fixtures: a tiny random BERT with a real WordPiece tokenizer, tiny task data, tiny runs.
+
+Nothing here touches the network or ../shared/data.
+"""
+from __future__ import annotations
+
+import csv
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import BertConfig, BertModel, BertTokenizerFast
+
+from trainer.config import TrainConfig
+
+# Tiny models run fastest on one thread, and the tests then leave a core to whatever else runs.
+torch.set_num_threads(1)
+
+WORDS = ("good great fine bad awful terrible movie film plot actor the a is was and not very "
+         "what how why do i can you best way to learn cook run dog cat man woman play plays "
+         "playing on in grass with ball two people are is".split())
+
+
+def write_vocab(path: Path) -> None:
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)] + list("0123456789.,!?'")
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *sorted(set(WORDS)), *letters,
+              *[f"##{c}" for c in letters]]
+    path.write_text("\n".join(dict.fromkeys(tokens)) + "\n")
+
+
+def make_tiny_bert(folder: Path, seed: int = 0, layers: int = 2) -> Path:
+    """A random 2-layer BERT (hidden 32, 4 heads) with its tokenizer, saved like a hub folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    write_vocab(folder / "vocab.txt")
+    tokenizer = BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=True)
+    tokenizer.save_pretrained(folder)
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=len((folder / "vocab.txt").read_text().split("\n")) - 1,
+                        hidden_size=32, num_hidden_layers=layers, num_attention_heads=4,
+                        intermediate_size=64, max_position_embeddings=128)
+    BertModel(config).save_pretrained(folder)
+    return folder
+
+
+def _write_tsv(path: Path, header: list[str], rows: list[list[str]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f, delimiter="\t")
+        w.writerow(["", "id", *header])
+        for i, row in enumerate(rows):
+            w.writerow([str(i), f"id{i:05d}", *row])
+
+
+def make_tiny_data(root: Path, n: int = 48, seed: int = 0) -> Path:
+    """Learnable toy versions of sst / quora / sts / cfimdb in the minBERT layout."""
+    rng = random.Random(seed)
+    pos, neg = ["good", "great", "fine"], ["bad", "awful", "terrible"]
+
+    def sentence(word: str) -> str:
+        return f"the {rng.choice(['movie', 'film', 'plot'])} was {word}"
+
+    def sst_rows(k: int) -> list[list[str]]:
+        rows = []
+        for _ in range(k):
+            label = rng.randrange(5)
+            word = rng.choice(neg if label < 2 else pos if label > 2 else ["fine"])
+            rows.append([sentence(word), str(label)])
+        return rows
+
+    def quora_rows(k: int) -> list[list[str]]:
+        rows = []
+        for _ in range(k):
+            a = f"how can i learn to {rng.choice(['cook', 'run', 'play'])}"
+            dup = rng.random() < 0.5
+            b = a if dup else f"why do {rng.choice(['dogs', 'cats'])} play"
+            rows.append([a, b, "1.0" if dup else "0.0"])
+        return rows
+
+    def sts_rows(k: int) -> list[list[str]]:
+        rows = []
+        for _ in range(k):
+            a = f"two people are playing with a {rng.choice(['ball', 'dog'])}"
+            score = round(rng.uniform(0, 5), 1)
+            b = a if score > 2.5 else f"a man is {rng.choice(['running', 'cooking'])}"
+            rows.append([a, b, str(score)])
+        return rows
+
+    def imdb_rows(k: int) -> list[list[str]]:
+        rows = []
+        for _ in range(k):
+            label = rng.randrange(2)
+            rows.append([sentence(rng.choice(pos if label else neg)) + " and the actor was fine",
+                         str(label)])
+        return rows
+
+    for split, k in (("train", n), ("dev", n // 2), ("test", n // 2)):
+        _write_tsv(root / "sst" / f"ids-sst-{split}.csv", ["sentence", "sentiment"], sst_rows(k))
+        _write_tsv(root / "quora" / f"quora-{split}.csv",
+                   ["sentence1", "sentence2", "is_duplicate"], quora_rows(k))
+        _write_tsv(root / "sts" / f"sts-{split}.csv",
+                   ["sentence1", "sentence2", "similarity"], sts_rows(k))
+    for split, k in (("train", n), ("dev", n // 2)):
+        _write_tsv(root / "cfimdb" / f"ids-cfimdb-{split}.csv", ["sentence", "sentiment"],
+                   imdb_rows(k))
+    return root
+
+
+def tiny_config(base: Path, data: Path, out: Path, **overrides) -> TrainConfig:
+    """A run that takes seconds: 2 epochs of 4 steps of batch 8 on the tiny BERT."""
+    values = dict(base_model=str(base), data_dir=str(data), out=str(out), epochs=2,
+                  steps_per_epoch=4, batch_size=8, max_len=32, lr=1e-3, pal_size=8, pal_heads=2,
+                  eval_batch_size=16, device="cpu", bad_rows="stop")
+    values.update(overrides)
+    return TrainConfig(**values)
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_data(tmp_path_factory.mktemp("tiny-data"))
+
+
+@pytest.fixture(scope="session")
+def tiny_pal_run(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path, tiny_data: Path) -> Path:
+    """A finished PAL run on sst/quora/sts, shared by tests that only read it."""
+    from trainer.train import train
+    out = tmp_path_factory.mktemp("runs") / "pals"
+    return train(tiny_config(tiny_bert, tiny_data, out))

@@ -1,0 +1,157 @@
+"""The PAL-BERT model: exact equivalence to BERT, task isolation, shapes, parameter budget."""
+from __future__ import annotations
+
+import torch
+from transformers import BertConfig, BertModel
+
+from trainer.model import (PalBert, PalConfig, TaskAdapter, additive_mask, default_pal_size,
+                           pal_layer_indices)
+from trainer.tasks import BUILTIN_TASKS
+
+TASKS = [BUILTIN_TASKS["sst"], BUILTIN_TASKS["quora"], BUILTIN_TASKS["sts"]]
+
+
+def tiny_trunk(layers: int = 4, seed: int = 0) -> BertModel:
+    torch.manual_seed(seed)
+    cfg = BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=layers,
+                     num_attention_heads=4, intermediate_size=64, attn_implementation="eager")
+    return BertModel(cfg).eval()
+
+
+def inputs(batch: int = 3, length: int = 9):
+    torch.manual_seed(1)
+    ids = torch.randint(1, 50, (batch, length))
+    mask = torch.ones(batch, length, dtype=torch.long)
+    mask[1, 6:] = 0  # a padded row
+    types = torch.zeros_like(ids)
+    types[:, 5:] = 1
+    return ids, mask, types
+
+
+def pal_model(layers: str = "all", share: bool = True, n_layers: int = 4) -> PalBert:
+    trunk = tiny_trunk(n_layers)
+    cfg = PalConfig(size=8, heads=2, layers=pal_layer_indices(n_layers, layers),
+                    share_projections=share)
+    return PalBert(trunk, TASKS, cfg).eval()
+
+
+def test_zero_decoders_reproduce_plain_bert_exactly():
+    model = pal_model()
+    for adapter in model.adapters.values():
+        for decoder in adapter.decoders:
+            torch.nn.init.zeros_(decoder.weight)
+            torch.nn.init.zeros_(decoder.bias)
+    ids, mask, types = inputs()
+    reference = model.trunk(input_ids=ids, attention_mask=mask, token_type_ids=types)
+    h = model.embed(ids, types)
+    am = additive_mask(mask, torch.float32)
+    for i in range(4):
+        h = model.layer(i, h, am, "sst")
+    assert torch.equal(h, reference.last_hidden_state)
+    assert torch.equal(model.trunk.pooler(h), reference.pooler_output)
+
+
+def test_nonzero_pal_changes_the_output():
+    model = pal_model()
+    ids, mask, types = inputs()
+    with torch.no_grad():
+        with_pal = model(ids, mask, types, task="sst")
+        model.adapters["sst"].decoders[0].weight.zero_()
+        model.adapters["sst"].decoders[0].bias.zero_()
+        without = model(ids, mask, types, task="sst")
+    assert not torch.allclose(with_pal, without)
+
+
+def test_pal_of_one_task_does_not_touch_another_task():
+    model = pal_model()
+    ids, mask, types = inputs()
+    with torch.no_grad():
+        before = {t: model(ids, mask, types, task=t) for t in ("quora", "sts")}
+        for p in model.adapters["sst"].parameters():
+            p.add_(torch.randn_like(p))
+        for p in model.heads["sst"].parameters():
+            p.add_(torch.randn_like(p))
+        for t in ("quora", "sts"):
+            assert torch.equal(model(ids, mask, types, task=t), before[t])
+
+
+def test_task_gradients_stay_in_that_task():
+    model = pal_model().train()
+    ids, mask, types = inputs()
+    model(ids, mask, types, task="quora").sum().backward()
+    assert all(p.grad is None for p in model.adapters["sst"].parameters())
+    assert all(p.grad is not None for p in model.adapters["quora"].parameters())
+
+
+def test_forward_all_matches_per_task_forward():
+    for layers in ("all", "top"):
+        model = pal_model(layers)
+        ids, mask, types = inputs()
+        with torch.no_grad():
+            together = model.forward_all(ids, mask, types)
+            for t in ("sst", "quora", "sts"):
+                assert torch.allclose(together[t], model(ids, mask, types, task=t), atol=1e-6)
+
+
+def test_top_half_pals_leave_bottom_half_shared():
+    model = pal_model("top")
+    assert model.pal.layers == (2, 3) and model.first_adapted_layer() == 2
+    ids, mask, types = inputs()
+    am = additive_mask(mask, torch.float32)
+    with torch.no_grad():
+        outs = []
+        for t in ("sst", "quora"):
+            h = model.embed(ids, types)
+            for i in range(2):
+                h = model.layer(i, h, am, t)
+            outs.append(h)
+    assert torch.equal(outs[0], outs[1])
+
+
+def test_head_shapes_follow_task_kind():
+    model = pal_model()
+    ids, mask, types = inputs()
+    with torch.no_grad():
+        assert model(ids, mask, types, task="sst").shape == (3, 5)
+        assert model(ids, mask, types, task="quora").shape == (3, 2)
+        assert model(ids, mask, types, task="sts").shape == (3, 1)
+
+
+def test_padding_does_not_change_a_row():
+    model = pal_model()
+    ids, mask, types = inputs()
+    with torch.no_grad():
+        full = model(ids, mask, types, task="sst")[1]
+        alone = model(ids[1:2, :6], mask[1:2, :6], types[1:2, :6], task="sst")[0]
+    assert torch.allclose(full, alone, atol=1e-5)
+
+
+def test_default_pal_size_scales_the_paper():
+    assert default_pal_size(768, 12) == 204     # the paper's BERT-base setting
+    assert default_pal_size(384, 12) == 108     # MiniLM: 102 rounded to a multiple of 12
+    assert default_pal_size(32, 4) % 4 == 0
+
+
+def test_parameter_count_matches_paper_formula():
+    # Paper, Table 1: a task's PALs cost 2·d·d_s (shared V^E, V^D) + L·3·d_s² (Q, K, V), plus biases.
+    d, ds, layers = 32, 8, 4
+    adapter = TaskAdapter(d, PalConfig(ds, 2, tuple(range(layers)), True), 0.0)
+    weights = 2 * d * ds + layers * 3 * ds * ds
+    biases = ds + d + layers * 3 * ds
+    assert sum(p.numel() for p in adapter.parameters()) == weights + biases
+    per_layer = TaskAdapter(d, PalConfig(ds, 2, tuple(range(layers)), False), 0.0)
+    assert sum(p.numel() for p in per_layer.parameters()) == layers * (2 * d * ds + ds + d) + \
+        layers * (3 * ds * ds + 3 * ds)
+
+
+def test_param_counts_split_trunk_and_tasks():
+    model = pal_model()
+    counts = model.param_counts()
+    assert counts["params_trunk"] == sum(p.numel() for p in model.trunk.parameters())
+    assert counts["params_total"] == sum(p.numel() for p in model.parameters())
+
+
+def test_shared_mode_has_heads_only():
+    model = PalBert(tiny_trunk(), TASKS, None)
+    assert len(model.adapters) == 0 and set(model.heads) == {"sst", "quora", "sts"}
+    assert model.first_adapted_layer() == 4
