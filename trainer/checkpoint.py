@@ -112,6 +112,7 @@ def save_model(model: PalBert, tokenizer, out: Path, trunk_file: Path | None = N
     trunk_dir.mkdir(parents=True, exist_ok=True)
     model.trunk.config.save_pretrained(trunk_dir)
     tokenizer.save_pretrained(trunk_dir)
+    write_vocab(tokenizer, trunk_dir / "vocab.txt")
     weights = trunk_dir / TRUNK_WEIGHTS
     if trunk_file is not None:
         shutil.copyfile(trunk_file, weights)
@@ -122,6 +123,14 @@ def save_model(model: PalBert, tokenizer, out: Path, trunk_file: Path | None = N
     for name in model.tasks:
         save_task(model, name, out / "tasks" / name, trunk_sha)
     return trunk_sha
+
+
+def write_vocab(tokenizer, path: Path) -> None:
+    """vocab.txt (one token per line, id = line number): what WordPiece readers off-Python need."""
+    by_id = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+    if [i for _, i in by_id] != list(range(len(by_id))):
+        raise CheckpointError("tokenizer vocabulary ids are not contiguous; cannot write vocab.txt")
+    path.write_text("".join(f"{token}\n" for token, _ in by_id), encoding="utf-8")
 
 
 def save_task(model: PalBert, name: str, out: Path, trunk_sha: str) -> None:

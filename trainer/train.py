@@ -217,7 +217,8 @@ class Run:
                 heads=heads,
                 layers=pal_layer_indices(trunk.config.num_hidden_layers, self.cfg.pal_layers),
                 share_projections=self.cfg.pal_share_projections)
-        self.model = PalBert(trunk, self.specs, pal).to(self.dist.device)
+        # from_pretrained leaves the trunk in eval mode; training wants its dropout on.
+        self.model = PalBert(trunk, self.specs, pal).to(self.dist.device).train()
         self.optimizer_state: dict[str, torch.Tensor] = {}
 
     def _load_checkpoint(self, ckpt: Path) -> None:
@@ -237,8 +238,9 @@ class Run:
         if self.frozen_trunk_file is not None:
             # The copy in last/ will be replaced; keep reading bytes from the run's best model.
             self.frozen_trunk_file = self.out / "model" / "trunk" / TRUNK_WEIGHTS
-        self.log(f"resuming {self.out} at phase {self.phases[self.state['phase']].name}, "
-                 f"epoch {self.state['epoch'] + 1}, step {self.state['step']}")
+        if not self.state["finished"]:
+            self.log(f"resuming {self.out} at phase {self.phases[self.state['phase']].name}, "
+                     f"epoch {self.state['epoch'] + 1}, step {self.state['step']}")
 
     def _load_data(self) -> None:
         cfg = self.cfg

@@ -1,0 +1,138 @@
+"""The one benchmark JSON schema ("palkit-bench", version 1) for host and phone results.
+
+The Android app writes it (android_demo/core/.../bench/BenchReport.java) and `cli.py bench`
+writes it; `cli.py report` reads both. Required keys, shared by both writers:
+
+    {
+      "schema": "palkit-bench", "version": 1,
+      "machine": {"kind": "android" | "host", "model": "<phone model or CPU model>", ...},
+      "bundle": {"<size key>": bytes, ...},
+      "results": [{"runtime", "config": "task:<name>" | "all_tasks", "threads", "seq_len",
+                   "p50_ms", "p90_ms", "runs"}, ...],
+      "load_ms": {"<runtime>": ms}, "swap_ms": {"<runtime>": ms},
+      "memory_rss_bytes": {"<when>": bytes}
+    }
+
+A phone file describes one bundle, so its top-level bundle / load_ms / swap_ms /
+memory_rss_bytes belong to that bundle. A host file may describe several subjects (the PAL
+bundle, the three separate models, the peers): then every result row names its `subject`, and
+the optional `subjects` map holds each subject's own sizes, load, swap and memory figures in the
+same shapes as the top-level keys. Host files may also carry `ceiling` (matmul throughput),
+`flops`, `accuracy` and `notes`; readers ignore keys they do not know.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from trainer.errors import PalkitError
+
+SCHEMA = "palkit-bench"
+VERSION = 1
+MACHINE_KINDS = ("android", "host")
+RESULT_KEYS = ("runtime", "config", "threads", "seq_len", "p50_ms", "p90_ms", "runs")
+MAP_KEYS = ("bundle", "load_ms", "swap_ms", "memory_rss_bytes")
+
+
+class BenchFileError(PalkitError, ValueError):
+    """A benchmark JSON file is missing, not JSON, or does not follow the palkit-bench schema."""
+
+
+def percentile(samples: list[float], percent: float) -> float:
+    """Linear interpolation between ranks (numpy's default), as the app's Percentiles does."""
+    if not samples:
+        raise ValueError("no samples")
+    s = sorted(samples)
+    rank = percent / 100 * (len(s) - 1)
+    lo = math.floor(rank)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (rank - lo) * (s[hi] - s[lo])
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _check_map(where: str, value: Any, nullable: bool = False) -> None:
+    if not isinstance(value, dict):
+        raise ValueError(f"{where} must be an object")
+    for k, v in value.items():
+        if isinstance(v, dict):  # nested detail (e.g. per-task swap) is allowed
+            _check_map(f"{where}.{k}", v, nullable)
+        elif not (_is_number(v) or (nullable and v is None)):
+            raise ValueError(f"{where}.{k} must be a number, got {v!r}")
+
+
+def validate(data: Any) -> None:
+    """Raise ValueError naming the first thing that breaks the schema."""
+    if not isinstance(data, dict):
+        raise ValueError("the top level must be a JSON object")
+    if data.get("schema") != SCHEMA:
+        raise ValueError(f"schema is {data.get('schema')!r}, expected {SCHEMA!r}")
+    if data.get("version") != VERSION:
+        raise ValueError(f"version is {data.get('version')!r}, this palkit reads {VERSION}")
+    machine = data.get("machine")
+    if not isinstance(machine, dict) or machine.get("kind") not in MACHINE_KINDS:
+        raise ValueError(f"machine.kind must be one of {', '.join(MACHINE_KINDS)}")
+    if not isinstance(machine.get("model"), str) or not machine["model"]:
+        raise ValueError("machine.model (phone model or CPU model) is missing")
+    results = data.get("results")
+    if not isinstance(results, list):
+        raise ValueError("results must be a list")
+    for i, row in enumerate(results):
+        if not isinstance(row, dict):
+            raise ValueError(f"results[{i}] must be an object")
+        missing = [k for k in RESULT_KEYS if k not in row]
+        if missing:
+            raise ValueError(f"results[{i}] lacks {', '.join(missing)}")
+        cfg = row["config"]
+        if not (isinstance(cfg, str) and (cfg == "all_tasks" or
+                                          (cfg.startswith("task:") and len(cfg) > 5))):
+            raise ValueError(f"results[{i}].config must be 'task:<name>' or 'all_tasks', got {cfg!r}")
+        for k in ("threads", "seq_len", "runs"):
+            if not (isinstance(row[k], int) and not isinstance(row[k], bool) and row[k] >= 0):
+                raise ValueError(f"results[{i}].{k} must be a non-negative integer")
+        for k in ("p50_ms", "p90_ms"):
+            # null only with an error saying why (a configuration the runtime refused)
+            if not (_is_number(row[k]) or (row[k] is None and row.get("error"))):
+                raise ValueError(f"results[{i}].{k} must be a number")
+    for key in MAP_KEYS:
+        if key in data:
+            _check_map(key, data[key])
+        elif machine["kind"] == "android":
+            raise ValueError(f"{key} is missing")
+    subjects = data.get("subjects", {})
+    if not isinstance(subjects, dict):
+        raise ValueError("subjects must be an object")
+    for name, sub in subjects.items():
+        if not isinstance(sub, dict):
+            raise ValueError(f"subjects.{name} must be an object")
+        for key in MAP_KEYS:
+            if key in sub:
+                _check_map(f"subjects.{name}.{key}", sub[key], nullable=True)
+    if subjects:
+        for i, row in enumerate(results):
+            if row.get("subject") not in subjects:
+                raise ValueError(f"results[{i}].subject {row.get('subject')!r} is not in subjects")
+
+
+def load_bench_file(path: str | Path) -> dict[str, Any]:
+    """Read and validate one benchmark file; every failure is one line naming the file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise BenchFileError(f"{path}: benchmark file not found") from None
+    except OSError as e:
+        raise BenchFileError(f"{path}: cannot read ({e.strerror})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise BenchFileError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    try:
+        validate(data)
+    except ValueError as e:
+        raise BenchFileError(f"{path}: not a palkit-bench v{VERSION} file: {e}") from None
+    return data

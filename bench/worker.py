@@ -1,0 +1,319 @@
+"""One benchmark measurement in a fresh process: `python -m bench.worker SPEC.json OUT.json`.
+
+`cli.py bench` starts one of these per (subject, threads, sequence length) for latency, one per
+subject for load / swap / memory, and one per thread count for the matmul ceiling, so that
+thread pools, caches and allocators of one configuration never touch another's numbers.
+
+A subject is a set of task models run by one runtime:
+    {"name": "pal-all", "runtime": "executorch" | "onnxruntime" | "torch", "vocab_size": N,
+     "tasks": {"sst": SOURCE, ...}, "all_tasks": SOURCE | null}
+with SOURCE one of
+    {"format": "bundle", "bundle": DIR, "task": NAME}     a palkit bundle (export/BUNDLE.md)
+    {"format": "pte", "path": FILE, "inputs": "mask4d"}  a single-model .pte (peer)
+    {"format": "onnx", "path": FILE}                      a single-model .onnx (peer)
+    {"format": "torch", "model_dir": DIR}                 a palkit model folder, PyTorch eager
+
+The spec adds "mode": "latency" (with "threads", "seq_len", "configs", "warmup", "runs",
+"min_seconds", "max_seconds"), "load" (with "threads"), or "ceiling" (with "threads").
+Timings are wall-clock around the runtime's Python call (perf_counter_ns), batch 1.
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+from bench.schema import percentile
+
+IO_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def rss_bytes() -> int:
+    try:
+        import psutil
+        return int(psutil.Process().memory_info().rss)
+    except ImportError:  # Linux fallback
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_rss_bytes() -> int:
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # KiB on Linux
+
+
+def synthetic_input(seq_len: int, vocab_size: int) -> dict[str, Any]:
+    """[CLS] w... [SEP] w... [SEP] with every token attended; a pair layout (types 0 then 1)
+    so that pair tasks see what they were trained on. Ids avoid the special tokens."""
+    import numpy as np
+
+    lo, hi = min(1000, vocab_size // 2), vocab_size
+    ids = lo + (np.arange(seq_len, dtype=np.int64) * 7919) % max(1, hi - lo)
+    ids[0], ids[-1] = min(101, vocab_size - 1), min(102, vocab_size - 1)
+    types_ = np.zeros(seq_len, dtype=np.int64)
+    types_[seq_len // 2:] = 1
+    return {"input_ids": ids[None], "attention_mask": np.ones((1, seq_len), dtype=np.int64),
+            "token_type_ids": types_[None]}
+
+
+def _read_manifest(bundle: str) -> dict[str, Any]:
+    return json.loads((Path(bundle) / "manifest.json").read_text())
+
+
+def _bundle_task(manifest: dict[str, Any], task: str) -> dict[str, Any]:
+    for t in manifest["tasks"]:
+        if t["name"] == task:
+            return t
+    raise KeyError(f"task {task} not in bundle")
+
+
+# ---- runners: load(task) makes a task runnable, run(task, x) runs it once ----------------------
+
+class TorchRunner:
+    def __init__(self, threads: int):
+        import torch
+
+        from trainer.checkpoint import load_model  # transformers: an import, not the load
+        torch.set_num_threads(threads)
+        self.torch, self.load_model = torch, load_model
+        self.models: dict[str, Any] = {}
+
+    def load(self, task: str, src: dict[str, Any]) -> None:
+        model, _, _ = self.load_model(Path(src["model_dir"]))
+        self.models[task] = (model, next(iter(model.tasks)))
+
+    def run(self, task: str, x: dict[str, Any]) -> Any:
+        model, name = self.models[task]
+        t = {k: self.torch.from_numpy(v) for k, v in x.items()}
+        with self.torch.inference_mode():
+            return model(t["input_ids"], t["attention_mask"], t["token_type_ids"], task=name).numpy()
+
+
+def import_executorch_runtime():
+    """The ExecuTorch pybindings without `executorch.exir` (the compiler, ~10 s of imports that
+    a runtime does not need): its module only wants a warning class from there."""
+    import torch  # noqa: F401  (the pybindings link against libtorch)
+    stubbed = []
+    if "executorch.exir" not in sys.modules:
+        import executorch  # noqa: F401
+        pkg = types.ModuleType("executorch.exir")
+        pkg.__path__ = []  # type: ignore[attr-defined]
+        warn = types.ModuleType("executorch.exir._warnings")
+        warn.ExperimentalWarning = type("ExperimentalWarning", (UserWarning,), {})  # type: ignore
+        sys.modules["executorch.exir"], sys.modules["executorch.exir._warnings"] = pkg, warn
+        stubbed = ["executorch.exir", "executorch.exir._warnings"]
+    try:
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from executorch.extension.pybindings import portable_lib
+    finally:
+        for name in stubbed:
+            sys.modules.pop(name, None)
+    import executorch.kernels.quantized  # noqa: F401  (quantized embedding kernels)
+    return portable_lib
+
+
+class ExecuTorchRunner:
+    def __init__(self, threads: int):
+        import torch
+        self.torch = torch
+        self.lib = import_executorch_runtime()
+        self.lib._unsafe_reset_threadpool(threads)
+        self.modules: dict[str, Any] = {}
+
+    def load(self, task: str, src: dict[str, Any]) -> None:
+        """Program and method loaded explicitly (delegate init, XNNPACK weight packing), so the
+        load time is all here and the first run is an ordinary run."""
+        if src["format"] == "bundle":
+            manifest = _read_manifest(src["bundle"])
+            root = Path(src["bundle"])
+            pte = root / (src.get("file") or _bundle_task(manifest, src["task"])["files"]["executorch"])
+            data = manifest["runtimes"]["executorch"].get("trunk_data")
+            program = self.lib._load_program(str(pte), data_path=str(root / data) if data else None)
+            names = [program.get_method_name(i) for i in range(program.num_methods())] \
+                if hasattr(program, "num_methods") else []
+            name = src.get("method") or (src["task"] if src.get("task") in names else "forward")
+            layout = "bundle"
+        else:
+            program = self.lib._load_program(src["path"])
+            name, layout = src.get("method", "forward"), src.get("inputs", "bundle")
+        self.modules[task] = (program, program.load_method(name), layout)
+
+    def run(self, task: str, x: dict[str, Any]) -> Any:
+        _, method, layout = self.modules[task]
+        t = {k: self.torch.from_numpy(v) for k, v in x.items()}
+        if layout == "mask4d":
+            mask = (1.0 - t["attention_mask"][:, None, None, :].float()) * -1e9
+            args = (t["input_ids"], t["token_type_ids"], mask)
+        else:
+            args = tuple(t[n] for n in IO_NAMES)
+        return [o.numpy() if hasattr(o, "numpy") else o for o in method(args)]
+
+
+class OrtRunner:
+    def __init__(self, threads: int):
+        import onnxruntime as ort
+        self.ort = ort
+        self.opts = ort.SessionOptions()
+        self.opts.intra_op_num_threads = threads
+        self.opts.inter_op_num_threads = 1
+        self.opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        self.sessions: dict[str, Any] = {}
+        self.tasks: dict[str, Any] = {}
+
+    def _session(self, path: str):
+        if path not in self.sessions:
+            self.sessions[path] = self.ort.InferenceSession(path, self.opts,
+                                                            providers=["CPUExecutionProvider"])
+        return self.sessions[path]
+
+    def load(self, task: str, src: dict[str, Any]) -> None:
+        if src["format"] == "bundle":
+            root = Path(src["bundle"])
+            manifest = _read_manifest(src["bundle"])
+            sess = self._session(str(root / manifest["runtimes"]["onnxruntime"]["trunk_model"]))
+            adapter = self.ort.LoraAdapter()
+            adapter.Load(str(root / (src.get("file") or
+                                     _bundle_task(manifest, src["task"])["files"]["onnxruntime"])))
+            options = self.ort.RunOptions()
+            options.add_active_adapter(adapter)
+            self.tasks[task] = (sess, options, adapter)
+        else:
+            self.tasks[task] = (self._session(src["path"]), None, None)
+
+    def run(self, task: str, x: dict[str, Any]) -> Any:
+        sess, options, _ = self.tasks[task]
+        names = {i.name for i in sess.get_inputs()}
+        return sess.run(None, {k: v for k, v in x.items() if k in names}, options)
+
+
+RUNNERS = {"torch": TorchRunner, "executorch": ExecuTorchRunner, "onnxruntime": OrtRunner}
+
+
+def _sane(outputs: Any) -> list[list[int]]:
+    import numpy as np
+    arrays = [np.asarray(o) for o in (outputs if isinstance(outputs, list) else [outputs])]
+    for a in arrays:
+        if a.dtype.kind == "f" and not np.isfinite(a).all():
+            raise RuntimeError("the model produced non-finite outputs")
+    return [list(a.shape) for a in arrays]
+
+
+# ---- modes -------------------------------------------------------------------------------------
+
+def measure_load(spec: dict[str, Any]) -> dict[str, Any]:
+    subject = spec["subject"]
+    base = rss_bytes()
+    runner = RUNNERS[subject["runtime"]](spec["threads"])
+    after_import = rss_bytes()
+    tasks = list(subject["tasks"])
+    x = synthetic_input(spec.get("seq_len", 128), subject["vocab_size"])
+    t0 = time.perf_counter_ns()
+    runner.load(tasks[0], subject["tasks"][tasks[0]])
+    load_ms = (time.perf_counter_ns() - t0) / 1e6
+    t0 = time.perf_counter_ns()
+    shapes = {tasks[0]: _sane(runner.run(tasks[0], x))}
+    first_run_ms = (time.perf_counter_ns() - t0) / 1e6
+    one = {"rss": rss_bytes(), "peak": peak_rss_bytes()}
+    swaps, first_after_swap = {}, {}
+    for task in tasks[1:]:
+        t0 = time.perf_counter_ns()
+        runner.load(task, subject["tasks"][task])
+        swaps[task] = (time.perf_counter_ns() - t0) / 1e6
+        t0 = time.perf_counter_ns()
+        shapes[task] = _sane(runner.run(task, x))
+        first_after_swap[task] = (time.perf_counter_ns() - t0) / 1e6
+    for task in tasks:  # every task resident and run once more
+        runner.run(task, x)
+    all_ = {"rss": rss_bytes(), "peak": peak_rss_bytes()}
+    return {
+        "load_ms": load_ms, "first_run_ms": first_run_ms,
+        "swap_ms": swaps, "first_run_after_swap_ms": first_after_swap,
+        "rss_before_import": base, "rss_after_import": after_import,
+        "rss_one_task": one["rss"], "peak_rss_one_task": one["peak"],
+        "rss_all_tasks": all_["rss"], "peak_rss_all_tasks": all_["peak"],
+        "tasks": tasks, "output_shapes": shapes,
+    }
+
+
+def time_calls(fn, warmup: int, runs: int, min_seconds: float, max_seconds: float) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    samples: list[float] = []
+    start = time.perf_counter()
+    while True:
+        t0 = time.perf_counter_ns()
+        fn()
+        samples.append((time.perf_counter_ns() - t0) / 1e6)
+        elapsed = time.perf_counter() - start
+        if (len(samples) >= runs and elapsed >= min_seconds) or elapsed >= max_seconds:
+            return samples
+
+
+def measure_latency(spec: dict[str, Any]) -> dict[str, Any]:
+    subject = spec["subject"]
+    runner = RUNNERS[subject["runtime"]](spec["threads"])
+    tasks = list(subject["tasks"])
+    for task in tasks:
+        runner.load(task, subject["tasks"][task])
+    has_program = subject.get("all_tasks") is not None
+    if has_program:
+        runner.load("__all__", subject["all_tasks"])
+    x = synthetic_input(spec["seq_len"], subject["vocab_size"])
+    rows = []
+    for config in spec["configs"]:
+        row: dict[str, Any] = {"config": config}
+        if config == "all_tasks":
+            row["all_tasks_mode"] = "program" if has_program else "sequential"
+            if has_program:
+                def fn():
+                    return runner.run("__all__", x)
+            else:
+                def fn():
+                    return [runner.run(t, x) for t in tasks]
+        else:
+            task = config.split(":", 1)[1]
+
+            def fn(task=task):
+                return runner.run(task, x)
+        try:
+            _sane(fn() if config != "all_tasks" or has_program else fn()[0])
+            samples = time_calls(fn, spec.get("warmup", 3), spec.get("runs", 20),
+                                 spec.get("min_seconds", 0.5), spec.get("max_seconds", 10.0))
+            row.update(p50_ms=percentile(samples, 50), p90_ms=percentile(samples, 90),
+                       mean_ms=sum(samples) / len(samples), min_ms=min(samples),
+                       runs=len(samples))
+        except Exception as e:  # one refused configuration must not hide the others
+            row.update(p50_ms=None, p90_ms=None, runs=0,
+                       error=f"{type(e).__name__}: {e}".splitlines()[0][:300])
+        rows.append(row)
+    return {"rows": rows}
+
+
+def main(argv: list[str]) -> int:
+    spec_path, out_path = argv
+    spec = json.loads(Path(spec_path).read_text())
+    mode = spec["mode"]
+    started = time.time()
+    if mode == "load":
+        result = measure_load(spec)
+    elif mode == "latency":
+        result = measure_latency(spec)
+    elif mode == "ceiling":
+        from bench.machine import measure_ceiling
+        result = measure_ceiling(spec["threads"], spec.get("min_seconds", 0.5))
+    else:
+        raise SystemExit(f"unknown mode {mode}")
+    result.update(mode=mode, threads=spec.get("threads"), pid=os.getpid(),
+                  wall_s=time.time() - started, load_avg_1min=os.getloadavg()[0])
+    Path(out_path).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,235 @@
+"""Training end to end on tiny models: the run-directory contract, modes, phases, resume, faults."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import BertModel
+
+import cli
+from tests.conftest import tiny_config
+from trainer.checkpoint import load_model, sha256_file
+from trainer.config import TrainConfig, build_config
+from trainer.train import TrainingError, train
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def tensors_of(model_dir: Path) -> dict[str, torch.Tensor]:
+    out = {f"trunk.{k}": v for k, v in load_file(model_dir / "trunk" / "model.safetensors").items()}
+    for task in sorted((model_dir / "tasks").iterdir()):
+        out.update({f"{task.name}.{k}": v for k, v in
+                    load_file(task / "adapter.safetensors").items()})
+    return out
+
+
+def test_run_directory_contract(tiny_pal_run: Path, tiny_bert: Path):
+    run = tiny_pal_run
+    config = json.loads((run / "config.json").read_text())
+    assert config["mode"] == "pals" and config["tasks"] == ["sst", "quora", "sts"]
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [x["epoch"] for x in lines] == [1, 2]
+    assert {"sst_acc", "quora_acc", "quora_f1", "sts_pearson", "sts_spearman", "avg"} <= set(lines[0]["dev"])
+    assert lines[0]["alpha"] == 1.0 and lines[1]["alpha"] == pytest.approx(0.2)
+
+    model_dir = run / "model"
+    BertModel.from_pretrained(model_dir / "trunk")          # transformers loads the trunk folder
+    assert (model_dir / "trunk" / "vocab.txt").is_file()
+    trunk_sha = sha256_file(model_dir / "trunk" / "model.safetensors")
+    kinds = {}
+    for task in ("sst", "quora", "sts"):
+        cfg = json.loads((model_dir / "tasks" / task / "adapter_config.json").read_text())
+        assert cfg["trunk_sha256"] == trunk_sha
+        assert cfg["pal"] == {"size": 8, "heads": 2, "layers": [0, 1], "share_projections": True}
+        kinds[task] = cfg["task"]["kind"]
+        keys = load_file(model_dir / "tasks" / task / "adapter.safetensors").keys()
+        assert any(k.startswith("pal.encoders.0") for k in keys) and "head.out.weight" in keys
+    assert kinds == {"sst": "single_classification", "quora": "pair_classification",
+                     "sts": "pair_regression"}
+    summary = json.loads((model_dir / "summary.json").read_text())
+    assert summary["avg"] == max(x["dev"]["avg"] for x in lines)
+    # Never pickle: every weight file is safetensors, everything else JSON.
+    suffixes = {p.suffix for p in run.rglob("*") if p.is_file()}
+    assert suffixes <= {".json", ".jsonl", ".safetensors", ".txt"}, suffixes
+
+
+def test_evaluate_command_writes_metrics_json(tiny_pal_run: Path, tiny_data: Path, capsys):
+    out = tiny_pal_run / "eval-test.json"
+    assert cli.main(["evaluate", str(tiny_pal_run), "--split", "test", "--data-dir",
+                     str(tiny_data), "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert {"sst_acc", "quora_acc", "quora_f1", "sts_pearson", "sts_spearman", "avg"} <= set(result)
+    expected = (result["sst_acc"] + result["quora_acc"] + (result["sts_pearson"] + 1) / 2) / 3
+    assert result["avg"] == pytest.approx(expected)
+    assert '"avg"' in capsys.readouterr().out
+
+
+def test_shared_mode_heads_only_and_separate_mode_full_models(tmp_path, tiny_bert, tiny_data):
+    shared = train(tiny_config(tiny_bert, tiny_data, tmp_path / "shared", mode="shared", epochs=1))
+    keys = load_file(shared / "model" / "tasks" / "sst" / "adapter.safetensors").keys()
+    assert set(keys) == {"head.out.weight", "head.out.bias"}
+    sep = train(tiny_config(tiny_bert, tiny_data, tmp_path / "sep", mode="separate", epochs=1,
+                            steps_per_epoch=2))
+    for task in ("sst", "quora", "sts"):
+        assert [p.name for p in (sep / "models" / task / "model" / "tasks").iterdir()] == [task]
+    trunks = {sha256_file(sep / "models" / t / "model" / "trunk" / "model.safetensors")
+              for t in ("sst", "quora", "sts")}
+    assert len(trunks) == 3      # three separately fine-tuned trunks
+    assert cli.main(["evaluate", str(sep), "--data-dir", str(tiny_data), "--out",
+                     str(tmp_path / "e.json")]) == 0
+    result = json.loads((tmp_path / "e.json").read_text())
+    assert set(result["models"]) == {"sst", "quora", "sts"} and "avg" in result
+
+
+def test_frozen_trunk_stays_bit_identical(tmp_path, tiny_bert, tiny_data):
+    run = train(tiny_config(tiny_bert, tiny_data, tmp_path / "frozen", freeze_trunk=True,
+                            epochs=1))
+    assert sha256_file(run / "model" / "trunk" / "model.safetensors") == \
+        sha256_file(tiny_bert / "model.safetensors")
+
+
+def test_tune_adapters_after_trains_each_task_on_frozen_trunk(tmp_path, tiny_bert, tiny_data):
+    run = train(tiny_config(tiny_bert, tiny_data, tmp_path / "tuned", epochs=1,
+                            tune_adapters_after=1))
+    phases = [json.loads(x)["phase"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert phases == ["joint", "tune:sst", "tune:quora", "tune:sts"]
+    joint_best = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
+    final = json.loads((run / "model" / "summary.json").read_text())
+    assert final["avg"] >= joint_best["dev"]["avg"]
+
+
+@pytest.mark.parametrize("surgery", ["pcgrad", "gradvac"])
+def test_grad_surgery_runs(tmp_path, tiny_bert, tiny_data, surgery):
+    run = train(tiny_config(tiny_bert, tiny_data, tmp_path / surgery, epochs=1, steps_per_epoch=2,
+                            grad_surgery=surgery))
+    line = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
+    assert torch.isfinite(torch.tensor(line["train_loss"]))
+
+
+def test_existing_run_needs_resume_and_same_options(tmp_path, tiny_bert, tiny_data, tiny_pal_run):
+    cfg = TrainConfig.from_dict(json.loads((tiny_pal_run / "config.json").read_text()))
+    with pytest.raises(TrainingError, match="pass --resume"):
+        train(cfg)
+    with pytest.raises(TrainingError, match=r"different options \(\['lr'\]\)"):
+        train(cfg.replace(lr=0.5, epochs=cfg.epochs), resume=True)
+    assert train(cfg, resume=True) == tiny_pal_run      # finished: nothing to do
+
+
+def _train_cli(args: list[str]) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    return subprocess.Popen([sys.executable, str(REPO / "cli.py"), "train", *args], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def test_kill_minus_nine_then_resume_matches_uninterrupted_run(tmp_path, tiny_bert, tiny_data):
+    common = ["--base-model", str(tiny_bert), "--data-dir", str(tiny_data), "--epochs", "2",
+              "--steps-per-epoch", "6", "--save-every", "2", "--batch-size", "8", "--max-len",
+              "32", "--pal-size", "8", "--pal-heads", "2", "--lr", "1e-3", "--device", "cpu"]
+    straight = _train_cli([*common, "--out", str(tmp_path / "straight")])
+    victim = _train_cli([*common, "--out", str(tmp_path / "victim")])
+    # Kill as soon as a mid-run checkpoint exists, whatever the process is doing then.
+    deadline = time.time() + 240
+    while not (tmp_path / "victim" / "last").exists() and victim.poll() is None:
+        assert time.time() < deadline, "no checkpoint appeared"
+        time.sleep(0.05)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    resumed = _train_cli([*common, "--out", str(tmp_path / "victim"), "--resume"])
+    assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
+    assert straight.wait(timeout=300) == 0, straight.stderr.read()
+    a, b = tensors_of(tmp_path / "straight" / "last"), tensors_of(tmp_path / "victim" / "last")
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ from uninterrupted"
+    lines = (tmp_path / "victim" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["epoch"] for x in lines] == [1, 2]   # no lost or repeated epochs
+
+
+def test_nan_loss_stops_with_message_and_keeps_last_checkpoint(tmp_path, tiny_bert, tiny_data,
+                                                               monkeypatch):
+    import trainer.train as tt
+    real, calls = tt.task_loss, {"n": 0}
+
+    def poisoned(*args, **kwargs):
+        calls["n"] += 1
+        loss = real(*args, **kwargs)
+        return loss * float("nan") if calls["n"] == 6 else loss
+
+    monkeypatch.setattr(tt, "task_loss", poisoned)
+    with pytest.raises(TrainingError, match=r"loss became nan .* epoch 2, step 2.*--resume"):
+        train(tiny_config(tiny_bert, tiny_data, tmp_path / "nan"))
+    model, _, _ = load_model(tmp_path / "nan" / "last")     # epoch 1's checkpoint is intact
+    assert set(model.tasks) == {"sst", "quora", "sts"}
+
+
+def test_full_disk_while_saving_keeps_previous_checkpoint(tmp_path, tiny_bert, tiny_data,
+                                                          monkeypatch):
+    import trainer.train as tt
+    real, calls = tt.save_file, {"n": 0}
+
+    def disk_full(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:     # the second checkpoint's optimizer file
+            raise OSError(28, "No space left on device")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tt, "save_file", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        train(tiny_config(tiny_bert, tiny_data, tmp_path / "full"))
+    state = json.loads((tmp_path / "full" / "last" / "state.json").read_text())
+    assert state["global_epoch"] == 1
+    load_model(tmp_path / "full" / "last")
+    assert not list((tmp_path / "full").glob(".*.tmp"))       # no half-written directory left
+
+
+def test_config_file_and_flag_precedence(tmp_path):
+    toml = tmp_path / "run.toml"
+    toml.write_text('preset = "paper"\nmode = "shared"\nsteps-per-epoch = 7\n')
+    cfg = build_config({"steps_per_epoch": 9, "lr": None}, str(toml))
+    assert (cfg.mode, cfg.steps_per_epoch, cfg.lr, cfg.max_len) == ("shared", 9, 2e-5, 128)
+    (tmp_path / "bad.json").write_text('{"learning_rate": 1}')
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['learning_rate'\]"):
+        build_config({}, str(tmp_path / "bad.json"))
+
+
+def test_train_help_documents_every_option(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--help"])
+    text = capsys.readouterr().out
+    for flag in ("--mode", "--sampling", "--pal-size", "--pal-layers", "--pal-share-projections",
+                 "--no-pal-share-projections", "--grad-surgery", "--tune-adapters-after",
+                 "--freeze-trunk", "--base-model", "--tasks", "--epochs", "--steps-per-epoch",
+                 "--batch-size", "--lr", "--max-len", "--seed", "--out", "--config", "--device",
+                 "--precision", "--resume", "--data-dir", "--preset", "--sts-loss"):
+        assert flag in text, flag
+
+
+def test_cli_errors_are_one_line(tmp_path, capsys):
+    assert cli.main(["train", "--data-dir", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "PALKIT_DATA_DIR" in err and "\n" not in err
+    assert cli.main(["evaluate", str(tmp_path), "--data-dir", str(tmp_path)]) == 2
+    assert "neither a run directory" in capsys.readouterr().err
+
+
+def test_ddp_two_processes_see_different_data_and_end_identical(tmp_path, tiny_bert, tiny_data):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    out = tmp_path / "ddp"
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+         "--master_port", "29517", str(REPO / "cli.py"), "train", "--base-model", str(tiny_bert),
+         "--data-dir", str(tiny_data), "--epochs", "1", "--steps-per-epoch", "3", "--batch-size",
+         "4", "--max-len", "32", "--pal-size", "8", "--pal-heads", "2", "--device", "cpu",
+         "--out", str(out)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["world"] == 2
+    assert ranks[0]["examples_seen"] != ranks[1]["examples_seen"]
+    assert ranks[0]["weights_sha256"] == ranks[1]["weights_sha256"]
