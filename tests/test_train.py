@@ -233,3 +233,19 @@ def test_ddp_two_processes_see_different_data_and_end_identical(tmp_path, tiny_b
     assert ranks[0]["world"] == 2
     assert ranks[0]["examples_seen"] != ranks[1]["examples_seen"]
     assert ranks[0]["weights_sha256"] == ranks[1]["weights_sha256"]
+
+
+def test_results_records_dev_and_test_with_command(tiny_pal_run, tiny_data, tmp_path):
+    results = tmp_path / "accuracy.json"
+    assert cli.main(["results", str(tiny_pal_run), "--name", "tiny-pals", "--as-out",
+                     "runs/tiny", "--data-dir", str(tiny_data), "--results", str(results)]) == 0
+    entries = json.loads(results.read_text())
+    assert [e["split"] for e in entries] == ["dev", "test"]
+    for e in entries:
+        assert {"name", "mode", "sampling", "split", "sst_acc", "quora_acc", "quora_f1",
+                "sts_pearson", "sts_spearman", "avg", "params_total", "params_task_specific",
+                "wall_time_s", "command"} <= set(e)
+        assert e["command"].startswith("python cli.py train ") and "--out runs/tiny" in e["command"]
+        assert "--pal-size 8" in e["command"] and e["mode"] == "pals"
+    table = results.with_suffix(".md").read_text()
+    assert table.count("| tiny-pals |") == 2

@@ -12,7 +12,7 @@ from trainer.config import (BAD_ROWS, DEVICES, GRAD_SURGERIES, MODES, PAL_LAYERS
                             SAMPLINGS, STS_LOSSES, TrainConfig, build_config)
 from trainer.data import DATA_DIR_ENV, resolve_data_dir
 from trainer.metrics import average_score
-from trainer.tasks import resolve_tasks
+from trainer.tasks import TASK_KINDS, resolve_tasks
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -81,6 +81,40 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--out", help="JSON file to write (default TARGET/eval-SPLIT.json)")
     e.set_defaults(run=run_evaluate)
 
+    r = sub.add_parser("results", help="score finished runs on dev and test into "
+                       "results/accuracy.json and results/accuracy.md",
+                       description="Evaluate a finished run on dev and test and record both in "
+                       "the results table, with the training command and its wall time.")
+    r.add_argument("run_dir", metavar="RUN", help="a finished run directory")
+    r.add_argument("--name", required=True, help="the row's name, e.g. 'pals-annealed'")
+    r.add_argument("--as-out", help="the --out to quote in the recorded command (default RUN)")
+    r.add_argument("--data-dir", help=f"default ${DATA_DIR_ENV}, then ../shared/data")
+    r.add_argument("--results", default="results/accuracy.json", help="JSON file to update")
+    r.set_defaults(run=run_results)
+
+    a = sub.add_parser("add-task", help="train one new task's adapter against a run's frozen trunk",
+                       description="Train only a new PAL adapter and head on the frozen trunk of "
+                       "an existing run (the trunk file stays bit-identical), then add the task "
+                       "to RUN/model/tasks. Built-in tasks need only --task; others are described "
+                       "by --task-file or the description flags.")
+    a.add_argument("run_dir", metavar="RUN_DIR", help="an existing PAL or shared run")
+    a.add_argument("--task", required=True, help="the new task's name (e.g. cfimdb)")
+    a.add_argument("--data-dir", help=f"default ${DATA_DIR_ENV}, then ../shared/data")
+    a.add_argument("--task-file", help="a .json/.toml task description (fields of a custom task)")
+    a.add_argument("--kind", choices=TASK_KINDS)
+    a.add_argument("--text-columns", nargs="+")
+    a.add_argument("--label-column")
+    a.add_argument("--labels", nargs="+", help="class names (label i in the data = labels[i])")
+    a.add_argument("--score-range", nargs=2, type=float, metavar=("LOW", "HIGH"))
+    a.add_argument("--train-file", help="relative to --data-dir")
+    a.add_argument("--dev-file", help="relative to --data-dir")
+    for flag, kind in (("--epochs", int), ("--steps-per-epoch", int), ("--batch-size", int),
+                       ("--lr", float), ("--max-len", int), ("--seed", int)):
+        a.add_argument(flag, type=kind, help="default: the run's own value (max-len, seed) or "
+                       "the quick preset")
+    a.add_argument("--resume", action="store_true", help="continue an interrupted add-task")
+    a.set_defaults(run=run_add_task)
+
 
 TRAIN_OPTIONS = {f.replace("-", "_") for f in (
     "preset mode tasks sampling pal-size pal-heads pal-layers pal-share-projections grad-surgery "
@@ -148,3 +182,33 @@ def evaluate_run(target: Path, data_dir: Path, split: str, max_len: int | None,
         summary = model_dir / "summary.json"
         max_len = read_json(summary)["config"]["max_len"] if summary.is_file() else 128
     return evaluate_model_dir(model_dir, data_dir, split, max_len, max_examples=max_examples)
+
+
+def run_results(args: argparse.Namespace) -> int:
+    from trainer.results import canonical_command, record, run_facts
+
+    run = Path(args.run_dir)
+    data_dir = resolve_data_dir(args.data_dir)
+    facts = run_facts(run)
+    command = canonical_command(facts["config"], args.as_out or str(run))
+    for split in ("dev", "test"):
+        metrics = evaluate_run(run, data_dir, split, None, None)
+        record(Path(args.results), args.name, facts, split, metrics, command)
+        print(f"{args.name} {split}: avg={metrics['avg']:.4f}")
+    print(f"updated {args.results} and {Path(args.results).with_suffix('.md')}")
+    return 0
+
+
+def run_add_task(args: argparse.Namespace) -> int:
+    from trainer.add_task import add_task, task_from_options
+
+    spec = task_from_options(args.task, args.task_file, {
+        "kind": args.kind, "text_columns": args.text_columns, "label_column": args.label_column,
+        "labels": args.labels, "score_range": args.score_range, "train_file": args.train_file,
+        "dev_file": args.dev_file})
+    overrides = {"epochs": args.epochs, "steps_per_epoch": args.steps_per_epoch,
+                 "batch_size": args.batch_size, "lr": args.lr, "max_len": args.max_len,
+                 "seed": args.seed}
+    folder = add_task(Path(args.run_dir), spec, args.data_dir, overrides, resume=args.resume)
+    print(f"added task '{spec.name}': {folder}")
+    return 0

@@ -1,0 +1,77 @@
+"""Shipping a new task later against a run's frozen trunk."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+import cli
+from trainer.checkpoint import CheckpointError, load_model, sha256_file
+from trainer.data import DataError
+
+
+@pytest.fixture()
+def run_copy(tiny_pal_run: Path, tmp_path: Path) -> Path:
+    dst = tmp_path / "run"
+    shutil.copytree(tiny_pal_run, dst, symlinks=True)
+    return dst
+
+
+def test_add_builtin_task_keeps_trunk_bit_identical(run_copy: Path, tiny_data: Path):
+    trunk = run_copy / "model" / "trunk" / "model.safetensors"
+    before = sha256_file(trunk)
+    olds = {t: sha256_file(run_copy / "model" / "tasks" / t / "adapter.safetensors")
+            for t in ("sst", "quora", "sts")}
+    assert cli.main(["add-task", str(run_copy), "--task", "cfimdb", "--data-dir", str(tiny_data),
+                     "--epochs", "1", "--steps-per-epoch", "3", "--batch-size", "8"]) == 0
+    assert sha256_file(trunk) == before
+    cfg = json.loads((run_copy / "model" / "tasks" / "cfimdb" / "adapter_config.json").read_text())
+    assert cfg["trunk_sha256"] == before and cfg["task"]["labels"] == ["negative", "positive"]
+    assert cfg["pal"]["size"] == 8
+    assert {t: sha256_file(run_copy / "model" / "tasks" / t / "adapter.safetensors")
+            for t in olds} == olds
+    model, _, _ = load_model(run_copy / "model")
+    assert set(model.tasks) == {"sst", "quora", "sts", "cfimdb"}
+    keys = load_file(run_copy / "model" / "tasks" / "cfimdb" / "adapter.safetensors").keys()
+    assert any(k.startswith("pal.") for k in keys)
+
+
+def test_add_described_pair_task(run_copy: Path, tiny_data: Path):
+    assert cli.main(["add-task", str(run_copy), "--task", "dup", "--data-dir", str(tiny_data),
+                     "--kind", "pair_classification", "--text-columns", "sentence1", "sentence2",
+                     "--label-column", "is_duplicate", "--labels", "no", "yes",
+                     "--train-file", "quora/quora-train.csv", "--dev-file", "quora/quora-dev.csv",
+                     "--epochs", "1", "--steps-per-epoch", "2"]) == 0
+    assert (run_copy / "model" / "tasks" / "dup" / "adapter.safetensors").is_file()
+
+
+def test_existing_task_name_is_refused_and_nothing_changes(run_copy: Path, tiny_data: Path,
+                                                            capsys):
+    before = sha256_file(run_copy / "model" / "tasks" / "sst" / "adapter.safetensors")
+    assert cli.main(["add-task", str(run_copy), "--task", "sst", "--data-dir", str(tiny_data)]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert sha256_file(run_copy / "model" / "tasks" / "sst" / "adapter.safetensors") == before
+
+
+def test_data_file_of_the_wrong_kind_is_refused(run_copy: Path, tiny_data: Path):
+    from trainer.add_task import add_task, task_from_options
+    spec = task_from_options("pairs", None, {
+        "kind": "pair_classification", "text_columns": ["sentence1", "sentence2"],
+        "label_column": "is_duplicate", "labels": ["no", "yes"],
+        "train_file": "sst/ids-sst-train.csv", "dev_file": "sst/ids-sst-dev.csv"})
+    with pytest.raises(DataError, match=r"ids-sst-train.csv:1: missing column"):
+        add_task(run_copy, spec, str(tiny_data), {})
+    assert not (run_copy / "model" / "tasks" / "pairs").exists()
+    assert not (run_copy / "added").exists()
+
+
+def test_adapter_from_another_trunk_is_refused(run_copy: Path):
+    cfg_path = run_copy / "model" / "tasks" / "sst" / "adapter_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["trunk_sha256"] = "0" * 64
+    cfg_path.write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="trained against trunk 000000000000"):
+        load_model(run_copy / "model")

@@ -1,0 +1,90 @@
+"""Ship a new task later: train one adapter and head against an existing run's frozen trunk.
+
+The new task trains as its own small run in RUN/added/<name>/ (resumable like any run) with the
+run's trunk as --base-model and --freeze-trunk, so the trunk file is copied byte for byte, never
+re-serialised. When it finishes, its task folder is published into RUN/model/tasks/<name>/ with
+one rename; the trunk and the other tasks are not touched.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from trainer.checkpoint import (CheckpointError, TRUNK_WEIGHTS, publish_dir, read_json,
+                                resolve_model_dir, sha256_file)
+from trainer.config import TrainConfig
+from trainer.data import read_examples, resolve_data_dir
+from trainer.tasks import BUILTIN_TASKS, TaskSpec
+
+# PAL shape options that must match the run so the new adapter fits the same export graph.
+SHAPE_OPTIONS = ("mode", "pal_size", "pal_heads", "pal_layers", "pal_share_projections", "max_len")
+
+
+def add_task(run: Path, spec: TaskSpec, data_dir: str | None, overrides: dict[str, Any],
+             resume: bool = False) -> Path:
+    """Train `spec` on the frozen trunk of `run`; return the new task folder."""
+    from trainer.train import train
+
+    run = Path(run)
+    model_dir = resolve_model_dir(run)
+    if model_dir != run / "model":
+        raise CheckpointError(f"{run}: add-task needs a run directory (RUN/model), not a model folder")
+    target = model_dir / "tasks" / spec.name
+    if target.exists():
+        raise CheckpointError(f"{target}: task '{spec.name}' already exists in this run; "
+                              "choose another --task name")
+    run_cfg = read_json(run / "config.json")
+    if run_cfg["mode"] == "separate":
+        raise CheckpointError(f"{run}: a --mode separate run has no shared trunk to add a task to")
+    # A data file of the wrong kind stops here, before anything is trained or written.
+    read_examples(spec, resolve_data_dir(data_dir), "train")
+    read_examples(spec, resolve_data_dir(data_dir), "dev")
+
+    trunk_file = model_dir / "trunk" / TRUNK_WEIGHTS
+    trunk_sha = sha256_file(trunk_file)
+    custom = () if BUILTIN_TASKS.get(spec.name) == spec else (spec.to_dict(),)
+    cfg = TrainConfig(**{
+        **{k: run_cfg[k] for k in SHAPE_OPTIONS},
+        "seed": run_cfg["seed"],
+        **{k: v for k, v in overrides.items() if v is not None},
+        "tasks": (spec.name,), "custom_tasks": custom, "base_model": str(model_dir / "trunk"),
+        "freeze_trunk": True, "tune_adapters_after": 0, "data_dir": data_dir,
+        "out": str(run / "added" / spec.name)})
+    sub = train(cfg, resume=resume)
+
+    new_task = sub / "model" / "tasks" / spec.name
+    if read_json(new_task / "adapter_config.json")["trunk_sha256"] != trunk_sha \
+            or sha256_file(trunk_file) != trunk_sha:
+        raise CheckpointError(f"{new_task}: adapter does not match the trunk of {run}; nothing "
+                              "was added")
+    build = target.with_name(f".{spec.name}.tmp")
+    shutil.rmtree(build, ignore_errors=True)
+    shutil.copytree(new_task, build)
+    if target.exists():  # a concurrent add of the same name won the race
+        shutil.rmtree(build)
+        raise CheckpointError(f"{target}: task '{spec.name}' appeared meanwhile; nothing was added")
+    publish_dir(build, target)
+    return target
+
+
+def task_from_options(name: str, task_file: str | None, options: dict[str, Any]) -> TaskSpec:
+    """A built-in task by name, a task file (.json/.toml), or a description given as flags."""
+    from trainer.config import read_config_file
+
+    described = {k: v for k, v in options.items() if v is not None}
+    if task_file:
+        data = read_config_file(task_file)
+        data.setdefault("name", name)
+        if data["name"] != name:
+            raise ValueError(f"{task_file}: describes task '{data['name']}', not '{name}'")
+        return TaskSpec.from_dict(data)
+    if not described:
+        if name not in BUILTIN_TASKS:
+            raise ValueError(f"task '{name}' is not built in; describe it with --task-file or "
+                             "--kind/--text-columns/--label-column/--labels/--train-file/--dev-file")
+        return BUILTIN_TASKS[name]
+    files = {"train": described.pop("train_file", None), "dev": described.pop("dev_file", None)}
+    if None in files.values():
+        raise ValueError(f"task '{name}': --train-file and --dev-file are both needed")
+    return TaskSpec.from_dict({"name": name, **described, "files": files})

@@ -1,0 +1,99 @@
+"""results/accuracy.json and its Markdown table: measured entries, each with the command behind it.
+
+`python cli.py results RUN --name NAME` scores a finished run on dev and test and records one
+entry per split; the Markdown table is regenerated from the JSON every time.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from trainer.checkpoint import read_json, write_json
+from trainer.config import TrainConfig
+
+def canonical_command(cfg: dict[str, Any], out: str) -> str:
+    """The `cli.py train` line that reproduces a run: every option that differs from defaults."""
+    defaults = TrainConfig().to_dict()
+    parts = ["python", "cli.py", "train"]
+    for key, value in cfg.items():
+        if key in ("out", "data_dir") or value == defaults.get(key) or key == "custom_tasks":
+            continue
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            parts.append(flag if value else f"--no-{key.replace('_', '-')}")
+        elif isinstance(value, list):
+            parts += [flag, *map(str, value)]
+        else:
+            parts += [flag, str(value)]
+    return " ".join([*parts, "--out", out])
+
+
+def run_facts(run: Path) -> dict[str, Any]:
+    """Mode, sampling, parameter counts and wall time of a finished run (separate: all models)."""
+    cfg = read_json(run / "config.json")
+    if cfg["mode"] == "separate":
+        subs = [run_facts(run / "models" / t) for t in cfg["tasks"]]
+        return {"mode": "separate", "sampling": None,
+                "params_total": sum(s["params_total"] for s in subs),
+                "params_task_specific": sum(s["params_total"] for s in subs),
+                "wall_time_s": round(sum(s["wall_time_s"] for s in subs), 1), "config": cfg}
+    state = read_json(run / "last" / "state.json")
+    if not state.get("finished"):
+        raise ValueError(f"{run}: the run has not finished; resume it with "
+                         f"`python cli.py train --resume --out {run}`")
+    summary = read_json(run / "model" / "summary.json")
+    return {"mode": cfg["mode"], "sampling": cfg["sampling"] if len(cfg["tasks"]) > 1 else None,
+            "params_total": summary["params"]["params_total"],
+            "params_task_specific": summary["params"]["params_task_specific"],
+            "wall_time_s": round(state["elapsed_s"], 1), "config": cfg}
+
+
+METRIC_SUFFIXES = ("_acc", "_f1", "_pearson", "_spearman")
+
+
+def record(results: Path, name: str, facts: dict[str, Any], split: str,
+           metrics: dict[str, Any], command: str) -> None:
+    """Add or replace the (name, split) entry, then rewrite the Markdown table beside it."""
+    entries = read_json(results) if results.is_file() else []
+    entry = {"name": name, "mode": facts["mode"], "sampling": facts["sampling"], "split": split,
+             **{k: v for k, v in metrics.items() if k.endswith(METRIC_SUFFIXES)},
+             "avg": metrics["avg"], "params_total": facts["params_total"],
+             "params_task_specific": facts["params_task_specific"],
+             "wall_time_s": facts["wall_time_s"], "command": command, "machine": machine_name()}
+    entries = [e for e in entries if (e["name"], e["split"]) != (name, split)] + [entry]
+    write_json(results, entries)
+    write_markdown(results.with_suffix(".md"), entries)
+
+
+def machine_name() -> str:
+    import os
+    import platform
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"host CPU: {model}, {os.cpu_count()} cores"
+
+
+def fmt(value: Any, scale: float = 100.0) -> str:
+    return "–" if value is None else f"{value * scale:.1f}"
+
+
+def write_markdown(path: Path, entries: list[dict[str, Any]]) -> None:
+    lines = ["| name | split | SST acc | Quora acc | Quora F1 | STS r | STS ρ | avg | "
+             "task-specific params | wall time | command |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for e in sorted(entries, key=lambda e: (e["split"], e["name"])):
+        share = e["params_task_specific"] / max(1, e["params_total"] - e["params_task_specific"])
+        specific = ("all (3 full models)" if e["mode"] == "separate"
+                    else f"{e['params_task_specific']:,} (+{100 * share:.1f}%)")
+        lines.append(
+            f"| {e['name']} | {e['split']} | {fmt(e.get('sst_acc'))} | {fmt(e.get('quora_acc'))} | "
+            f"{fmt(e.get('quora_f1'))} | {fmt(e.get('sts_pearson'))} | "
+            f"{fmt(e.get('sts_spearman'))} | {fmt(e['avg'])} | {specific} | "
+            f"{e['wall_time_s'] / 60:.1f} min | `{e['command']}` |")
+    path.write_text("\n".join(lines) + "\n")
