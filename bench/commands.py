@@ -4,7 +4,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bench.peers import PEERS
+# bench.peers imports torch; these names are repeated here so `cli.py --help` stays fast
+PEERS = ("torch", "ort-int8", "et-int8")
 
 DEFAULT_BENCH_OUT = "reports/bench-host.json"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.checkpoint import CheckpointError, read_json, resolve_model_dir, write_json
-from trainer.config import (BAD_ROWS, DEVICES, GRAD_SURGERIES, MODES, PAL_LAYERS, PRECISIONS, PRESETS,
+from trainer.config import (BAD_ROWS, DATA_SOURCES, DEVICES, GRAD_SURGERIES, MODES, PAL_LAYERS, PRECISIONS, PRESETS,
                             SAMPLINGS, STS_LOSSES, TrainConfig, build_config)
 from trainer.data import DATA_DIR_ENV, resolve_data_dir
 from trainer.metrics import average_score
@@ -58,6 +58,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add("--out", help="run directory (default runs/default)")
     add("--data-dir", help=f"folder with sst/, quora/, sts/ (default ${DATA_DIR_ENV}, then "
         "../shared/data)")
+    add("--data-source", choices=DATA_SOURCES, help="files (default: the tab-separated files in "
+        "--data-dir) or hub (the same tasks from the Hugging Face hub via `datasets`; online only)")
     add("--bad-rows", choices=BAD_ROWS, help="skip (default; each is reported, and more than 1%% "
         "bad rows stops anyway) or stop at the first malformed data row")
     add("--max-train-examples", type=int, help="use at most N training examples per task")
@@ -119,7 +121,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 TRAIN_OPTIONS = {f.replace("-", "_") for f in (
     "preset mode tasks sampling pal-size pal-heads pal-layers pal-share-projections grad-surgery "
     "tune-adapters-after freeze-trunk base-model epochs steps-per-epoch batch-size lr "
-    "weight-decay warmup-ratio max-len sts-loss seed out data-dir bad-rows max-train-examples "
+    "weight-decay warmup-ratio max-len sts-loss seed out data-dir data-source bad-rows "
+    "max-train-examples "
     "max-eval-examples save-every device precision").split()}
 
 
@@ -135,7 +138,8 @@ def run_train(args: argparse.Namespace) -> int:
     else:
         cfg = build_config(given, args.config)
     resolve_tasks(cfg.tasks, list(cfg.custom_tasks))  # fail on unknown tasks before loading BERT
-    resolve_data_dir(cfg.data_dir)
+    if cfg.data_source == "files":
+        resolve_data_dir(cfg.data_dir)
     run_dir = train(cfg, resume=args.resume)
     print(f"done: {run_dir}")
     return 0

@@ -18,6 +18,7 @@ STS_LOSSES = ("mse", "bce")
 DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("fp32", "bf16")
 BAD_ROWS = ("skip", "stop")
+DATA_SOURCES = ("files", "hub")
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class TrainConfig:
     seed: int = 0
     out: str = "runs/default"
     data_dir: str | None = None
+    data_source: str = "files"           # files (--data-dir) or hub (Hugging Face datasets, online)
     bad_rows: str = "skip"               # skip (and report) or stop at a malformed data row
     max_train_examples: int | None = None  # cap per task, for smoke runs
     max_eval_examples: int | None = None   # cap per task on dev, for smoke runs
@@ -60,7 +62,7 @@ class TrainConfig:
                               ("grad_surgery", GRAD_SURGERIES), ("pal_layers", PAL_LAYERS),
                               ("sts_loss", STS_LOSSES), ("device", DEVICES),
                               ("precision", PRECISIONS), ("preset", tuple(PRESETS)),
-                              ("bad_rows", BAD_ROWS)):
+                              ("bad_rows", BAD_ROWS), ("data_source", DATA_SOURCES)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}, "
                                  f"got '{getattr(self, name)}'")

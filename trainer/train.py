@@ -244,12 +244,17 @@ class Run:
 
     def _load_data(self) -> None:
         cfg = self.cfg
-        data_dir = resolve_data_dir(cfg.data_dir)
+        if cfg.data_source == "hub":
+            from trainer.hub import read_hub_examples
+            read = lambda spec, split: read_hub_examples(spec, split)  # noqa: E731
+        else:
+            data_dir = resolve_data_dir(cfg.data_dir)
+            read = lambda spec, split: read_examples(spec, data_dir, split, cfg.bad_rows)  # noqa: E731
         self.train_data: dict[str, EncodedSplit] = {}
         self.dev_data: dict[str, EncodedSplit] = {}
         for spec in self.specs:
-            train = read_examples(spec, data_dir, "train", cfg.bad_rows)[:cfg.max_train_examples]
-            dev = read_examples(spec, data_dir, "dev", cfg.bad_rows)[:cfg.max_eval_examples]
+            train = read(spec, "train")[:cfg.max_train_examples]
+            dev = read(spec, "dev")[:cfg.max_eval_examples]
             self.train_data[spec.name] = encode(train, self.tokenizer, cfg.max_len)
             self.dev_data[spec.name] = encode(dev, self.tokenizer, cfg.max_len)
         self.pad_id = self.tokenizer.pad_token_id

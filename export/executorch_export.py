@@ -1,0 +1,113 @@
+"""Lower one task to ExecuTorch/XNNPACK: `<task>.pte` plus the shared `trunk.ptd`.
+
+Every constant the trunk owns (XNNPACK-packed linear weights and the non-delegated embedding and
+LayerNorm tables) is tagged into the external file "trunk"; XNNPACK keys its data by content hash,
+so trunk.ptd comes out byte-identical for every task of the same trunk and quantization. The
+task's PAL and head weights stay inside its .pte.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from export.programs import TEXT_INPUTS, TaskProgram
+from trainer.model import PalBert
+
+TRUNK_DATA = "trunk"  # -> trunk.ptd
+
+
+def example_inputs(seq: int, vocab: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, vocab, (1, seq), generator=g)
+    types = torch.zeros(1, seq, dtype=torch.long)
+    types[:, seq // 2:] = 1
+    return ids, torch.ones(1, seq, dtype=torch.long), types
+
+
+def _owner_table(ep: torch.export.ExportedProgram) -> dict[str, str]:
+    """Placeholder name -> "trunk" | "task", from the constant's FQN or, for unnamed constants
+    (quantization scales, frozen int8 weights), from a named constant used by the same ops."""
+    sig = ep.graph_signature
+    fqn = {**sig.inputs_to_parameters, **sig.inputs_to_buffers,
+           **sig.inputs_to_lifted_tensor_constants}
+
+    def kind(name: str) -> str | None:
+        f = fqn.get(name, "")
+        if f.startswith("model.trunk."):
+            return "trunk"
+        if f.startswith(("model.adapters.", "model.heads.")):
+            return "task"
+        return None
+
+    table = {}
+    for node in ep.graph.nodes:
+        if node.op != "placeholder" or node.name not in fqn:
+            continue
+        found = kind(node.name)
+        seen, frontier = {node}, list(node.users)
+        while found is None and frontier:
+            n = frontier.pop(0)
+            if n in seen:
+                continue
+            seen.add(n)
+            for a in n.all_input_nodes:
+                if a.op == "placeholder" and kind(a.name):
+                    found = kind(a.name)
+                    break
+            frontier.extend(n.users)
+        if found:
+            table[node.name] = found
+    return table
+
+
+def lower_task(model: PalBert, task: str, out_dir: Path, int8: bool, max_len: int,
+               calibration: list[tuple[torch.Tensor, ...]]) -> dict[str, Any]:
+    """Write out_dir/<task>.pte and out_dir/trunk.ptd; return facts for the manifest."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import (EdgeCompileConfig, ExecutorchBackendConfig,
+                                 to_edge_transform_and_lower)
+
+    from quant import xnnpack as q
+
+    program = TaskProgram(model, task).eval()
+    if int8:
+        q.quantize_embeddings(program)
+    seq = torch.export.Dim("seq", min=2, max=max_len)
+    dynamic = {name: {1: seq} for name in TEXT_INPUTS}
+    example = calibration[0]
+    with torch.no_grad():
+        ep = torch.export.export(program, example, dynamic_shapes=dynamic)
+        if int8:
+            ep = q.quantize_linears_pt2e(ep, calibration, dynamic)
+    owners = _owner_table(ep)
+    for node in ep.graph.nodes:
+        if node.op == "placeholder" and owners.get(node.name) == "trunk":
+            node.meta.setdefault("custom", {})["delegate_constant_tag"] = TRUNK_DATA
+
+    def external(node: torch.fx.Node) -> str | None:
+        # Non-delegated constants (embeddings, LayerNorm): trunk-owned tables go to trunk.ptd;
+        # scalars and task constants stay in the .pte.
+        val = node.meta.get("val")
+        big = val is not None and getattr(val, "numel", lambda: 0)() > 1
+        is_trunk = node.name.startswith("p_model_trunk_") or owners.get(node.name) == "trunk"
+        return TRUNK_DATA if big and is_trunk else None
+
+    edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()],
+                                       compile_config=EdgeCompileConfig(_check_ir_validity=False))
+    et = edge.to_executorch(ExecutorchBackendConfig(external_constants=external,
+                                                    do_quant_fusion_and_const_prop=int8))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / f"{task}.pte", "wb") as f:
+        et.write_to_file(f)
+    et.write_tensor_data_to_file(str(out_dir))
+    extra = sorted(set(os.listdir(out_dir)) - {f"{task}.pte", f"{TRUNK_DATA}.ptd"})
+    if extra:
+        raise RuntimeError(f"unexpected ExecuTorch data files {extra}: only {TRUNK_DATA}.ptd "
+                           "is supported")
+    ops = sorted({str(n.target) for n in edge.exported_program().graph.nodes
+                  if n.op == "call_function" and "delegate" not in str(n.target)
+                  and "getitem" not in str(n.target)})
+    return {"non_delegated_ops": ops}

@@ -1,0 +1,16 @@
+"""Plain per-row symmetric int8 for small weight matrices (the ONNX adapter tensors)."""
+from __future__ import annotations
+
+import torch
+
+
+def quantize_rows(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """w [out, in] float -> (int8 [out, in], float32 scale [out]); w ≈ q * scale[:, None]."""
+    w = w.detach().float()
+    scale = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-12)
+    q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
+    return q, scale
+
+
+def dequantize_rows(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return q.to(torch.float32) * scale[:, None]

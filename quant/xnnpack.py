@@ -1,0 +1,73 @@
+"""int8 for ExecuTorch/XNNPACK: dynamic-activation, per-channel symmetric int8 weights for every
+linear (pt2e with XNNPACKQuantizer) and weight-only int8 embedding tables (torchao).
+
+Used by export/executorch_export.py. See ../shared/notes/runtimes.md for why each step is here.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+SCHEME = ("linears: int8 weights (symmetric, per output channel) with int8 dynamic activations "
+          "(XNNPACKQuantizer via torchao pt2e); embeddings: weight-only int8 per row (torchao "
+          "IntxWeightOnlyConfig); LayerNorm, softmax and the PAL attention products stay fp32")
+
+
+def quantize_embeddings(module: nn.Module) -> None:
+    """Weight-only int8 for every nn.Embedding (in place). padding_idx only matters for training
+    gradients; ExecuTorch cannot lower it with the quantized table, so it is cleared."""
+    from torchao.quantization import IntxWeightOnlyConfig, quantize_
+    from torchao.quantization.granularity import PerAxis
+
+    for m in module.modules():
+        if isinstance(m, nn.Embedding):
+            m.padding_idx = None
+    quantize_(module, IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0)),
+              filter_fn=lambda m, _fqn: isinstance(m, nn.Embedding))
+
+
+_SCALAR_VARIANTS = {
+    torch.ops.aten.add.Tensor: torch.ops.aten.add.Scalar,
+    torch.ops.aten.mul.Tensor: torch.ops.aten.mul.Scalar,
+}
+
+
+def scalarize_integer_ops(gm: torch.fx.GraphModule) -> int:
+    """Rewrite `int_tensor + 3` / `int_tensor * 3` (aten .Tensor with a Python scalar) to the
+    .Scalar overloads, so the quantizer does not turn the scalar into a float tensor (which breaks
+    integer index arithmetic during calibration). Returns how many nodes were rewritten."""
+    changed = 0
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target not in _SCALAR_VARIANTS:
+            continue
+        a, b = node.args[:2]
+        val = a.meta.get("val") if isinstance(a, torch.fx.Node) else None
+        if isinstance(b, (int, float)) and val is not None and not val.dtype.is_floating_point:
+            node.target = _SCALAR_VARIANTS[node.target]
+            changed += 1
+    if changed:
+        gm.recompile()
+    return changed
+
+
+def quantize_linears_pt2e(ep: torch.export.ExportedProgram, calibration: list[tuple[Any, ...]],
+                          dynamic_shapes: Any) -> torch.export.ExportedProgram:
+    """Dynamic int8 linears via pt2e; returns the re-exported, converted program."""
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer, get_symmetric_quantization_config)
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    quantizer = XNNPACKQuantizer().set_global(
+        get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True))
+    gm = ep.module()
+    scalarize_integer_ops(gm)
+    prepared = prepare_pt2e(gm, quantizer)
+    with torch.no_grad():
+        for args in calibration:
+            prepared(*args)
+    converted = convert_pt2e(prepared)
+    return torch.export.export(converted, calibration[0], dynamic_shapes=dynamic_shapes)
+
+

@@ -1,0 +1,110 @@
+"""FLOP counter against a hand count and torch's own counter; a bench worker on a tiny peer."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from bench.flops import model_flops
+
+BERT = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+        "num_attention_heads": 4}
+
+
+def test_flops_hand_count_plain_bert():
+    s = 8
+    per_layer = 4 * 2 * s * 32 * 32 + 2 * 2 * s * s * 32 + 2 * 2 * s * 32 * 64
+    assert per_layer == 139264
+    head = 2 * 32 * 32 + 2 * 32 * 5  # pooler on [CLS], then a 5-way head
+    assert model_flops(BERT, None, 5, s)["matmul"] == 2 * per_layer + head
+
+
+def test_flops_hand_count_pals_and_all_tasks():
+    s, d = 8, 8
+    pal = {"size": d, "heads": 2, "layers": [1], "share_projections": True}
+    layer = 139264
+    one_pal = 2 * s * 32 * d + 2 * s * d * 32 + 3 * 2 * s * d * d + 2 * 2 * s * s * d
+    head = lambda n: 2 * 32 * 32 + 2 * 32 * n  # noqa: E731
+    assert model_flops(BERT, pal, 5, s)["matmul"] == 2 * layer + one_pal + head(5)
+    # all three tasks: layer 0 once, then layer 1 + its PAL + pooler + head per task
+    got = model_flops(BERT, pal, [5, 2, 1], s, all_tasks=True)["matmul"]
+    assert got == layer + 3 * (layer + one_pal) + head(5) + head(2) + head(1)
+
+
+def test_flops_match_torch_flop_counter_on_a_tiny_palbert(tiny_bert: Path):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from trainer.checkpoint import load_trunk
+    from trainer.model import PalBert, PalConfig, pal_layer_indices
+    from trainer.tasks import BUILTIN_TASKS
+
+    trunk, _ = load_trunk(tiny_bert)
+    cfg = trunk.config
+    pal = PalConfig(8, 2, pal_layer_indices(cfg.num_hidden_layers, "top"), True)
+    specs = [BUILTIN_TASKS[t] for t in ("sst", "quora", "sts")]
+    model = PalBert(trunk, specs, pal).eval()
+    bert = {k: getattr(cfg, k) for k in BERT}
+    s = 12
+    ids = torch.randint(5, 50, (1, s))
+    mask, types = torch.ones(1, s, dtype=torch.long), torch.zeros(1, s, dtype=torch.long)
+    with torch.no_grad():
+        with FlopCounterMode(display=False) as fc:
+            model(ids, mask, types, task="sst")
+        assert fc.get_total_flops() == model_flops(bert, pal.to_dict(), 5, s)["matmul"]
+        with FlopCounterMode(display=False) as fc:
+            model.forward_all(ids, mask, types)
+        assert fc.get_total_flops() == model_flops(bert, pal.to_dict(), [5, 2, 1], s,
+                                                   all_tasks=True)["matmul"]
+
+
+@pytest.fixture(scope="session")
+def tiny_separate_run(tmp_path_factory, tiny_bert: Path, tiny_data: Path) -> Path:
+    from conftest import tiny_config
+    from trainer.train import train
+    out = tmp_path_factory.mktemp("runs") / "separate"
+    return train(tiny_config(tiny_bert, tiny_data, out, mode="separate", epochs=1))
+
+
+def test_worker_runs_a_tiny_ort_peer_in_a_fresh_process(tiny_separate_run: Path, tmp_path: Path):
+    from bench.peers import build_ort_int8
+    from bench.run import run_worker
+
+    src = build_ort_int8(tiny_separate_run / "models" / "sst", tmp_path / "peer")
+    assert src["fused"].get("Attention") == 2  # the BERT fusion found both layers
+    subject = {"name": "peer/ort-int8", "runtime": "onnxruntime", "vocab_size": 100,
+               "tasks": {"sst": src}, "all_tasks": None}
+    lat = run_worker({"mode": "latency", "threads": 1, "seq_len": 16, "configs": ["task:sst"],
+                      "warmup": 1, "runs": 5, "min_seconds": 0.0, "max_seconds": 2.0,
+                      "subject": subject}, timeout=120)
+    row = lat["rows"][0]
+    assert "error" not in row, row
+    assert row["runs"] >= 5 and 0 < row["p50_ms"] <= row["p90_ms"] < 1000
+    assert lat["pid"] > 0 and lat["threads"] == 1
+    load = run_worker({"mode": "load", "threads": 1, "seq_len": 16, "subject": subject},
+                      timeout=120)
+    assert load["load_ms"] > 0 and load["output_shapes"]["sst"] == [[1, 5]]
+    assert load["peak_rss_one_task"] >= load["rss_after_import"] > 0
+    json.dumps(load)
+
+
+def test_bench_end_to_end_on_tiny_peers_writes_a_valid_file(tiny_separate_run: Path,
+                                                            tiny_data: Path, tmp_path: Path):
+    from bench.run import bench
+    from bench.schema import load_bench_file
+
+    out = tmp_path / "bench.json"
+    bench([], [tiny_separate_run], out, runtimes=["onnxruntime"], peers=["ort-int8"],
+          threads=[1], seq_lens=[16], warmup=1, min_runs=3, min_seconds=0.0, max_seconds=1.0,
+          accuracy=True, splits=["dev"], data_dir=tiny_data, max_examples=8,
+          work=tmp_path / "work", ceiling=False)
+    data = load_bench_file(out)
+    assert data["machine"]["kind"] == "host" and data["machine"]["model"]
+    assert set(data["subjects"]) == {"peer/ort-int8"}
+    configs = {r["config"] for r in data["results"]}
+    assert configs == {"task:sst", "task:quora", "task:sts", "all_tasks"}
+    assert all(r["p50_ms"] > 0 and r["matmul_flops"] > 0 for r in data["results"])
+    assert data["subjects"]["peer/ort-int8"]["memory_rss_bytes"]["model_all_tasks"] > 0
+    assert data["accuracy"]["fp32:separate"]["kind"] == "separate"
+    assert 0 <= data["accuracy"]["fp32:separate"]["dev"]["avg"] <= 1

@@ -1,0 +1,240 @@
+"""`cli.py report`: schema, traceable headline numbers, charts, labels and one-line errors."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from bench.report import SUMMARY_KEYS, ReportError, build_report
+from bench.schema import BenchFileError, load_bench_file, percentile, validate
+
+TASKS = ("sst", "quora", "sts")
+
+
+def _rows(subject, runtime, p50_task, p50_all=None, prec="int8"):
+    rows = []
+    for threads in (1, 2):
+        for seq in (32, 128):
+            scale = (seq / 128) / threads
+            configs = [f"task:{t}" for t in TASKS] + (["all_tasks"] if p50_all else [])
+            for c in configs:
+                p50 = (p50_all if c == "all_tasks" else p50_task) * scale
+                rows.append({"subject": subject, "runtime": runtime, "config": c,
+                             "threads": threads, "seq_len": seq, "p50_ms": p50,
+                             "p90_ms": p50 * 1.2, "runs": 30, "precision": prec,
+                             "id": f"latency:{subject}:{c}:t{threads}:s{seq}",
+                             "matmul_flops": 2_870_000_000 * seq // 128,
+                             **({"all_tasks_mode": "program"} if c == "all_tasks" else {})})
+    return rows
+
+
+def _subject(role, runtime, prec, label, sizes, mem_one, mem_all, swap, pal_layers="none",
+             model_dirs=None):
+    return {"role": role, "runtime": runtime, "precision": prec, "label": label,
+            "pal_layers": pal_layers, "tasks": list(TASKS), "bundle": sizes,
+            "load_ms": {runtime: 50.0}, "first_result_ms": {runtime: 62.0},
+            "swap_ms": {runtime: swap}, "fp32_model_dirs": model_dirs or {},
+            "memory_rss_bytes": {"after_import": 100, "model_one_task": mem_one,
+                                 "model_all_tasks": mem_all}}
+
+
+def host_bench(tmp: Path) -> dict:
+    pal_run, sep_run = tmp / "runs" / "pals", tmp / "runs" / "separate"
+    subjects = {
+        "pal/executorch": _subject("pal", "executorch", "int8", "pal (executorch, int8)",
+                                   {"trunk_bytes": 22_000_000,
+                                    "adapter_bytes": {t: 400_000 for t in TASKS},
+                                    "total_bytes": 23_200_000}, 30_000_000, 33_000_000, 4.0,
+                                   "all", {t: str(pal_run / "model") for t in TASKS}),
+        "pal-top/executorch": _subject("pal", "executorch", "int8", "top (executorch, int8)",
+                                       {"trunk_bytes": 22_000_000,
+                                        "adapter_bytes": {t: 200_000 for t in TASKS},
+                                        "total_bytes": 22_600_000}, 30_000_000, 32_000_000, 3.0,
+                                       "top"),
+        "separate/executorch/int8": _subject(
+            "separate", "executorch", "int8", "separate models (executorch, int8)",
+            {"trunk_bytes": {t: 22_000_000 for t in TASKS},
+             "per_model_bytes": {t: 22_100_000 for t in TASKS}, "total_bytes": 66_300_000},
+            30_000_000, 90_000_000, 40.0),
+        "peer/ort-int8": _subject("peer", "onnxruntime", "int8", "ORT int8 (Optimum recipe)",
+                                  {"per_model_bytes": {t: 23_000_000 for t in TASKS},
+                                   "total_bytes": 69_000_000}, 40_000_000, 120_000_000, 30.0),
+        "peer/torch": _subject("peer", "torch", "fp32", "PyTorch eager fp32",
+                               {"per_model_bytes": {t: 91_000_000 for t in TASKS},
+                                "total_bytes": 273_000_000}, 100_000_000, 300_000_000, 200.0),
+    }
+    results = (_rows("pal/executorch", "executorch", 13.0, 28.0)
+               + _rows("pal-top/executorch", "executorch", 12.5, 20.0)
+               + _rows("separate/executorch/int8", "executorch", 12.0, 36.0)
+               + _rows("peer/ort-int8", "onnxruntime", 14.8, 44.4)
+               + _rows("peer/torch", "torch", 43.8, 131.4, "fp32"))
+    return {
+        "schema": "palkit-bench", "version": 1,
+        "machine": {"kind": "host", "model": "Test CPU 9000", "cores_logical": 2, "os": "Linux"},
+        "bundle": {}, "results": results, "load_ms": {}, "swap_ms": {}, "memory_rss_bytes": {},
+        "subjects": subjects,
+        "ceiling": {"1": {"fp32_gflops_best": 100.0, "int8_gops_best": 250.0},
+                    "2": {"fp32_gflops_best": 190.0, "int8_gops_best": 480.0}},
+        "accuracy": {
+            "pal/executorch": {"dev": {"avg": 0.700}, "test": {"avg": 0.690}},
+            "fp32:pals": {"dev": {"avg": 0.705}, "test": {"avg": 0.694},
+                          "run": str(pal_run), "kind": "joint"},
+            "fp32:separate": {"dev": {"avg": 0.702}, "test": {"avg": 0.698},
+                              "run": str(sep_run), "kind": "separate"},
+        },
+        "notes": ["a note from bench"],
+    }
+
+
+DEVICE = {"schema": "palkit-bench", "version": 1,
+          "machine": {"kind": "android", "manufacturer": "Google", "model": "Pixel 8",
+                      "android_version": "14", "abi": "arm64-v8a"},
+          "bundle": {"onnxruntime_bytes": 23_000_000},
+          "results": [{"runtime": "onnxruntime", "config": "task:sst", "threads": 4,
+                       "seq_len": 128, "p50_ms": 9.5, "p90_ms": 11.0, "runs": 50},
+                      {"runtime": "executorch", "config": "all_tasks", "threads": 4,
+                       "seq_len": 128, "p50_ms": 21.0, "p90_ms": 24.0, "runs": 50}],
+          "load_ms": {"onnxruntime": 120.5}, "swap_ms": {"onnxruntime": 1.5},
+          "memory_rss_bytes": {"after_load_onnxruntime": 60_000_000}}
+
+
+@pytest.fixture
+def inputs(tmp_path: Path) -> tuple[Path, Path]:
+    host, dev = tmp_path / "host.json", tmp_path / "pixel.json"
+    host.write_text(json.dumps(host_bench(tmp_path)))
+    dev.write_text(json.dumps(DEVICE))
+    return host, dev
+
+
+def test_percentile_matches_the_apps_interpolation():
+    assert percentile([5, 1, 4, 2, 3], 50) == 3.0
+    assert math.isclose(percentile([5, 1, 4, 2, 3], 90), 4.6)
+    assert percentile([7], 90) == 7
+
+
+def test_report_headline_numbers_are_right_and_traceable(inputs, tmp_path: Path):
+    host, dev = inputs
+    out, summary_path = tmp_path / "reports" / "r1", tmp_path / "reports" / "summary.json"
+    report = build_report([host], [dev], out, summary_path)
+    summary = json.loads(summary_path.read_text())
+    assert set(SUMMARY_KEYS) <= set(summary)
+    assert summary["machine"].startswith("host CPU: Test CPU 9000")
+    assert math.isclose(summary["size_ratio_vs_three_separate"], 23_200_000 / 66_300_000)
+    assert math.isclose(summary["size_ratio_vs_one_separate"], 23_200_000 / 22_100_000)
+    assert math.isclose(summary["latency_ratio_pal_vs_plain"], 13.0 / 12.0)
+    assert math.isclose(summary["latency_ratio_pal_vs_best_peer"], 13.0 / 14.8)
+    assert math.isclose(summary["all_tasks_ratio_all_layers"], 28.0 / 13.0)
+    assert math.isclose(summary["all_tasks_ratio_top_half"], 20.0 / 12.5)
+    assert summary["swap_ms"] == 4.0
+    assert math.isclose(summary["memory_ratio_all_vs_one"], 33 / 30)
+    assert math.isclose(summary["accuracy_avg_pal_int8"], 69.0)
+    assert math.isclose(summary["accuracy_avg_separate_fp32"], 69.8)
+    assert math.isclose(summary["accuracy_drop_int8_vs_fp32"], 0.4)
+    # every headline number cites measurements that exist in report.json, with those values
+    saved = json.loads((out / "report.json").read_text())
+    for key in SUMMARY_KEYS:
+        if isinstance(summary[key], (int, float)):
+            ids = summary["sources"][key]
+            assert ids and all(i in saved["measurements"] for i in ids), key
+    assert saved["measurements"][summary["sources"]["swap_ms"][0]]["value"] == 4.0
+    assert report["targets"]["all_tasks_ratio_top_half"]["met"] is True
+
+
+def test_report_targets_and_charts_and_labels(inputs, tmp_path: Path):
+    host, dev = inputs
+    out = tmp_path / "r2"
+    report = build_report([host], [dev], out)
+    targets = report["targets"]
+    assert targets["size_ratio_vs_one_separate"]["met"] is True       # 1.05 <= 1.10
+    assert targets["all_tasks_ratio_all_layers"]["met"] is True        # 2.15 <= 2.2
+    assert targets["latency_ratio_pal_vs_plain"]["met"] is True        # 1.083 <= 1.15
+    assert targets["accuracy_gap_pal_int8_vs_separate_fp32"]["met"] is True  # -0.8 >= -1
+    for name in ("sizes.png", "latency.png", "accuracy_vs_size.png"):
+        data = (out / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000, name
+    md = (out / "report.md").read_text()
+    assert "phone: Google Pixel 8 (Android 14, arm64-v8a)" in md
+    assert "host CPU: Test CPU 9000" in md
+    assert "## phone: Google Pixel 8" in md
+    saved = json.loads((out / "report.json").read_text())
+    dev_items = {k: v for k, v in saved["measurements"].items() if k.startswith("device:")}
+    assert dev_items and all("Pixel 8" in v["machine"] for v in dev_items.values())
+    host_items = [v for k, v in saved["measurements"].items() if not k.startswith("device:")]
+    assert host_items and all(v["machine"].startswith("host CPU:") for v in host_items)
+    assert {"Test CPU 9000" in m["label"] or "Pixel 8" in m["label"] for m in saved["machines"]} == {True}
+    assert any(c["fraction"] for c in saved["ceiling_fraction"])
+
+
+def test_size_target_is_checked_not_asserted(inputs, tmp_path: Path):
+    host, _ = inputs
+    report = build_report([host], [], tmp_path / "r3")
+    t = report["targets"]["size_ratio_vs_three_separate"]
+    assert t["met"] is True and math.isclose(t["value"], 23.2 / 66.3)
+
+
+def test_missed_target_and_missing_parts_are_said(tmp_path: Path):
+    data = host_bench(tmp_path)
+    data["subjects"]["pal/executorch"]["swap_ms"]["executorch"] = 25.0
+    del data["subjects"]["pal-top/executorch"]
+    data["results"] = [r for r in data["results"] if r["subject"] != "pal-top/executorch"]
+    path = tmp_path / "h.json"
+    path.write_text(json.dumps(data))
+    report = build_report([path], [], tmp_path / "r4", tmp_path / "s.json")
+    assert report["targets"]["swap_ms"]["met"] is False
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["all_tasks_ratio_top_half"] is None
+    assert any(n.startswith("all_tasks_ratio_top_half") for n in summary["notes"])
+    assert "**missed**" in (tmp_path / "r4" / "report.md").read_text()
+
+
+@pytest.mark.parametrize("content, words", [
+    (None, "not found"),
+    ("{not json", "not valid JSON"),
+    (json.dumps({"schema": "other", "version": 1}), "schema"),
+    (json.dumps({**DEVICE, "results": [{"runtime": "ort"}]}), "results[0] lacks"),
+    (json.dumps({**DEVICE, "machine": {"kind": "android"}}), "machine.model"),
+])
+def test_bad_bench_files_fail_in_one_line_naming_the_file(tmp_path: Path, content, words):
+    path = tmp_path / "phone-results.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(BenchFileError) as e:
+        build_report([], [path], tmp_path / "out")
+    msg = str(e.value)
+    assert str(path) in msg and words in msg and "\n" not in msg
+
+
+def test_cli_prints_the_error_and_exits_2(tmp_path: Path, capsys):
+    import argparse
+
+    from bench.commands import register
+    from trainer.errors import PalkitError
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["report", "--device-results", str(tmp_path / "nope.json"),
+                              "--out", str(tmp_path / "o")])
+    with pytest.raises(PalkitError, match="nope.json: benchmark file not found"):
+        args.run(args)
+
+
+def test_device_file_given_as_host_and_host_as_device(inputs, tmp_path: Path):
+    host, dev = inputs
+    with pytest.raises(ReportError, match="host.json"):
+        build_report([], [host], tmp_path / "o")
+    report = build_report([dev], [], tmp_path / "o2")  # a phone file under --bench is fine
+    assert report["summary"]["machine"] is None
+
+
+def test_schema_accepts_the_apps_file_and_a_host_file(tmp_path: Path):
+    validate(DEVICE)
+    validate(host_bench(tmp_path))
+    bad = host_bench(tmp_path)
+    bad["results"][0]["subject"] = "ghost"
+    with pytest.raises(ValueError, match="ghost"):
+        validate(bad)
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps(DEVICE))
+    assert load_bench_file(path)["machine"]["model"] == "Pixel 8"
