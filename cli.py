@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from bench.commands import register as register_bench
 from trainer.commands import register as register_trainer
 from trainer.errors import PalkitError
 
@@ -16,6 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cli.py", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     register_trainer(sub)
+    register_bench(sub)
     return parser
 
 

@@ -31,8 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add("--seq-lens", nargs="+", type=int, default=[32, 128])
     add("--warmup", type=int, default=5, help="untimed runs before timing (default 5)")
     add("--min-runs", type=int, default=30, help="timed runs per configuration (default 30)")
-    add("--min-seconds", type=float, default=1.0, help="time each configuration at least this long")
-    add("--max-seconds", type=float, default=6.0, help="and at most this long (default 6)")
+    add("--min-seconds", type=float, default=0.5, help="time each configuration at least this long")
+    add("--max-seconds", type=float, default=4.0, help="and at most this long (default 4)")
     add("--accuracy", action=argparse.BooleanOptionalAction, default=True,
         help="score the bundles (as run by their runtime) and the --run models on --splits")
     add("--splits", nargs="+", choices=("dev", "test"), default=["dev", "test"])
