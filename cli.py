@@ -9,6 +9,7 @@ import argparse
 import sys
 
 from bench.commands import register as register_bench
+from export.commands import register as register_export
 from trainer.commands import register as register_trainer
 from trainer.errors import PalkitError
 
@@ -17,6 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cli.py", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     register_trainer(sub)
+    register_export(sub)
     register_bench(sub)
     return parser
 

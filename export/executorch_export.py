@@ -63,6 +63,13 @@ def _owner_table(ep: torch.export.ExportedProgram) -> dict[str, str]:
     return table
 
 
+def _op_name(target: Any) -> str:
+    """A stable op name (str() of a Python function would embed its memory address)."""
+    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return str(target)
+    return getattr(target, "__name__", type(target).__name__)
+
+
 def lower_task(model: PalBert, task: str, out_dir: Path, int8: bool, max_len: int,
                calibration: list[tuple[torch.Tensor, ...]]) -> dict[str, Any]:
     """Write out_dir/<task>.pte and out_dir/trunk.ptd; return facts for the manifest."""
@@ -107,7 +114,7 @@ def lower_task(model: PalBert, task: str, out_dir: Path, int8: bool, max_len: in
     if extra:
         raise RuntimeError(f"unexpected ExecuTorch data files {extra}: only {TRUNK_DATA}.ptd "
                            "is supported")
-    ops = sorted({str(n.target) for n in edge.exported_program().graph.nodes
-                  if n.op == "call_function" and "delegate" not in str(n.target)
-                  and "getitem" not in str(n.target)})
+    ops = sorted({_op_name(n.target) for n in edge.exported_program().graph.nodes
+                  if n.op == "call_function" and "delegate" not in _op_name(n.target)
+                  and "getitem" not in _op_name(n.target)})
     return {"non_delegated_ops": ops}

@@ -49,6 +49,7 @@ def run_facts(run: Path) -> dict[str, Any]:
 
 
 METRIC_SUFFIXES = ("_acc", "_f1", "_pearson", "_spearman")
+WALL_TIME_NOTE = "time in training steps; excludes model loading and per-epoch dev evaluation"
 
 
 def record(results: Path, name: str, facts: dict[str, Any], split: str,
@@ -59,7 +60,8 @@ def record(results: Path, name: str, facts: dict[str, Any], split: str,
              **{k: v for k, v in metrics.items() if k.endswith(METRIC_SUFFIXES)},
              "avg": metrics["avg"], "params_total": facts["params_total"],
              "params_task_specific": facts["params_task_specific"],
-             "wall_time_s": facts["wall_time_s"], "command": command, "machine": machine_name()}
+             "wall_time_s": facts["wall_time_s"], "wall_time_note": WALL_TIME_NOTE,
+             "command": command, "machine": machine_name()}
     entries = [e for e in entries if (e["name"], e["split"]) != (name, split)] + [entry]
     write_json(results, entries)
     write_markdown(results.with_suffix(".md"), entries)
@@ -85,7 +87,7 @@ def fmt(value: Any, scale: float = 100.0) -> str:
 
 def write_markdown(path: Path, entries: list[dict[str, Any]]) -> None:
     lines = ["| name | split | SST acc | Quora acc | Quora F1 | STS r | STS ρ | avg | "
-             "task-specific params | wall time | command |",
+             "task-specific params | train time | command |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for e in sorted(entries, key=lambda e: (e["split"], e["name"])):
         share = e["params_task_specific"] / max(1, e["params_total"] - e["params_task_specific"])

@@ -1,0 +1,323 @@
+"""Bundles from the tiny PAL run: parity, int8 agreement, swapping, manifest, trunk stored once,
+byte-identical re-export, adding an adapter, and every refusal as a one-line error.
+
+ExecuTorch lowering takes tens of seconds per task even for the tiny model, so the ExecuTorch
+bundles are built once per session (module fixtures) and hold as few tasks as the checks need.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from export.bundle import export_run, add_adapter, ExportError
+from export.programs import reference_outputs
+from export.runtime import BundleError, Engine, load_bundle
+from trainer.checkpoint import load_model, resolve_model_dir, sha256_file
+
+QUIET = dict(log=lambda *a: None)
+
+
+def files_of(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def onnx_fp32(tiny_pal_run, tiny_data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("b") / "onnx-fp32"
+    export_run(tiny_pal_run, out, target="onnx", quant="fp32", data_dir=tiny_data, **QUIET)
+    return out
+
+
+@pytest.fixture(scope="module")
+def et_fp32(tiny_pal_run, tiny_data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("b") / "et-fp32"
+    export_run(tiny_pal_run, out, target="android", quant="fp32", tasks=["sst", "sts"],
+               data_dir=tiny_data, **QUIET)
+    return out
+
+
+@pytest.fixture(scope="module")
+def android_int8(tiny_pal_run, tiny_data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("b") / "android-int8"
+    export_run(tiny_pal_run, out, target="android", quant="int8", tasks=["quora"],
+               data_dir=tiny_data, min_agreement=0.0, **QUIET)
+    return out
+
+
+def encode(engine, *texts):
+    return engine.tokenizer(*texts)
+
+
+# ---- parity and swapping ---------------------------------------------------------------------
+
+def check_parity(bundle_dir: Path, run: Path, runtime: str, tol: float) -> None:
+    model, _, _ = load_model(resolve_model_dir(run))
+    engine = Engine(load_bundle(bundle_dir), runtime)
+    for task in engine.bundle.tasks:
+        texts = ("the movie was good", "a man is running") if engine.bundle.tasks[task].is_pair \
+            else ("the movie was good",)
+        ids, mask, types = engine.tokenizer(*texts)
+        got, _, _ = engine.run_ids(task, ids, mask, types)
+        ref = reference_outputs(model, task, *(torch.from_numpy(x) for x in (ids, mask, types)))
+        assert np.abs(got - ref[0].numpy()).max() < tol, (runtime, task, got, ref)
+
+
+def test_onnx_fp32_parity_and_swapping(onnx_fp32, tiny_pal_run):
+    check_parity(onnx_fp32, tiny_pal_run, "onnxruntime", 1e-4)
+
+
+@pytest.mark.slow
+def test_executorch_fp32_parity(et_fp32, tiny_pal_run):
+    check_parity(et_fp32, tiny_pal_run, "executorch", 1e-4)
+    check_parity(et_fp32, tiny_pal_run, "onnxruntime", 1e-4)
+    verify = json.loads((et_fp32 / "verify.json").read_text())
+    assert verify["passed"]
+    for rt in ("executorch", "onnxruntime"):
+        for r in verify["runtimes"][rt]["tasks"].values():
+            assert r["max_abs_diff"] < 1e-4
+
+
+def test_swapping_gives_each_task_its_own_result(onnx_fp32, tiny_pal_run):
+    model, _, _ = load_model(resolve_model_dir(tiny_pal_run))
+    engine = Engine(load_bundle(onnx_fp32), "onnxruntime")
+    ids, mask, types = engine.tokenizer("how can i learn to cook", "why do dogs play")
+    tensors = [torch.from_numpy(x) for x in (ids, mask, types)]
+    for task in ["quora", "sts", "quora", "sts"]:
+        got, _, _ = engine.run_ids(task, ids, mask, types)
+        assert got.shape == (model.tasks[task].num_outputs,)
+        np.testing.assert_allclose(got, reference_outputs(model, task, *tensors)[0].numpy(),
+                                   atol=1e-4)
+
+
+@pytest.mark.slow
+def test_int8_bundle_reports_agreement(android_int8):
+    verify = json.loads((android_int8 / "verify.json").read_text())
+    for rt in ("executorch", "onnxruntime"):
+        r = verify["runtimes"][rt]["tasks"]["quora"]
+        assert 0.0 <= r["agreement"] <= 1.0 and "metric_deltas" in r
+    m = json.loads((android_int8 / "manifest.json").read_text())
+    assert m["quantization"]["scheme"] == "int8"
+    engine = Engine(load_bundle(android_int8), "executorch")
+    p = engine.predict("quora", "how can i learn to cook", "how can i learn to cook")
+    assert p.label in ("not paraphrase", "paraphrase") and len(p.probabilities) == 2
+
+
+# ---- manifest, layout, determinism -----------------------------------------------------------
+
+def test_manifest_contents(onnx_fp32, tiny_pal_run):
+    m = json.loads((onnx_fp32 / "manifest.json").read_text())
+    trunk_sha = sha256_file(resolve_model_dir(tiny_pal_run) / "trunk" / "model.safetensors")
+    assert (m["format"], m["version"]) == ("palkit-bundle", 1)
+    assert m["trunk"]["sha256"] == trunk_sha
+    assert m["tokenizer"]["vocab_file"] == "vocab.txt" and m["tokenizer"]["lowercase"] is True
+    assert m["runtimes"]["onnxruntime"]["trunk_model"] == "onnx/trunk.onnx"
+    by_name = {t["name"]: t for t in m["tasks"]}
+    assert set(by_name) == {"sst", "quora", "sts"}
+    assert by_name["sst"]["num_outputs"] == 5 and len(by_name["sst"]["labels"]) == 5
+    assert by_name["sts"]["score_range"] == [0.0, 5.0] and by_name["sts"]["metric"] == "pearson"
+    assert all(t["trunk_sha256"] == trunk_sha for t in m["tasks"])
+    for rel, f in m["files"].items():
+        assert (onnx_fp32 / rel).stat().st_size == f["bytes"]
+
+
+def test_trunk_stored_once_and_adapters_small(onnx_fp32):
+    files = sorted(p.name for p in (onnx_fp32 / "onnx").iterdir())
+    assert files == ["quora.onnx_adapter", "sst.onnx_adapter", "sts.onnx_adapter", "trunk.onnx"]
+    trunk = (onnx_fp32 / "onnx" / "trunk.onnx").stat().st_size
+    for f in files[:3]:
+        # The tiny model's PAL is relatively large; MiniLM's is ~1-2 % of its trunk.
+        assert (onnx_fp32 / "onnx" / f).stat().st_size < 0.1 * trunk
+
+
+def test_reexport_is_byte_identical(onnx_fp32, tiny_pal_run, tiny_data, tmp_path):
+    again = tmp_path / "again"
+    export_run(tiny_pal_run, again, target="onnx", quant="fp32", data_dir=tiny_data, **QUIET)
+    assert files_of(again) == files_of(onnx_fp32)
+
+
+@pytest.mark.slow
+def test_executorch_trunk_shared_and_adapter_add_reuses_it(android_int8, tiny_pal_run,
+                                                          tiny_data, tmp_path):
+    bundle = tmp_path / "grow"
+    shutil.copytree(android_int8, bundle)
+    trunk_before = {rel: (bundle / rel).read_bytes() for rel in
+                    ("executorch/trunk.ptd", "onnx/trunk.onnx")}
+    inode = (bundle / "executorch/trunk.ptd").stat().st_ino
+    add_adapter(tiny_pal_run, "sst", bundle, data_dir=tiny_data, min_agreement=0.0, **QUIET)
+    for rel, data in trunk_before.items():
+        assert (bundle / rel).read_bytes() == data
+    assert (bundle / "executorch/trunk.ptd").stat().st_ino == inode  # not even rewritten
+    b = load_bundle(bundle)
+    assert set(b.tasks) == {"quora", "sst"}
+    assert len(list((bundle / "executorch").glob("*.ptd"))) == 1
+    assert Engine(b, "executorch").predict("sst", "the film was good").label
+    with pytest.raises(ExportError, match="already has task 'sst'"):
+        add_adapter(tiny_pal_run, "sst", bundle, data_dir=tiny_data, **QUIET)
+
+
+def test_adapter_from_another_trunk_is_refused(onnx_fp32, tiny_bert, tiny_data, tmp_path):
+    from conftest import make_tiny_bert, tiny_config
+    from trainer.train import train
+    other = train(tiny_config(make_tiny_bert(tmp_path / "bert2", seed=1), tiny_data,
+                              tmp_path / "other", epochs=1, steps_per_epoch=1))
+    bundle = tmp_path / "b"
+    shutil.copytree(onnx_fp32, bundle)
+    with pytest.raises(ExportError, match="not this bundle's trunk"):
+        add_adapter(other, "sst", bundle, replace=True, data_dir=tiny_data, **QUIET)
+
+
+# ---- refusals --------------------------------------------------------------------------------
+
+def one_line(excinfo) -> str:
+    msg = str(excinfo.value)
+    assert "\n" not in msg
+    return msg
+
+
+@pytest.fixture
+def copy_of(onnx_fp32, tmp_path):
+    dst = tmp_path / "copy"
+    shutil.copytree(onnx_fp32, dst)
+    return dst
+
+
+def edit_manifest(folder: Path, fn) -> None:
+    m = json.loads((folder / "manifest.json").read_text())
+    fn(m)
+    (folder / "manifest.json").write_text(json.dumps(m))
+
+
+def test_refuses_corrupt_file(copy_of):
+    p = copy_of / "onnx" / "sst.onnx_adapter"
+    data = bytearray(p.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    p.write_bytes(bytes(data))
+    with pytest.raises(BundleError) as e:
+        load_bundle(copy_of)
+    assert "sst.onnx_adapter" in one_line(e) and "SHA-256" in str(e.value)
+
+
+def test_refuses_truncated_file(copy_of):
+    p = copy_of / "onnx" / "trunk.onnx"
+    p.write_bytes(p.read_bytes()[:100])
+    with pytest.raises(BundleError) as e:
+        load_bundle(copy_of)
+    assert "trunk.onnx" in one_line(e) and "bytes" in str(e.value)
+
+
+def test_refuses_missing_file(copy_of):
+    (copy_of / "onnx" / "sts.onnx_adapter").unlink()
+    with pytest.raises(BundleError) as e:
+        load_bundle(copy_of)
+    assert "sts.onnx_adapter" in one_line(e) and "missing" in str(e.value)
+
+
+def test_refuses_swapped_adapter(copy_of):
+    shutil.copy(copy_of / "onnx" / "sst.onnx_adapter", copy_of / "onnx" / "sts.onnx_adapter")
+    with pytest.raises(BundleError) as e:
+        load_bundle(copy_of)
+    assert "sts.onnx_adapter" in one_line(e)
+
+
+def test_refuses_unknown_version(copy_of):
+    edit_manifest(copy_of, lambda m: m.update(version=99))
+    with pytest.raises(BundleError) as e:
+        load_bundle(copy_of)
+    assert "version 99" in one_line(e)
+
+
+def test_refuses_escaping_path(copy_of):
+    def escape(m):
+        m["tasks"][0]["files"]["onnxruntime"] = "../outside.onnx_adapter"
+    edit_manifest(copy_of, escape)
+    with pytest.raises(BundleError) as e:
+        load_bundle(copy_of)
+    assert "escapes" in one_line(e)
+
+
+def test_refuses_task_from_another_trunk(copy_of):
+    edit_manifest(copy_of, lambda m: m["tasks"][1].update(trunk_sha256="0" * 64))
+    with pytest.raises(BundleError) as e:
+        load_bundle(copy_of)
+    assert "built against trunk" in one_line(e)
+
+
+def test_unknown_task_empty_text_and_pairs(onnx_fp32):
+    engine = Engine(load_bundle(onnx_fp32), "onnxruntime")
+    with pytest.raises(BundleError) as e:
+        engine.predict("nope", "text")
+    assert "no task 'nope'" in one_line(e)
+    with pytest.raises(BundleError) as e:
+        engine.predict("sst", "   ")
+    assert "empty" in one_line(e)
+    with pytest.raises(BundleError) as e:
+        engine.predict_all("only one text")
+    assert "needs two texts" in one_line(e)
+    assert len(engine.predict_all("the movie was good", "the film was good")) == 3
+
+
+def test_too_long_text_is_truncated_with_warning(onnx_fp32, capsys):
+    engine = Engine(load_bundle(onnx_fp32), "onnxruntime")
+    p = engine.predict("sst", "the movie was good " * 200)
+    assert p.tokens == engine.tokenizer.max_length
+    assert "truncated" in capsys.readouterr().err
+
+
+def test_concurrent_predictions(onnx_fp32):
+    engine = Engine(load_bundle(onnx_fp32), "onnxruntime")
+    expected = {t: engine.predict(t, "how can i learn to cook", "how can i learn to run").outputs
+                for t in ("quora", "sts")}
+    errors, results = [], []
+
+    def work(i):
+        try:
+            t = ("quora", "sts")[i % 2]
+            results.append((t, engine.predict(t, "how can i learn to cook",
+                                              "how can i learn to run").outputs))
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(64)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors and len(results) == 64
+    for t, out in results:
+        np.testing.assert_allclose(out, expected[t], atol=1e-6)
+
+
+def test_cli_predict_and_demo(onnx_fp32, capsys, monkeypatch):
+    import io
+    import argparse
+    from export.commands import register
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["predict", str(onnx_fp32), "--task", "sst", "a good film",
+                              "--runtime", "onnxruntime"])
+    assert args.run(args) == 0
+    assert "sst:" in capsys.readouterr().out
+    monkeypatch.setattr("sys.stdin", io.StringIO("a good film\nhow can i cook ||| how can i run\n"
+                                                 ":task sts\nnot a pair\n:quit\n"))
+    args = parser.parse_args(["demo", str(onnx_fp32)])
+    assert args.run(args) == 0
+    out = capsys.readouterr().out
+    assert "first swap" in out and "score" in out and "skipped" in out
+
+
+def test_evaluate_bundle(onnx_fp32, tiny_data, tiny_pal_run):
+    from export.runtime import evaluate_bundle
+    from trainer.evaluate import evaluate_model_dir
+    got = evaluate_bundle(onnx_fp32, tiny_data, "dev", max_examples=16)
+    ref = evaluate_model_dir(resolve_model_dir(tiny_pal_run), tiny_data, "dev", 128,
+                             max_examples=16)
+    for key in ("sst_acc", "quora_acc", "quora_f1", "sts_pearson", "sts_spearman", "avg"):
+        assert abs(got[key] - ref[key]) < 1e-3, key
+    assert got["tasks"] == ["sst", "quora", "sts"] or set(got["tasks"]) == {"sst", "quora", "sts"}
