@@ -250,6 +250,7 @@ def export_bundle(model_dir: Path, out: Path, target: str, quant: str, tasks: li
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     build = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    build.chmod(0o755)  # mkdtemp makes it private; a bundle is meant to be copied and shared
     try:
         t0 = time.time()
         write_vocab(tokenizer, build / "vocab.txt")

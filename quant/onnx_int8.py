@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 SCHEME = ("trunk MatMuls: int8 per-channel weights with dynamic int8 activations (onnxruntime "
-          "quantize_dynamic); adapter matrices: int8 per row with fp32 scales, dequantized in "
-          "the graph; embeddings, LayerNorm and softmax fp32")
+          "quantize_dynamic); embedding tables (Gather): 8-bit weight-only, as quantize_dynamic "
+          "does for Gather; adapter matrices: int8 per row with fp32 scales, dequantized in the "
+          "graph; LayerNorm and softmax fp32")
 
 
 def quantize_trunk(src: Path, dst: Path, adapter_inputs: set[str]) -> None:

@@ -80,7 +80,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--data-dir", help=f"default ${DATA_DIR_ENV}, then ../shared/data")
     e.add_argument("--max-len", type=int, help="default: the run's own max length")
     e.add_argument("--max-examples", type=int, help="score at most N examples per task")
-    e.add_argument("--out", help="JSON file to write (default TARGET/eval-SPLIT.json)")
+    e.add_argument("--runtime", choices=("executorch", "onnxruntime"), help="for a bundle: "
+                   "which runtime runs it (default: the first in its manifest)")
+    e.add_argument("--out", help="JSON file to write (default TARGET/eval-SPLIT[-RUNTIME].json)")
     e.set_defaults(run=run_evaluate)
 
     r = sub.add_parser("results", help="score finished runs on dev and test into "
@@ -152,10 +154,11 @@ def run_evaluate(args: argparse.Namespace) -> int:
     data_dir = resolve_data_dir(args.data_dir)
     if (target / "manifest.json").is_file():
         from export.runtime import evaluate_bundle
-        result = evaluate_bundle(target, data_dir, args.split, args.max_examples)
+        result = evaluate_bundle(target, data_dir, args.split, args.max_examples, args.runtime)
     else:
         result = evaluate_run(target, data_dir, args.split, args.max_len, args.max_examples)
-    out = Path(args.out) if args.out else target / f"eval-{args.split}.json"
+    suffix = f"-{args.runtime}" if args.runtime else ""
+    out = Path(args.out) if args.out else target / f"eval-{args.split}{suffix}.json"
     write_json(out, result)
     json.dump(result, sys.stdout, indent=2, sort_keys=True)
     print(f"\nwrote {out}")
