@@ -321,3 +321,34 @@ def test_evaluate_bundle(onnx_fp32, tiny_data, tiny_pal_run):
     for key in ("sst_acc", "quora_acc", "quora_f1", "sts_pearson", "sts_spearman", "avg"):
         assert abs(got[key] - ref[key]) < 1e-3, key
     assert got["tasks"] == ["sst", "quora", "sts"] or set(got["tasks"]) == {"sst", "quora", "sts"}
+
+
+def manifest_values(manifest: dict, key: str) -> list:
+    """Every value at a manifest_keys.json path ('a.b', 'tasks[].x', 'files.<path>.sha256')."""
+    values = [manifest]
+    for part in key.split("."):
+        step = []
+        for v in values:
+            if part == "<path>":
+                step += list(v.values())
+            elif part.endswith("[]"):
+                step += v.get(part[:-2], [MISSING])
+            elif isinstance(v, dict) and part in v:
+                step.append(v[part])
+            else:
+                step.append(MISSING)
+        values = step
+    return values
+
+
+MISSING = object()
+
+
+@pytest.mark.slow
+def test_exporter_writes_every_key_the_android_app_reads(android_int8):
+    keys = json.loads((Path(__file__).resolve().parents[1] / "android_demo" /
+                       "manifest_keys.json").read_text())
+    manifest = json.loads((android_int8 / "manifest.json").read_text())
+    for key in keys["required"] + keys["optional"]:
+        values = manifest_values(manifest, key)
+        assert values and all(v is not MISSING for v in values), key

@@ -39,8 +39,9 @@ class OrtTaskRunner(private val bundle: Bundle, threads: Int) : TaskRunner {
             OrtSession.RunOptions().use { options ->
                 options.addActiveLoraAdapter(adapters.getValue(task.name))
                 session.run(tensors, options).use { result ->
+                    // trunk.onnx pads every head to the same width; only num_outputs are real.
                     @Suppress("UNCHECKED_CAST")
-                    return (result.get(0).value as Array<FloatArray>)[0]
+                    return (result.get(0).value as Array<FloatArray>)[0].copyOf(task.numOutputs)
                 }
             }
         } finally {
