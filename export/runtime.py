@@ -179,8 +179,10 @@ class Tokenizer:
 
         t = bundle.manifest["tokenizer"]
         self.max_length = int(t["max_length"])
+        # transformers 5 takes the vocabulary as `vocab`; `vocab_file` is silently ignored
+        # there (it builds a vocabulary of special tokens only).
         self.tok = BertTokenizerFast(
-            vocab_file=str(bundle.path(t["vocab_file"])), do_lower_case=bool(t["lowercase"]),
+            vocab=str(bundle.path(t["vocab_file"])), do_lower_case=bool(t["lowercase"]),
             strip_accents=bool(t["strip_accents"]), cls_token=t["cls_token"],
             sep_token=t["sep_token"], pad_token=t["pad_token"], unk_token=t["unk_token"],
             mask_token=t.get("mask_token", "[MASK]"))

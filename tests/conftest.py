@@ -33,7 +33,8 @@ def make_tiny_bert(folder: Path, seed: int = 0, layers: int = 2) -> Path:
     """A random 2-layer BERT (hidden 32, 4 heads) with its tokenizer, saved like a hub folder."""
     folder.mkdir(parents=True, exist_ok=True)
     write_vocab(folder / "vocab.txt")
-    tokenizer = BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=True)
+    tokenizer = BertTokenizerFast(vocab=str(folder / "vocab.txt"), do_lower_case=True)
+    assert tokenizer("the film")["input_ids"][1] != tokenizer.unk_token_id, "vocabulary not loaded"
     tokenizer.save_pretrained(folder)
     torch.manual_seed(seed)
     config = BertConfig(vocab_size=len((folder / "vocab.txt").read_text().split("\n")) - 1,

@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from export.bundle import export_run, add_adapter, ExportError
 from export.programs import reference_outputs
@@ -352,3 +354,26 @@ def test_exporter_writes_every_key_the_android_app_reads(android_int8):
     for key in keys["required"] + keys["optional"]:
         values = manifest_values(manifest, key)
         assert values and all(v is not MISSING for v in values), key
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.text(st.characters(exclude_categories=("Cs",)), max_size=60)
+       | st.sampled_from(["the film was good", "naïve café 😀", "日本語 text", "[CLS] x"]),
+       pair=st.none() | st.text(max_size=30))
+def test_runtime_tokenizer_matches_the_trunk_tokenizer(onnx_fp32, tiny_pal_run, text, pair):
+    from transformers import AutoTokenizer
+    reference = AutoTokenizer.from_pretrained(str(tiny_pal_run / "model" / "trunk"))
+    engine = Engine(load_bundle(onnx_fp32), "onnxruntime")
+    try:
+        ids, mask, types = engine.tokenizer(text, pair, warn=False)
+    except BundleError as e:       # the one refusal: empty or whitespace-only text
+        assert "empty" in str(e)
+        assert not text.strip() or (pair is not None and not pair.strip())
+        return
+    want = reference(text, pair, truncation="longest_first",
+                     max_length=engine.tokenizer.max_length, return_token_type_ids=True)
+    assert ids[0].tolist() == want["input_ids"]
+    assert types[0].tolist() == want["token_type_ids"]
+    out, _, _ = engine.run_ids("sst", ids, mask, types)     # and the runtime takes any of it
+    assert np.isfinite(out).all()
