@@ -75,3 +75,12 @@ def test_adapter_from_another_trunk_is_refused(run_copy: Path):
     cfg_path.write_text(json.dumps(cfg))
     with pytest.raises(CheckpointError, match="trained against trunk 000000000000"):
         load_model(run_copy / "model")
+
+
+def test_results_quote_the_add_task_command(run_copy: Path, tiny_data: Path):
+    from trainer.results import canonical_command
+    assert cli.main(["add-task", str(run_copy), "--task", "cfimdb", "--data-dir", str(tiny_data),
+                     "--epochs", "1", "--steps-per-epoch", "2"]) == 0
+    cfg = json.loads((run_copy / "added" / "cfimdb" / "config.json").read_text())
+    assert canonical_command(cfg, "runs/x/added/cfimdb") == \
+        "python cli.py add-task runs/x --task cfimdb --epochs 1 --steps-per-epoch 2"

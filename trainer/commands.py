@@ -94,6 +94,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--as-out", help="the --out to quote in the recorded command (default RUN)")
     r.add_argument("--data-dir", help=f"default ${DATA_DIR_ENV}, then ../shared/data")
     r.add_argument("--results", default="results/accuracy.json", help="JSON file to update")
+    r.add_argument("--bundle", help="an exported bundle holding this run's (single) task: "
+                   "record its adapter blob's bytes per runtime as adapter_bytes")
     r.set_defaults(run=run_results)
 
     a = sub.add_parser("add-task", help="train one new task's adapter against a run's frozen trunk",
@@ -192,15 +194,22 @@ def evaluate_run(target: Path, data_dir: Path, split: str, max_len: int | None,
 
 
 def run_results(args: argparse.Namespace) -> int:
-    from trainer.results import canonical_command, record, run_facts
+    from trainer.results import adapter_bytes, canonical_command, record, run_facts
 
     run = Path(args.run_dir)
     data_dir = resolve_data_dir(args.data_dir)
     facts = run_facts(run)
     command = canonical_command(facts["config"], args.as_out or str(run))
+    extra = {}
+    if args.bundle:
+        (task,) = facts["config"]["tasks"]
+        extra["adapter_bytes"] = adapter_bytes(Path(args.bundle), task)
     for split in ("dev", "test"):
+        tasks = resolve_tasks(facts["config"]["tasks"], facts["config"].get("custom_tasks"))
+        if not any(split in t.files for t in tasks):
+            continue  # e.g. cfimdb has no labelled test split
         metrics = evaluate_run(run, data_dir, split, None, None)
-        record(Path(args.results), args.name, facts, split, metrics, command)
+        record(Path(args.results), args.name, facts, split, metrics, command, extra)
         print(f"{args.name} {split}: avg={metrics['avg']:.4f}")
     print(f"updated {args.results} and {Path(args.results).with_suffix('.md')}")
     return 0

@@ -15,8 +15,21 @@ def canonical_command(cfg: dict[str, Any], out: str) -> str:
     """The `cli.py train` line that reproduces a run: every option that differs from defaults."""
     defaults = TrainConfig().to_dict()
     parts = ["python", "cli.py", "train"]
+    skip = {"out", "data_dir", "custom_tasks"}
+    if Path(out).parent.name == "added":
+        # An add-task run (RUN/added/<task>): quote the add-task command that made it.
+        run = Path(out).parent.parent
+        parts = ["python", "cli.py", "add-task", str(run), "--task", cfg["tasks"][0]]
+        skip |= {"tasks", "base_model", "freeze_trunk", "mode", "pal_size", "pal_heads",
+                 "pal_layers", "pal_share_projections", "max_len", "seed"}
+        return " ".join(parts + _flags(cfg, defaults, skip))
+    return " ".join([*parts, *_flags(cfg, defaults, skip), "--out", out])
+
+
+def _flags(cfg: dict[str, Any], defaults: dict[str, Any], skip: set[str]) -> list[str]:
+    parts = []
     for key, value in cfg.items():
-        if key in ("out", "data_dir") or value == defaults.get(key) or key == "custom_tasks":
+        if key in skip or value == defaults.get(key):
             continue
         flag = "--" + key.replace("_", "-")
         if isinstance(value, bool):
@@ -25,7 +38,7 @@ def canonical_command(cfg: dict[str, Any], out: str) -> str:
             parts += [flag, *map(str, value)]
         else:
             parts += [flag, str(value)]
-    return " ".join([*parts, "--out", out])
+    return parts
 
 
 def run_facts(run: Path) -> dict[str, Any]:
@@ -52,8 +65,18 @@ METRIC_SUFFIXES = ("_acc", "_f1", "_pearson", "_spearman")
 WALL_TIME_NOTE = "time in training steps; excludes model loading and per-epoch dev evaluation"
 
 
+def adapter_bytes(bundle: Path, task: str) -> dict[str, int]:
+    """Bytes of one task's files in an exported bundle, per runtime (from its manifest)."""
+    manifest = read_json(bundle / "manifest.json")
+    entry = next((t for t in manifest["tasks"] if t["name"] == task), None)
+    if entry is None:
+        raise ValueError(f"{bundle}: has no task '{task}'; export it with "
+                         f"`python cli.py export RUN --adapter {task} --out {bundle}`")
+    return {rt: manifest["files"][path]["bytes"] for rt, path in entry["files"].items()}
+
+
 def record(results: Path, name: str, facts: dict[str, Any], split: str,
-           metrics: dict[str, Any], command: str) -> None:
+           metrics: dict[str, Any], command: str, extra: dict[str, Any] | None = None) -> None:
     """Add or replace the (name, split) entry, then rewrite the Markdown table beside it."""
     entries = read_json(results) if results.is_file() else []
     entry = {"name": name, "mode": facts["mode"], "sampling": facts["sampling"], "split": split,
@@ -61,7 +84,7 @@ def record(results: Path, name: str, facts: dict[str, Any], split: str,
              "avg": metrics["avg"], "params_total": facts["params_total"],
              "params_task_specific": facts["params_task_specific"],
              "wall_time_s": facts["wall_time_s"], "wall_time_note": WALL_TIME_NOTE,
-             "command": command, "machine": machine_name()}
+             "command": command, "machine": machine_name(), **(extra or {})}
     entries = [e for e in entries if (e["name"], e["split"]) != (name, split)] + [entry]
     write_json(results, entries)
     write_markdown(results.with_suffix(".md"), entries)
@@ -86,9 +109,9 @@ def fmt(value: Any, scale: float = 100.0) -> str:
 
 
 def write_markdown(path: Path, entries: list[dict[str, Any]]) -> None:
-    lines = ["| name | split | SST acc | Quora acc | Quora F1 | STS r | STS ρ | avg | "
+    lines = ["| name | split | SST acc | Quora acc | Quora F1 | STS r | STS ρ | CFIMDB acc | avg | "
              "task-specific params | train time | command |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for e in sorted(entries, key=lambda e: (e["split"], e["name"])):
         share = e["params_task_specific"] / max(1, e["params_total"] - e["params_task_specific"])
         specific = ("all (3 full models)" if e["mode"] == "separate"
@@ -96,6 +119,7 @@ def write_markdown(path: Path, entries: list[dict[str, Any]]) -> None:
         lines.append(
             f"| {e['name']} | {e['split']} | {fmt(e.get('sst_acc'))} | {fmt(e.get('quora_acc'))} | "
             f"{fmt(e.get('quora_f1'))} | {fmt(e.get('sts_pearson'))} | "
-            f"{fmt(e.get('sts_spearman'))} | {fmt(e['avg'])} | {specific} | "
+            f"{fmt(e.get('sts_spearman'))} | {fmt(e.get('cfimdb_acc'))} | {fmt(e['avg'])} | "
+            f"{specific} | "
             f"{e['wall_time_s'] / 60:.1f} min | `{e['command']}` |")
     path.write_text("\n".join(lines) + "\n")
