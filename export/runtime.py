@@ -192,6 +192,12 @@ class Tokenizer:
         for label, s in (("text", text), ("second text", pair)):
             if s is not None and (not isinstance(s, str) or not s.strip()):
                 raise BundleError(f"the {label} is empty; give some words to classify")
+            if s is not None:
+                try:
+                    s.encode("utf-8")
+                except UnicodeEncodeError as e:  # undecodable bytes arrive as lone surrogates
+                    raise BundleError(f"the {label} is not valid UTF-8 (at character "
+                                      f"{e.start}); pass UTF-8 text") from None
         full = self.tok(text, pair, truncation=False)["input_ids"]
         enc = self.tok(text, pair, truncation="longest_first", max_length=self.max_length,
                        return_token_type_ids=True)

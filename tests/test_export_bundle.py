@@ -377,3 +377,38 @@ def test_runtime_tokenizer_matches_the_trunk_tokenizer(onnx_fp32, tiny_pal_run, 
     assert types[0].tolist() == want["token_type_ids"]
     out, _, _ = engine.run_ids("sst", ids, mask, types)     # and the runtime takes any of it
     assert np.isfinite(out).all()
+
+
+def test_non_utf8_input_is_refused_in_one_line(onnx_fp32, capsys):
+    import cli
+    engine = Engine(load_bundle(onnx_fp32), "onnxruntime")
+    undecodable = b"caf\xe9 film".decode("utf-8", "surrogateescape")  # how argv carries it
+    with pytest.raises(BundleError, match=r"not valid UTF-8 \(at character 3\)"):
+        engine.tokenizer(undecodable)
+    assert cli.main(["predict", str(onnx_fp32), "--task", "sst", undecodable]) == 2
+    assert "not valid UTF-8" in capsys.readouterr().err
+
+
+def test_crash_during_export_leaves_no_half_bundle(onnx_fp32, tiny_pal_run, tiny_data,
+                                                    tmp_path, monkeypatch):
+    import export.onnx_export as onnx_export
+    out = tmp_path / "bundle"
+    shutil.copytree(onnx_fp32, out)
+    before = files_of(out)
+
+    def crash(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(onnx_export, "write_adapter", crash)
+    with pytest.raises(OSError, match="No space left"):
+        export_run(tiny_pal_run, out, target="onnx", quant="fp32", data_dir=tiny_data, **QUIET)
+    assert files_of(out) == before                        # the old bundle is untouched
+    assert [p.name for p in tmp_path.iterdir()] == ["bundle"]   # no temporary folder left
+
+
+@pytest.mark.slow
+def test_executorch_reexport_is_byte_identical(android_int8, tiny_pal_run, tiny_data, tmp_path):
+    again = tmp_path / "again"
+    export_run(tiny_pal_run, again, target="android", quant="int8", tasks=["quora"],
+               data_dir=tiny_data, min_agreement=0.0, **QUIET)
+    assert files_of(again) == files_of(android_int8)
