@@ -261,48 +261,43 @@ class Run:
 
     # -- checkpoints --
 
-    def _write_model_dir(self, build: Path) -> str:
-        return save_model(self.model, self.tokenizer, build, self.frozen_trunk_file)
+    def _publish(self, tag: str, link: str, write_extra) -> None:
+        """Write the model and `write_extra(folder)` into a temporary folder, rename it to `tag`,
+        point the `link` symlink at it, then drop what the link pointed to before. A failure at
+        any point leaves the previous snapshot and link intact."""
+        build = self.out / f".{tag}.tmp"
+        try:
+            shutil.rmtree(build, ignore_errors=True)
+            save_model(self.model, self.tokenizer, build, self.frozen_trunk_file)
+            write_extra(build)
+            old = (self.out / link).resolve() if (self.out / link).exists() else None
+            publish_dir(build, self.out / tag)
+            point_symlink(self.out / link, tag)
+            if old is not None and old.name != tag:
+                shutil.rmtree(old, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(build, ignore_errors=True)
+            raise
 
     def save_checkpoint(self, opt: torch.optim.AdamW, names: list[str]) -> None:
-        """Write ckpt-N/ under a temporary name, then point last -> it, then drop the old one."""
+        """RUN/last: the model plus AdamW's moments, the RNG state and the loop's position."""
         if not self.dist.main:
             return
-        tag = f"ckpt-{self.state['global_epoch']:04d}-{self.state['step']:06d}"
-        build = self.out / f".{tag}.tmp"
-        try:
-            shutil.rmtree(build, ignore_errors=True)
-            self._write_model_dir(build)
+
+        def extra(folder: Path) -> None:
             tensors = optimizer_tensors(opt, names)
             tensors["__rng_state__"] = torch.get_rng_state()
-            save_file(tensors, build / "optimizer.safetensors")
-            write_json(build / "state.json", self.state)
-            old = (self.out / "last").resolve() if (self.out / "last").exists() else None
-            publish_dir(build, self.out / tag)
-            point_symlink(self.out / "last", tag)
-            if old is not None and old.name != tag:
-                shutil.rmtree(old, ignore_errors=True)
-        except BaseException:
-            shutil.rmtree(build, ignore_errors=True)  # the previous checkpoint stays intact
-            raise
+            save_file(tensors, folder / "optimizer.safetensors")
+            write_json(folder / "state.json", self.state)
+
+        self._publish(f"ckpt-{self.state['global_epoch']:04d}-{self.state['step']:06d}", "last",
+                      extra)
 
     def save_best(self, summary: dict[str, Any]) -> None:
-        if not self.dist.main:
-            return
-        tag = f"best-{self.state['global_epoch'] + 1:04d}"
-        build = self.out / f".{tag}.tmp"
-        try:
-            shutil.rmtree(build, ignore_errors=True)
-            self._write_model_dir(build)
-            write_json(build / "summary.json", summary)
-            old = (self.out / "model").resolve() if (self.out / "model").exists() else None
-            publish_dir(build, self.out / tag)
-            point_symlink(self.out / "model", tag)
-            if old is not None and old.name != tag:
-                shutil.rmtree(old, ignore_errors=True)
-        except BaseException:
-            shutil.rmtree(build, ignore_errors=True)
-            raise
+        """RUN/model: the best model so far and its summary."""
+        if self.dist.main:
+            self._publish(f"best-{self.state['global_epoch'] + 1:04d}", "model",
+                          lambda folder: write_json(folder / "summary.json", summary))
 
     # -- the loop --
 
