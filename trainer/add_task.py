@@ -17,6 +17,10 @@ from trainer.config import TrainConfig
 from trainer.data import read_examples, resolve_data_dir
 from trainer.tasks import BUILTIN_TASKS, TaskSpec
 
+# Adapter-only training on a frozen trunk wants a larger step than full fine-tuning: on CFIMDB
+# (README, results) 5e-5 reached 65% dev accuracy in 400 steps, 1e-3 reached 86%.
+ADD_TASK_DEFAULTS = {"lr": 1e-3}
+
 # PAL shape options that must match the run so the new adapter fits the same export graph.
 SHAPE_OPTIONS = ("mode", "pal_size", "pal_heads", "pal_layers", "pal_share_projections", "max_len")
 
@@ -47,6 +51,7 @@ def add_task(run: Path, spec: TaskSpec, data_dir: str | None, overrides: dict[st
     cfg = TrainConfig(**{
         **{k: run_cfg[k] for k in SHAPE_OPTIONS},
         "seed": run_cfg["seed"],
+        **ADD_TASK_DEFAULTS,
         **{k: v for k, v in overrides.items() if v is not None},
         "tasks": (spec.name,), "custom_tasks": custom, "base_model": str(model_dir / "trunk"),
         "freeze_trunk": True, "tune_adapters_after": 0, "data_dir": data_dir,

@@ -116,8 +116,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--dev-file", help="relative to --data-dir")
     for flag, kind in (("--epochs", int), ("--steps-per-epoch", int), ("--batch-size", int),
                        ("--lr", float), ("--max-len", int), ("--seed", int)):
-        a.add_argument(flag, type=kind, help="default: the run's own value (max-len, seed) or "
-                       "the quick preset")
+        a.add_argument(flag, type=kind, help="default: the run's own value (max-len, seed), "
+                       "1e-3 for --lr, else the quick preset")
     a.add_argument("--resume", action="store_true", help="continue an interrupted add-task")
     a.set_defaults(run=run_add_task)
 

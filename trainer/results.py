@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.checkpoint import read_json, write_json
+from trainer.add_task import ADD_TASK_DEFAULTS
 from trainer.config import TrainConfig
 
 def canonical_command(cfg: dict[str, Any], out: str) -> str:
@@ -22,7 +23,7 @@ def canonical_command(cfg: dict[str, Any], out: str) -> str:
         parts = ["python", "cli.py", "add-task", str(run), "--task", cfg["tasks"][0]]
         skip |= {"tasks", "base_model", "freeze_trunk", "mode", "pal_size", "pal_heads",
                  "pal_layers", "pal_share_projections", "max_len", "seed"}
-        return " ".join(parts + _flags(cfg, defaults, skip))
+        return " ".join(parts + _flags(cfg, {**defaults, **ADD_TASK_DEFAULTS}, skip))
     return " ".join([*parts, *_flags(cfg, defaults, skip), "--out", out])
 
 
