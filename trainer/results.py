@@ -115,7 +115,7 @@ def write_markdown(path: Path, entries: list[dict[str, Any]]) -> None:
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for e in sorted(entries, key=lambda e: (e["split"], e["name"])):
         share = e["params_task_specific"] / max(1, e["params_total"] - e["params_task_specific"])
-        specific = ("all (3 full models)" if e["mode"] == "separate"
+        specific = ("all (full models)" if e["mode"] == "separate"
                     else f"{e['params_task_specific']:,} (+{100 * share:.1f}%)")
         lines.append(
             f"| {e['name']} | {e['split']} | {fmt(e.get('sst_acc'))} | {fmt(e.get('quora_acc'))} | "
