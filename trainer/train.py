@@ -230,14 +230,13 @@ class Run:
                                 "resume with the run's own config.json or start a new --out")
         self.model, self.tokenizer, _ = load_model(ckpt, [s.name for s in self.specs])
         self.model.to(self.dist.device).train()
-        self.frozen_trunk_file = ckpt / "trunk" / TRUNK_WEIGHTS if self.cfg.freeze_trunk else None
+        # A frozen trunk is copied byte for byte from the run's best model (last/ gets replaced).
+        self.frozen_trunk_file = (self.out / "model" / "trunk" / TRUNK_WEIGHTS
+                                  if self.cfg.freeze_trunk else None)
         self.state = read_json(ckpt / "state.json")
         tensors = load_file(ckpt / "optimizer.safetensors")
         torch.set_rng_state(tensors.pop("__rng_state__"))
         self.optimizer_state = tensors
-        if self.frozen_trunk_file is not None:
-            # The copy in last/ will be replaced; keep reading bytes from the run's best model.
-            self.frozen_trunk_file = self.out / "model" / "trunk" / TRUNK_WEIGHTS
         if not self.state["finished"]:
             self.log(f"resuming {self.out} at phase {self.phases[self.state['phase']].name}, "
                      f"epoch {self.state['epoch'] + 1}, step {self.state['step']}")
