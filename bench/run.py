@@ -134,8 +134,8 @@ def bundle_sizes(bundle: Path, manifest: dict[str, Any], runtime: str) -> dict[s
     out = {"trunk_bytes": size(trunk_rel), "adapter_bytes": adapters,
            "vocab_bytes": size(manifest["tokenizer"]["vocab_file"])}
     out["total_bytes"] = out["trunk_bytes"] + sum(adapters.values())
-    if isinstance(extra, str):
-        out["all_tasks_program_bytes"] = size(extra)
+    if isinstance(extra, dict):
+        out["all_tasks_program_bytes"] = size(extra["file"])
     return out
 
 
@@ -176,11 +176,14 @@ def discover(bundles: list[Path], runs: list[Path], runtimes: list[str], peers: 
                 group[task_names[0]] = (Path(bundle), sizes)
                 group[task_names[0]][1]["_info"] = info  # type: ignore[index]
                 continue
-            all_src = manifest["runtimes"][rt].get("all_tasks")
+            program = manifest["runtimes"][rt].get("all_tasks")
             all_tasks = None
-            if isinstance(all_src, str):
+            if isinstance(program, dict) and list(program.get("tasks", [])) == task_names:
                 all_tasks = {"format": "bundle", "bundle": str(bundle), "task": "__all__",
-                             "file": all_src}
+                             "file": program["file"]}
+            elif program:
+                notes.append(f"{bundle}: its all-tasks program covers {program.get('tasks')}, "
+                             f"not all of {task_names}; all tasks run one after the other")
             pal_layers = info.pal_layers if info else manifest.get("pal", {}).get("layers", "unknown")
             name = f"{Path(bundle).name}/{rt}"
             subjects.append(Subject(
@@ -405,6 +408,17 @@ def bench(bundles: list[Path], runs: list[Path], out: Path, *, runtimes: list[st
                 "model_one_task": load["peak_rss_one_task"] - base,
                 "model_all_tasks": load["peak_rss_all_tasks"] - base}
             entry["load_detail"] = load
+        if s.all_tasks is not None and "error" not in entry:
+            # Every task resident the cheap way: the one program holding the trunk once.
+            prog = run_worker({"mode": "load_program", "threads": min(threads),
+                               "seq_len": max(seq_lens), "subject": s.worker_subject()},
+                              worker_timeout)
+            if "error" in prog:
+                notes.append(f"{s.name}: all-tasks program load failed: {prog['error']}")
+            else:
+                entry["all_tasks_program_load_ms"] = prog["load_ms"]
+                entry["memory_rss_bytes"]["model_all_tasks_program"] = \
+                    prog["peak_rss"] - prog["rss_after_import"]
         progress(f"{s.name}: load {entry.get('load_ms', {}).get(s.runtime, float('nan')):.1f} ms"
                  + (f", error: {entry['error']}" if "error" in entry else ""))
         data["subjects"][s.name] = entry

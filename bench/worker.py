@@ -14,7 +14,8 @@ with SOURCE one of
     {"format": "torch", "model_dir": DIR}                 a palkit model folder, PyTorch eager
 
 The spec adds "mode": "latency" (with "threads", "seq_len", "configs", "warmup", "runs",
-"min_seconds", "max_seconds"), "load" (with "threads"), or "ceiling" (with "threads").
+"min_seconds", "max_seconds"), "load" (with "threads"), "load_program" (the all-tasks program
+alone, with "threads"), or "ceiling" (with "threads").
 Timings are wall-clock around the runtime's Python call (perf_counter_ns), batch 1.
 """
 from __future__ import annotations
@@ -241,6 +242,20 @@ def measure_load(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def measure_program_load(spec: dict[str, Any]) -> dict[str, Any]:
+    """Load only the subject's all-tasks program and run it once: all tasks resident."""
+    subject = spec["subject"]
+    runner = RUNNERS[subject["runtime"]](spec["threads"])
+    after_import = rss_bytes()
+    t0 = time.perf_counter_ns()
+    runner.load("__all__", subject["all_tasks"])
+    load_ms = (time.perf_counter_ns() - t0) / 1e6
+    shapes = _sane(runner.run("__all__", synthetic_input(spec.get("seq_len", 128),
+                                                         subject["vocab_size"])))
+    return {"load_ms": load_ms, "rss_after_import": after_import, "rss": rss_bytes(),
+            "peak_rss": peak_rss_bytes(), "output_shapes": shapes}
+
+
 def time_calls(fn, warmup: int, runs: int, min_seconds: float, max_seconds: float) -> list[float]:
     for _ in range(warmup):
         fn()
@@ -302,6 +317,8 @@ def main(argv: list[str]) -> int:
     started = time.time()
     if mode == "load":
         result = measure_load(spec)
+    elif mode == "load_program":
+        result = measure_program_load(spec)
     elif mode == "latency":
         result = measure_latency(spec)
     elif mode == "ceiling":

@@ -143,16 +143,23 @@ def verify_bundle(folder: Path, model, tokenizer, max_len: int, data_dir: Path |
     failures = []
     inputs = {t: verification_inputs(model.tasks[t], tokenizer, max_len, data_dir, n)
               for t in tasks}
-    for runtime in bundle.runtimes:
+    checks = [(runtime, False) for runtime in bundle.runtimes]
+    if bundle.manifest["runtimes"].get("executorch", {}).get("all_tasks"):
+        checks.append(("executorch", True))
+    for runtime, whole in checks:
         engine = Engine(bundle, runtime)
         per_task = {}
-        for t in tasks:
+        for t in (engine.all_tasks_program() if whole else tasks):
             spec = model.tasks[t]
-            encoded, gold, source = inputs[t]
+            encoded, gold, source = inputs[t] if t in inputs else verification_inputs(
+                spec, tokenizer, max_len, data_dir, n)
             ref, got = [], []
             for ids, mask, types in encoded:
                 ref.append(reference_outputs(model, t, ids, mask, types)[0])
-                out, _, _ = engine.run_ids(t, ids.numpy(), mask.numpy(), types.numpy())
+                if whole:  # the all-tasks program on t's input: check t's output slot
+                    out = engine.run_all_ids(ids.numpy(), mask.numpy(), types.numpy())[0][t]
+                else:
+                    out, _, _ = engine.run_ids(t, ids.numpy(), mask.numpy(), types.numpy())
                 got.append(torch.from_numpy(out))
             ref_t, got_t = torch.stack(ref), torch.stack(got)
             r = {"examples": len(encoded), "source": source,
@@ -172,14 +179,18 @@ def verify_bundle(folder: Path, model, tokenizer, max_len: int, data_dir: Path |
                 r["metrics_pytorch_fp32"] = m_ref
                 r["metrics_bundle"] = m_got
                 r["metric_deltas"] = {k: m_got[k] - m_ref[k] for k in m_ref}
+            where = f"{runtime}{'/all-tasks program' if whole else ''}/{t}"
             if not int8 and r["max_abs_diff"] > FP32_TOLERANCE:
-                failures.append(f"{runtime}/{t}: fp32 outputs differ from PyTorch by "
+                failures.append(f"{where}: fp32 outputs differ from PyTorch by "
                                 f"{r['max_abs_diff']:.2e} (> {FP32_TOLERANCE:g})")
             if int8 and r["agreement"] < min_agreement:
-                failures.append(f"{runtime}/{t}: int8 agreement {r['agreement']:.3f} < "
+                failures.append(f"{where}: int8 agreement {r['agreement']:.3f} < "
                                 f"{min_agreement} ({r['agreement_kind']})")
             per_task[t] = r
-        report["runtimes"][runtime] = {"tasks": per_task}
+        if whole:
+            report["runtimes"][runtime]["all_tasks_program"] = {"tasks": per_task}
+        else:
+            report["runtimes"][runtime] = {"tasks": per_task}
     report["passed"] = not failures
     report["failures"] = failures
     return report
@@ -217,7 +228,7 @@ def calibration_inputs(model, max_len: int, tokenizer) -> list[tuple[torch.Tenso
 def export_run(run: Path, out: Path, target: str = "android", quant: str = "int8",
                tasks: list[str] | None = None, max_len: int | None = None, onnx: bool = True,
                data_dir: Path | None = None, min_agreement: float = DEFAULT_MIN_AGREEMENT,
-               log=print) -> list[Path]:
+               all_tasks: bool = True, log=print) -> list[Path]:
     """Export a run (or a --mode separate run: one bundle per model under `out`)."""
     run = Path(run)
     if (run / "models").is_dir() and not (run / "model").exists():
@@ -225,15 +236,15 @@ def export_run(run: Path, out: Path, target: str = "android", quant: str = "int8
         for sub in sorted(p for p in (run / "models").iterdir() if p.is_dir()):
             log(f"separate-mode model {sub.name} -> {out / sub.name}")
             outs += export_run(sub, out / sub.name, target, quant, tasks, max_len, onnx,
-                               data_dir, min_agreement, log)
+                               data_dir, min_agreement, all_tasks, log)
         return outs
     return [export_bundle(resolve_model_dir(run), out, target, quant, tasks, max_len, onnx,
-                          data_dir, min_agreement, log)]
+                          data_dir, min_agreement, all_tasks, log)]
 
 
 def export_bundle(model_dir: Path, out: Path, target: str, quant: str, tasks: list[str] | None,
                   max_len: int | None, onnx: bool, data_dir: Path | None,
-                  min_agreement: float, log=print) -> Path:
+                  min_agreement: float, all_tasks: bool = True, log=print) -> Path:
     if target not in TARGETS:
         raise ExportError(f"unknown target '{target}'; use one of {', '.join(TARGETS)}")
     if quant not in ("int8", "fp32"):
@@ -274,8 +285,21 @@ def export_bundle(model_dir: Path, out: Path, target: str, quant: str, tasks: li
                 if not (build / "executorch" / "trunk.ptd").exists():
                     os.replace(sub / "trunk.ptd", build / "executorch" / "trunk.ptd")
                 details["executorch_non_delegated_ops"] = info["non_delegated_ops"]
-            shutil.rmtree(build / ".et")
             rels += ["executorch/trunk.ptd", *[f"executorch/{n}.pte" for n in names]]
+            if all_tasks and len(names) > 1:
+                from export.executorch_export import ALL_TASKS_PROGRAM, lower_all_tasks
+                log(f"executorch: lowering the all-tasks program ({', '.join(names)})")
+                sub = build / ".et" / ALL_TASKS_PROGRAM
+                lower_all_tasks(model, names, sub, int8, max_len, calib)
+                if sha256_bytes_of(sub / "trunk.ptd")[0] != trunk_hash:
+                    raise ExportError("the all-tasks program's trunk.ptd differs from the task "
+                                      "programs' (please report this); export with "
+                                      "--no-all-tasks meanwhile")
+                rel = f"executorch/{ALL_TASKS_PROGRAM}.pte"
+                os.replace(sub / f"{ALL_TASKS_PROGRAM}.pte", build / rel)
+                details["executorch_all_tasks"] = {"file": rel, "tasks": names}
+                rels.append(rel)
+            shutil.rmtree(build / ".et")
         if "onnxruntime" in runtimes:
             from export.onnx_export import export_trunk, write_adapter
             log(f"onnxruntime: exporting trunk.onnx ({quant})")
@@ -322,6 +346,8 @@ def build_manifest(model, model_dir: Path, trunk_sha: str, tokenizer, max_len: i
                             "trunk_data": "executorch/trunk.ptd", "backend": "xnnpack",
                             "seq_len": {"min": 2, "max": max_len, "dynamic": True},
                             "non_delegated_ops": details.get("executorch_non_delegated_ops")}
+        if details.get("executorch_all_tasks"):
+            rt["executorch"]["all_tasks"] = details["executorch_all_tasks"]
     if "onnxruntime" in runtimes:
         rt["onnxruntime"] = {"version": versions["onnxruntime"], "opset": 17,
                              "trunk_model": "onnx/trunk.onnx", "output_columns": PAD_OUTPUTS,
@@ -394,6 +420,13 @@ def add_adapter(run: Path, task: str, bundle_dir: Path, replace: bool = False,
             write_adapter(model, task, build / f"{task}.onnx_adapter", int8)
             new[f"onnx/{task}.onnx_adapter"] = build / f"{task}.onnx_adapter"
         manifest = json.loads(json.dumps(m))
+        stale = None
+        program = manifest["runtimes"].get("executorch", {}).get("all_tasks")
+        if program and task in program["tasks"]:
+            # The all-tasks program holds the old weights of this task: drop it, do not lie.
+            stale = program["file"]
+            del manifest["runtimes"]["executorch"]["all_tasks"]
+            del manifest["files"][stale]
         manifest["tasks"] = [t for t in manifest["tasks"] if t["name"] != task]
         manifest["tasks"].append(task_entry(model.tasks[task], run_sha, runtimes))
         for rel, src in new.items():
@@ -421,6 +454,10 @@ def add_adapter(run: Path, task: str, bundle_dir: Path, replace: bool = False,
                     rr["tasks"])
             write_manifest(old_verify, v)
         write_manifest(bundle_dir / "manifest.json", manifest)
+        if stale:
+            (bundle_dir / stale).unlink(missing_ok=True)
+            log(f"removed {stale}: it held the replaced '{task}'; re-export the bundle to "
+                "rebuild the all-tasks program")
         log(f"added task '{task}' to {bundle_dir}")
         return bundle_dir
     finally:

@@ -31,6 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--replace", action="store_true", help="with --adapter: overwrite a task")
     e.add_argument("--data-dir", help=f"dev data for verification (default ${DATA_DIR_ENV}, then "
                    "../shared/data; built-in sentences when none)")
+    e.add_argument("--all-tasks", action=argparse.BooleanOptionalAction, default=True,
+                   help="ExecuTorch, several tasks: also write _all_tasks.pte, every task on one "
+                   "input in one call with the trunk loaded once (default)")
     e.add_argument("--min-agreement", type=float, default=0.9, help="int8: fail when fewer "
                    "predictions than this agree with PyTorch fp32 (default 0.9)")
     e.set_defaults(run=run_export)
@@ -81,7 +84,7 @@ def run_export(args: argparse.Namespace) -> int:
         return 0
     out = Path(args.out) if args.out else Path("bundles") / f"{Path(args.run_dir).resolve().name}-{args.quant}"
     for path in export_run(Path(args.run_dir), out, args.target, args.quant, args.tasks, args.max_len,
-                           args.onnx, data_dir, args.min_agreement):
+                           args.onnx, data_dir, args.min_agreement, args.all_tasks):
         print(f"bundle: {path}")
         summarize(path)
     return 0
@@ -93,9 +96,11 @@ def summarize(path: Path) -> None:
     for rel, f in sorted(m["files"].items()):
         print(f"  {rel:36s} {f['bytes'] / 1024:10.1f} KiB")
     for rt, r in v["runtimes"].items():
-        for t, x in r["tasks"].items():
-            print(f"  verify {rt}/{t}: agreement {x['agreement']:.3f}, max |diff| "
-                  f"{x['max_abs_diff']:.2e} ({x['source']})")
+        for part, checked in (("", r["tasks"]), ("all-tasks program/", r.get("all_tasks_program",
+                                                                             {}).get("tasks", {}))):
+            for t, x in checked.items():
+                print(f"  verify {rt}/{part}{t}: agreement {x['agreement']:.3f}, max |diff| "
+                      f"{x['max_abs_diff']:.2e} ({x['source']})")
 
 
 def _engine(args):

@@ -1,4 +1,5 @@
-"""Lower one task to ExecuTorch/XNNPACK: `<task>.pte` plus the shared `trunk.ptd`.
+"""Lower a program to ExecuTorch/XNNPACK: `<task>.pte` (one task) or `_all_tasks.pte` (every
+task on one input), plus the shared `trunk.ptd`.
 
 Every constant the trunk owns (XNNPACK-packed linear weights and the non-delegated embedding and
 LayerNorm tables) is tagged into the external file "trunk"; XNNPACK keys its data by content hash,
@@ -13,10 +14,12 @@ from typing import Any
 
 import torch
 
-from export.programs import TEXT_INPUTS, TaskProgram
+from export.programs import TEXT_INPUTS, AllTasksProgram, TaskProgram
 from trainer.model import PalBert
 
 TRUNK_DATA = "trunk"  # -> trunk.ptd
+# Task names start with a letter or digit (trainer/tasks.py), so this file name cannot clash.
+ALL_TASKS_PROGRAM = "_all_tasks"
 
 
 def example_inputs(seq: int, vocab: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
@@ -73,17 +76,32 @@ def _op_name(target: Any) -> str:
 def lower_task(model: PalBert, task: str, out_dir: Path, int8: bool, max_len: int,
                calibration: list[tuple[torch.Tensor, ...]]) -> dict[str, Any]:
     """Write out_dir/<task>.pte and out_dir/trunk.ptd; return facts for the manifest."""
+    return lower_program(TaskProgram(model, task), task, out_dir, int8, max_len, calibration)
+
+
+def lower_all_tasks(model: PalBert, tasks: list[str], out_dir: Path, int8: bool, max_len: int,
+                    calibration: list[tuple[torch.Tensor, ...]]) -> dict[str, Any]:
+    """Write out_dir/_all_tasks.pte (outputs in `tasks` order) and out_dir/trunk.ptd."""
+    return lower_program(AllTasksProgram(model, tasks), ALL_TASKS_PROGRAM, out_dir, int8,
+                         max_len, calibration)
+
+
+def lower_program(program: torch.nn.Module, name: str, out_dir: Path, int8: bool, max_len: int,
+                  calibration: list[tuple[torch.Tensor, ...]]) -> dict[str, Any]:
+    """The lowering steps, one after the other: int8 embeddings, export with a dynamic sequence
+    length, int8 linears (pt2e), trunk constants tagged into trunk.ptd, XNNPACK partitioning,
+    ExecuTorch program; writes out_dir/<name>.pte and out_dir/trunk.ptd."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import (EdgeCompileConfig, ExecutorchBackendConfig,
                                  to_edge_transform_and_lower)
 
     from quant import xnnpack as q
 
-    program = TaskProgram(model, task).eval()
+    program = program.eval()
     if int8:
         q.quantize_embeddings(program)
     seq = torch.export.Dim("seq", min=2, max=max_len)
-    dynamic = {name: {1: seq} for name in TEXT_INPUTS}
+    dynamic = {text: {1: seq} for text in TEXT_INPUTS}
     example = calibration[0]
     with torch.no_grad():
         ep = torch.export.export(program, example, dynamic_shapes=dynamic)
@@ -107,10 +125,10 @@ def lower_task(model: PalBert, task: str, out_dir: Path, int8: bool, max_len: in
     et = edge.to_executorch(ExecutorchBackendConfig(external_constants=external,
                                                     do_quant_fusion_and_const_prop=int8))
     out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / f"{task}.pte", "wb") as f:
+    with open(out_dir / f"{name}.pte", "wb") as f:
         et.write_to_file(f)
     et.write_tensor_data_to_file(str(out_dir))
-    extra = sorted(set(os.listdir(out_dir)) - {f"{task}.pte", f"{TRUNK_DATA}.ptd"})
+    extra = sorted(set(os.listdir(out_dir)) - {f"{name}.pte", f"{TRUNK_DATA}.ptd"})
     if extra:
         raise RuntimeError(f"unexpected ExecuTorch data files {extra}: only {TRUNK_DATA}.ptd "
                            "is supported")

@@ -3,6 +3,7 @@
 * `TaskProgram`: one task end to end, as ExecuTorch runs it: (input_ids, attention_mask,
   token_type_ids) -> [1, num_outputs]; a regression task already outputs its score in
   score_range (regression_score inside the program).
+* `AllTasksProgram`: every task on one input, one output per task (PalBert.forward_all).
 * `SwappableTrunk`: the ONNX graph. The task's PAL and head are the same modules with each
   nn.Linear replaced by `GivenLinear` (identical F.linear) whose weight and bias come in as graph
   inputs, so one graph serves every task; the head is padded to `PAD_OUTPUTS` rows and a per-task
@@ -24,36 +25,51 @@ SLOT = "task"  # the adapter/head name inside the swappable graph
 TEXT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
-def single_task_model(model: PalBert, task: str) -> PalBert:
-    """A PalBert sharing `model`'s trunk but holding only `task`'s adapter and head (deep copy)."""
+def model_with_tasks(model: PalBert, tasks: list[str]) -> PalBert:
+    """A deep copy of `model` holding only `tasks`' adapters and heads (in that order)."""
     m = copy.copy(model)
     m._modules = dict(model._modules)
-    m.adapters = nn.ModuleDict({task: model.adapters[task]} if task in model.adapters else {})
-    m.heads = nn.ModuleDict({task: model.heads[task]})
-    m.tasks = {task: model.tasks[task]}
+    m.adapters = nn.ModuleDict({t: model.adapters[t] for t in tasks if t in model.adapters})
+    m.heads = nn.ModuleDict({t: model.heads[t] for t in tasks})
+    m.tasks = {t: model.tasks[t] for t in tasks}
     return copy.deepcopy(m).eval()
+
+
+def task_outputs(spec, raw: torch.Tensor) -> torch.Tensor:
+    """What a program returns for a task: class logits, or the regression score as [B, 1]."""
+    return regression_score(spec, raw)[:, None] if spec.is_regression else raw
 
 
 class TaskProgram(nn.Module):
     def __init__(self, model: PalBert, task: str):
         super().__init__()
-        self.model = single_task_model(model, task)
+        self.model = model_with_tasks(model, [task])
         self.task = task
         self.spec = model.tasks[task]
 
     def forward(self, input_ids, attention_mask, token_type_ids):
-        raw = self.model(input_ids, attention_mask, token_type_ids, self.task)
-        if self.spec.is_regression:
-            return regression_score(self.spec, raw)[:, None]
-        return raw
+        return task_outputs(self.spec, self.model(input_ids, attention_mask, token_type_ids,
+                                                  self.task))
+
+
+class AllTasksProgram(nn.Module):
+    """Every task on one input (PalBert.forward_all): one output per task, in `tasks` order.
+    The trunk is in the program once, so all tasks are resident for about the memory of one."""
+
+    def __init__(self, model: PalBert, tasks: list[str]):
+        super().__init__()
+        self.model = model_with_tasks(model, tasks)
+        self.task_names = list(tasks)
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        raw = self.model.forward_all(input_ids, attention_mask, token_type_ids)
+        return tuple(task_outputs(self.model.tasks[t], raw[t]) for t in self.task_names)
 
 
 def reference_outputs(model: PalBert, task: str, input_ids, attention_mask, token_type_ids):
     """What a bundle must reproduce: PyTorch fp32 logits, or the regression score as [B, 1]."""
     with torch.no_grad():
-        raw = model(input_ids, attention_mask, token_type_ids, task)
-        spec = model.tasks[task]
-        return regression_score(spec, raw)[:, None] if spec.is_regression else raw
+        return task_outputs(model.tasks[task], model(input_ids, attention_mask, token_type_ids, task))
 
 
 class GivenLinear(nn.Module):

@@ -28,6 +28,9 @@ RUNTIMES = ("executorch", "onnxruntime")
 TASK_KINDS = ("single_classification", "pair_classification", "pair_regression")
 
 
+ALL_TASKS_KEY = "__all_tasks__"  # the all-tasks program's slot among the loaded programs
+
+
 class BundleError(PalkitError, ValueError):
     """A bundle is missing, corrupt, foreign or cannot run this input."""
 
@@ -149,6 +152,13 @@ def load_bundle(folder: str | Path, verify: bool = True) -> Bundle:
                 raise BundleError(f"{where}: task '{info.name}' has no {r} file")
             needed[info.files[r]] = f"task '{info.name}'"
         tasks[info.name] = info
+    program = m["runtimes"].get("executorch", {}).get("all_tasks")
+    if program is not None:
+        unknown = [t for t in program.get("tasks", []) if t not in tasks]
+        if unknown or not program.get("tasks"):
+            raise BundleError(f"{where}: runtimes.executorch.all_tasks names tasks {unknown or '[]'} "
+                              "that the bundle lacks; re-export the bundle")
+        needed[program.get("file")] = "runtimes.executorch.all_tasks"
     for rel, owner in needed.items():
         full = safe_path(folder, rel, owner)
         if rel not in files:
@@ -229,22 +239,35 @@ class _ExecuTorch:
         self.trunk = bundle.path(bundle.manifest["runtimes"]["executorch"]["trunk_data"])
         self.methods: dict[str, Any] = {}
 
-    def select(self, task: TaskInfo) -> None:
-        if task.name not in self.methods:
-            pte = self.bundle.path(task.files["executorch"])
+    def _method(self, key: str, rel: str) -> Any:
+        if key not in self.methods:
+            pte = self.bundle.path(rel)
             try:
                 program = self.runtime.load_program(str(pte), data_path=str(self.trunk))
-                self.methods[task.name] = program.load_method("forward")
+                self.methods[key] = program.load_method("forward")
             except Exception as e:  # the pybindings raise RuntimeError with an error code
                 raise BundleError(f"{pte}: ExecuTorch cannot load it with {self.trunk.name} "
                                   f"({e}); re-export the bundle") from None
-        self.current = self.methods[task.name]
+        return self.methods[key]
+
+    def select(self, task: TaskInfo) -> None:
+        self.current = self._method(task.name, task.files["executorch"])
 
     def run(self, task: TaskInfo, ids, mask, types) -> np.ndarray:
         import torch
         out = self.current.execute([torch.from_numpy(ids), torch.from_numpy(mask),
                                     torch.from_numpy(types)])[0]
         return out.numpy()[0, : task.num_outputs]
+
+    def run_all(self, ids, mask, types) -> dict[str, np.ndarray]:
+        """The bundle's all-tasks program: every task on this one input, trunk loaded once."""
+        import torch
+        program = self.bundle.manifest["runtimes"]["executorch"]["all_tasks"]
+        method = self._method(ALL_TASKS_KEY, program["file"])
+        outs = method.execute([torch.from_numpy(ids), torch.from_numpy(mask),
+                               torch.from_numpy(types)])
+        return {t: o.numpy()[0, : self.bundle.tasks[t].num_outputs]
+                for t, o in zip(program["tasks"], outs)}
 
 
 class _OnnxRuntime:
@@ -350,6 +373,24 @@ class Engine:
             out = np.array(self.impl.run(info, ids, mask, types), dtype=np.float32)
             return out, (time.perf_counter() - t0) * 1000, swap_ms
 
+    def all_tasks_program(self) -> list[str] | None:
+        """The tasks of the bundle's all-tasks program on this runtime, or None without one."""
+        program = self.bundle.manifest["runtimes"][self.runtime].get("all_tasks")
+        return list(program["tasks"]) if program else None
+
+    def run_all_ids(self, ids, mask, types) -> tuple[dict[str, np.ndarray], float]:
+        """Every task of the all-tasks program on one input, in one call; returns outputs, ms."""
+        if self.all_tasks_program() is None:
+            raise BundleError(f"{self.bundle.folder}: no all-tasks program for {self.runtime} "
+                              "(ExecuTorch bundles of several tasks have one); run the tasks "
+                              "one by one")
+        with self.lock:
+            t0 = time.perf_counter()
+            outs = self.impl.run_all(ids, mask, types)
+            self.active = None  # the next single-task run selects its program again
+            return ({t: np.array(o, dtype=np.float32) for t, o in outs.items()},
+                    (time.perf_counter() - t0) * 1000)
+
     def predict(self, task: str, text: str, pair: str | None = None) -> Prediction:
         info = self.bundle.task(task)
         if info.is_pair and pair is None:
@@ -366,6 +407,14 @@ class Engine:
             if info.is_pair and pair is None:
                 raise BundleError(f"task '{info.name}' ({info.kind}) needs two texts; give a "
                                   "second text, or pick one task with --task")
+        program = self.all_tasks_program()
+        same_input = all(i.is_pair == (pair is not None) for i in self.bundle.tasks.values())
+        if program == list(self.bundle.tasks) and same_input:
+            # Every task reads the same token ids: one call of the all-tasks program.
+            ids, mask, types = self.tokenizer(text, pair)
+            outs, ms = self.run_all_ids(ids, mask, types)
+            return [make_prediction(self.bundle.tasks[t], outs[t], ids.shape[1], ms, 0.0)
+                    for t in program]
         return [self.predict(name, text, pair if info.is_pair else None)
                 for name, info in self.bundle.tasks.items()]
 

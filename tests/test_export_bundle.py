@@ -86,6 +86,38 @@ def test_executorch_fp32_parity(et_fp32, tiny_pal_run):
             assert r["max_abs_diff"] < 1e-4
 
 
+@pytest.mark.slow
+def test_all_tasks_program_matches_each_task(et_fp32, tiny_pal_run, tiny_data, tmp_path):
+    model, _, _ = load_model(resolve_model_dir(tiny_pal_run))
+    m = json.loads((et_fp32 / "manifest.json").read_text())
+    program = m["runtimes"]["executorch"]["all_tasks"]
+    assert program == {"file": "executorch/_all_tasks.pte", "tasks": ["sst", "sts"]}
+    assert "executorch/_all_tasks.pte" in m["files"]
+    assert "all_tasks" not in m["runtimes"]["onnxruntime"]
+    engine = Engine(load_bundle(et_fp32), "executorch")
+    ids, mask, types = engine.tokenizer("the movie was good", "a man is running")
+    outs, _ = engine.run_all_ids(ids, mask, types)
+    tensors = [torch.from_numpy(x) for x in (ids, mask, types)]
+    for task in ("sst", "sts"):
+        np.testing.assert_allclose(outs[task], reference_outputs(model, task, *tensors)[0].numpy(),
+                                   atol=1e-4)
+    verify = json.loads((et_fp32 / "verify.json").read_text())
+    checked = verify["runtimes"]["executorch"]["all_tasks_program"]["tasks"]
+    assert set(checked) == {"sst", "sts"} and all(r["max_abs_diff"] < 1e-4 for r in checked.values())
+    # Mixed single/pair tasks read different inputs: predict_all runs them one by one.
+    assert [p.task for p in engine.predict_all("good", "fine")] == ["sst", "sts"]
+    with pytest.raises(BundleError, match="no all-tasks program for onnxruntime"):
+        Engine(load_bundle(et_fp32), "onnxruntime").run_all_ids(ids, mask, types)
+    # Replacing a task the program holds drops the program instead of leaving it stale.
+    bundle = tmp_path / "replaced"
+    shutil.copytree(et_fp32, bundle)
+    add_adapter(tiny_pal_run, "sst", bundle, replace=True, data_dir=tiny_data, **QUIET)
+    b = load_bundle(bundle)
+    assert "all_tasks" not in b.manifest["runtimes"]["executorch"]
+    assert not (bundle / "executorch/_all_tasks.pte").exists()
+    assert Engine(b, "executorch").all_tasks_program() is None
+
+
 def test_swapping_gives_each_task_its_own_result(onnx_fp32, tiny_pal_run):
     model, _, _ = load_model(resolve_model_dir(tiny_pal_run))
     engine = Engine(load_bundle(onnx_fp32), "onnxruntime")
@@ -412,3 +444,21 @@ def test_executorch_reexport_is_byte_identical(android_int8, tiny_pal_run, tiny_
     export_run(tiny_pal_run, again, target="android", quant="int8", tasks=["quora"],
                data_dir=tiny_data, min_agreement=0.0, **QUIET)
     assert files_of(again) == files_of(android_int8)
+
+
+@pytest.mark.slow
+def test_bench_worker_runs_the_all_tasks_program(et_fp32, tiny_pal_run, tmp_path):
+    from bench.run import discover, run_worker
+
+    subjects, _, notes = discover([et_fp32], [tiny_pal_run], ["executorch"], [], tmp_path)
+    (pal,) = subjects
+    assert pal.all_tasks is not None and not notes
+    assert pal.sizes["all_tasks_program_bytes"] == (et_fp32 / "executorch/_all_tasks.pte").stat().st_size
+    spec = {"threads": 1, "seq_len": 16, "subject": pal.worker_subject()}
+    lat = run_worker({**spec, "mode": "latency", "configs": ["task:sst", "all_tasks"],
+                      "warmup": 1, "runs": 3, "min_seconds": 0.0, "max_seconds": 1.0}, 120)
+    rows = {r["config"]: r for r in lat["rows"]}
+    assert rows["all_tasks"]["all_tasks_mode"] == "program" and rows["all_tasks"]["p50_ms"] > 0
+    loaded = run_worker({**spec, "mode": "load_program"}, 120)
+    assert loaded["output_shapes"] == [[1, 5], [1, 1]]  # sst logits, sts score
+    assert loaded["peak_rss"] >= loaded["rss_after_import"] > 0

@@ -84,13 +84,14 @@ def test_task_gradients_stay_in_that_task():
 
 
 def test_forward_all_matches_per_task_forward():
-    for layers in ("all", "top"):
-        model = pal_model(layers)
+    # forward_all batches the tasks (a padded row included); each slice must be that task alone.
+    shared = PalBert(tiny_trunk(4), TASKS, None).eval()
+    for model in (pal_model("all"), pal_model("top"), pal_model("bottom"), shared):
         ids, mask, types = inputs()
         with torch.no_grad():
             together = model.forward_all(ids, mask, types)
             for t in ("sst", "quora", "sts"):
-                assert torch.allclose(together[t], model(ids, mask, types, task=t), atol=1e-6)
+                assert torch.allclose(together[t], model(ids, mask, types, task=t), atol=1e-5)
 
 
 def test_top_half_pals_leave_bottom_half_shared():

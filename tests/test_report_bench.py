@@ -142,6 +142,19 @@ def test_report_headline_numbers_are_right_and_traceable(inputs, tmp_path: Path)
     assert report["targets"]["all_tasks_ratio_top_half"]["met"] is True
 
 
+def test_memory_ratio_prefers_the_all_tasks_program(tmp_path: Path):
+    data = host_bench(tmp_path)
+    data["subjects"]["pal/executorch"]["memory_rss_bytes"]["model_all_tasks_program"] = 31_500_000
+    host = tmp_path / "host.json"
+    host.write_text(json.dumps(data))
+    build_report([host], [], tmp_path / "r", tmp_path / "summary.json")
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert math.isclose(summary["memory_ratio_all_vs_one"], 31.5 / 30)
+    assert summary["sources"]["memory_ratio_all_vs_one"][0].endswith(
+        "memory:pal/executorch:model_all_tasks_program")
+    assert f"| {31_500_000 / 2**20:.2f} | 1.05 |" in (tmp_path / "r" / "report.md").read_text()
+
+
 def test_report_targets_and_charts_and_labels(inputs, tmp_path: Path):
     host, dev = inputs
     out = tmp_path / "r2"

@@ -187,8 +187,9 @@ class PalBert(nn.Module):
         return emb.dropout(emb.LayerNorm(h))
 
     def layer(self, index: int, h: torch.Tensor, mask: torch.Tensor,
-              task: str | None) -> torch.Tensor:
-        """One BERT layer, plus the task's PAL in parallel when this layer is adapted."""
+              task: str | list[str] | None) -> torch.Tensor:
+        """One BERT layer, plus the task's PAL in parallel when this layer is adapted. `task` may
+        list one task per equal slice of the batch (forward_all runs every task as one batch)."""
         block = self.trunk.encoder.layer[index]
         attn = block.attention
         cfg = self.trunk.config
@@ -198,8 +199,12 @@ class PalBert(nn.Module):
         a = attn.output.LayerNorm(attn.output.dropout(attn.output.dense(ctx)) + h)
         ffn = block.output.dropout(block.output.dense(ACT2FN[cfg.hidden_act](
             block.intermediate.dense(a))))
-        if task is not None and task in self.adapters and self.adapted(index):
-            ffn = ffn + self.adapters[task](index, h, mask)
+        if task is not None and self.adapted(index):
+            if isinstance(task, list):
+                slices = zip(task, h.chunk(len(task)), mask.chunk(len(task)))
+                ffn = ffn + torch.cat([self.adapters[t](index, x, m) for t, x, m in slices])
+            elif task in self.adapters:
+                ffn = ffn + self.adapters[task](index, h, mask)
         return block.output.LayerNorm(ffn + a)
 
     def adapted(self, index: int) -> bool:
@@ -225,19 +230,21 @@ class PalBert(nn.Module):
 
     def forward_all(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                     token_type_ids: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Every task on one input; the layers below the first PAL run once for all tasks."""
+        """Every task on one input. The layers below the first PAL run once for all tasks; above
+        it the tasks run as one batch (slice t is task t), so the trunk's weights are read once
+        per layer and its matrix multiplies get T times the rows."""
         mask = additive_mask(attention_mask, self.trunk.embeddings.word_embeddings.weight.dtype)
-        shared = self.embed(input_ids, token_type_ids)
+        h = self.embed(input_ids, token_type_ids)
         split_at = self.first_adapted_layer()
         for i in range(split_at):
-            shared = self.layer(i, shared, mask, None)
-        out = {}
-        for task in self.tasks:
-            h = shared
-            for i in range(split_at, len(self.trunk.encoder.layer)):
-                h = self.layer(i, h, mask, task)
-            out[task] = self.head(task, h)
-        return out
+            h = self.layer(i, h, mask, None)
+        names = list(self.tasks)
+        if split_at == len(self.trunk.encoder.layer):  # no PALs: every task reads the same state
+            return {t: self.head(t, h) for t in names}
+        h, mask = h.repeat(len(names), 1, 1), mask.repeat(len(names), 1, 1, 1)
+        for i in range(split_at, len(self.trunk.encoder.layer)):
+            h = self.layer(i, h, mask, names)
+        return {t: self.head(t, x) for t, x in zip(names, h.chunk(len(names)))}
 
     # ---- bookkeeping ---------------------------------------------------------------------
 

@@ -5,11 +5,14 @@ model or the training loop knows task names.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 # The three kinds the model knows how to head and score.
 TASK_KINDS = ("single_classification", "pair_classification", "pair_regression")
+# Task names become folder and file names (run dirs, bundles, the app's menu).
+TASK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,9 @@ class TaskSpec:
 
     def __post_init__(self) -> None:
         where = f"task '{self.name}'"
+        if not TASK_NAME.fullmatch(self.name):
+            raise ValueError(f"{where}: a name is 1-64 letters, digits, '_' or '-', starting "
+                             "with a letter or digit")
         if self.kind not in TASK_KINDS:
             raise ValueError(f"{where}: kind '{self.kind}' is not one of {', '.join(TASK_KINDS)}")
         want_texts = 1 if self.kind == "single_classification" else 2
