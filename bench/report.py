@@ -242,6 +242,13 @@ def headline(data: dict[str, Any], prefix: str, m: Measurements) -> tuple[dict[s
             all_id = f"{prefix}latency:{n}:all_tasks:t{threads}:s{seq}:p50_ms"
             out[key] = _ratio(m.get(all_id), one)
             src[key] = [all_id, *one_ids]
+            flops = {r["config"]: r.get("matmul_flops") for r in data["results"]
+                     if r.get("subject") == n and r["threads"] == threads and r["seq_len"] == seq}
+            one_flops = [flops.get(f"task:{t}") for t in subs[n]["tasks"]]
+            if flops.get("all_tasks") and all(one_flops):
+                notes.append(f"{key}: all tasks take {flops['all_tasks'] / statistics.fmean(one_flops):.2f}"
+                             "x one task's matrix-multiply FLOPs, the floor of this ratio when "
+                             "inference is compute-bound")
             mode = (m.items.get(all_id) or {}).get("all_tasks_mode")
             if mode == "sequential":
                 notes.append(f"{key}: {n} offers no all-tasks program; its tasks ran one after "

@@ -129,6 +129,8 @@ def test_report_headline_numbers_are_right_and_traceable(inputs, tmp_path: Path)
     assert math.isclose(summary["all_tasks_ratio_top_half"], 20.0 / 12.5)
     assert summary["swap_ms"] == 4.0
     assert math.isclose(summary["memory_ratio_all_vs_one"], 33 / 30)
+    # the fake rows give all tasks the same FLOPs as one: the floor is said next to the ratio
+    assert any(n.startswith("all_tasks_ratio_all_layers: all tasks take 1.00x") for n in summary["notes"])
     assert math.isclose(summary["accuracy_avg_pal_int8"], 69.0)
     assert math.isclose(summary["accuracy_avg_separate_fp32"], 69.8)
     assert math.isclose(summary["accuracy_drop_int8_vs_fp32"], 0.4)
