@@ -333,6 +333,15 @@ def evaluate_accuracy(subjects: list[Subject], runs: list[Path], data_dir: Path,
             except Exception as e:
                 notes.append(f"fp32 accuracy of {run} on {split} failed: {e}".splitlines()[0])
                 continue
+            # Compare like with like: a run that also holds tasks no benchmarked bundle has
+            # (e.g. one added later with add-task) is averaged over the bundled tasks only.
+            bundled = {t for s in subjects for t, info in s.models.items()
+                       if Path(run).resolve() in Path(info.model_dir).resolve().parents}
+            extra = set(r.get("tasks", [])) - bundled
+            if bundled and extra and all(t in BUILTIN_TASKS for t in bundled):
+                r["avg"] = average_score([BUILTIN_TASKS[t] for t in sorted(bundled)], r)
+                notes.append(f"fp32 accuracy of {run}: avg over the benchmarked tasks "
+                             f"{sorted(bundled)}, not {sorted(extra)}")
             acc.setdefault(f"fp32:{Path(run).name}", {})[split] = {
                 k: v for k, v in r.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
             acc[f"fp32:{Path(run).name}"]["run"] = str(run)
