@@ -228,16 +228,17 @@ def headline(data: dict[str, Any], prefix: str, m: Measurements) -> tuple[dict[s
         else:
             notes.append(f"size ratios: no separate int8 models on {s['runtime']} were measured")
         # all tasks on one input vs one task
-        for key, names in (("all_tasks_ratio_all_layers", [pal]),
+        for key, names in (("all_tasks_ratio_all_layers", all_layer),
                            ("all_tasks_ratio_top_half", top_half)):
-            cand = [n for n in names if n in subs]
-            if key == "all_tasks_ratio_top_half" and cand:
-                cand = [fastest(cand)[0] or cand[0]]
+            # A runtime with an all-tasks program is how a user runs every task; without one
+            # the tasks run one after the other.
+            cand = [n for n in names if subs[n].get("all_tasks_program")] or names
             if not cand:
                 notes.append(f"{key}: no {'top-half' if 'top' in key else 'all-layer'} PAL bundle "
                              "was benchmarked")
                 continue
-            n = cand[0]
+            n = fastest(cand)[0] or cand[0]
+            notes.append(f"{key}: subject {n}")
             one, one_ids = _task_p50(m, prefix, n, subs[n]["tasks"], threads, seq)
             all_id = f"{prefix}latency:{n}:all_tasks:t{threads}:s{seq}:p50_ms"
             out[key] = _ratio(m.get(all_id), one)

@@ -191,7 +191,7 @@ def discover(bundles: list[Path], runs: list[Path], runtimes: list[str], peers: 
                 label=f"{Path(bundle).name} ({rt}, {_precision(manifest)})", tasks=tasks,
                 models={t: info for t in task_names} if info else {}, sizes=sizes,
                 vocab_size=vocab, all_tasks=all_tasks, pal_layers=str(pal_layers),
-                extra={"bundle": str(bundle), "quantization": manifest.get("quantization")}))
+                extra={"bundle_dir": str(bundle), "quantization": manifest.get("quantization")}))
     for (rt, prec), group in singles.items():
         sizes = {"trunk_bytes": {t: s["trunk_bytes"] for t, (_, s) in group.items()},
                  "adapter_bytes": {t: s["adapter_bytes"][t] for t, (_, s) in group.items()}}
@@ -371,7 +371,8 @@ def bench(bundles: list[Path], runs: list[Path], out: Path, *, runtimes: list[st
         "command": ["python", "cli.py", *sys.argv[1:]] if sys.argv[0].endswith("cli.py") else None,
         "settings": {"threads": threads, "seq_lens": seq_lens, "warmup": warmup,
                      "min_runs": min_runs, "min_seconds": min_seconds, "max_seconds": max_seconds,
-                     "isolation": "one process per (subject, threads, seq_len) for latency, one "
+                     "isolation": "one process per (subject, threads, seq_len) for latency (its "
+                                  "configurations timed in interleaved rounds), one "
                                   "per subject for load/swap/memory, one per thread count for "
                                   "the ceiling",
                      "input": "synthetic, every token attended, pair layout (types 0 then 1)"},
@@ -464,11 +465,14 @@ def bench(bundles: list[Path], runs: list[Path], out: Path, *, runtimes: list[st
                                             "data_dir": str(data_dir)}
     data["finished_s"] = time.time() - started
     data["machine"]["load_avg_1min_at_end"] = os.getloadavg()[0]
+    out.parent.mkdir(parents=True, exist_ok=True)
     try:
         validate(data)
-    except ValueError as e:  # a bug here, not the user's input
-        raise BenchFileError(f"bench produced an invalid file ({e})") from None
-    out.parent.mkdir(parents=True, exist_ok=True)
+    except ValueError as e:  # a bug here, not the user's input; keep the measurements anyway
+        kept = out.with_name(out.stem + ".invalid.json")
+        kept.write_text(json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
+        raise BenchFileError(f"bench produced an invalid file ({e}); the measurements are in "
+                             f"{kept} (please report this)") from None
     out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     log(f"wrote {out} in {data['finished_s']:.0f} s")
     return data

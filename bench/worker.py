@@ -16,7 +16,9 @@ with SOURCE one of
 The spec adds "mode": "latency" (with "threads", "seq_len", "configs", "warmup", "runs",
 "min_seconds", "max_seconds"), "load" (with "threads"), "load_program" (the all-tasks program
 alone, with "threads"), or "ceiling" (with "threads").
-Timings are wall-clock around the runtime's Python call (perf_counter_ns), batch 1.
+Timings are wall-clock around the runtime's Python call (perf_counter_ns), batch 1; the
+configurations of one latency process are timed in interleaved rounds (one call of each per
+round).
 """
 from __future__ import annotations
 
@@ -256,17 +258,25 @@ def measure_program_load(spec: dict[str, Any]) -> dict[str, Any]:
             "peak_rss": peak_rss_bytes(), "output_shapes": shapes}
 
 
-def time_calls(fn, warmup: int, runs: int, min_seconds: float, max_seconds: float) -> list[float]:
-    for _ in range(warmup):
-        fn()
-    samples: list[float] = []
+def time_interleaved(fns: dict[str, Any], warmup: int, runs: int, min_seconds: float,
+                     max_seconds: float) -> dict[str, list[float]]:
+    """Milliseconds per call of each function, timed in rounds (one call of each per round), so
+    that a slow spell of a shared machine lands on every configuration alike and ratios between
+    them hold. Stops once each has `runs` samples and `min_seconds` have passed, or at
+    `max_seconds` per configuration."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    samples: dict[str, list[float]] = {name: [] for name in fns}
     start = time.perf_counter()
     while True:
-        t0 = time.perf_counter_ns()
-        fn()
-        samples.append((time.perf_counter_ns() - t0) / 1e6)
+        for name, fn in fns.items():
+            t0 = time.perf_counter_ns()
+            fn()
+            samples[name].append((time.perf_counter_ns() - t0) / 1e6)
         elapsed = time.perf_counter() - start
-        if (len(samples) >= runs and elapsed >= min_seconds) or elapsed >= max_seconds:
+        enough = min(len(v) for v in samples.values()) >= runs and elapsed >= min_seconds
+        if enough or elapsed >= max_seconds * len(fns):
             return samples
 
 
@@ -280,7 +290,8 @@ def measure_latency(spec: dict[str, Any]) -> dict[str, Any]:
     if has_program:
         runner.load("__all__", subject["all_tasks"])
     x = synthetic_input(spec["seq_len"], subject["vocab_size"])
-    rows = []
+    rows: dict[str, dict[str, Any]] = {}
+    fns = {}
     for config in spec["configs"]:
         row: dict[str, Any] = {"config": config}
         if config == "all_tasks":
@@ -298,16 +309,20 @@ def measure_latency(spec: dict[str, Any]) -> dict[str, Any]:
                 return runner.run(task, x)
         try:
             _sane(fn() if config != "all_tasks" or has_program else fn()[0])
-            samples = time_calls(fn, spec.get("warmup", 3), spec.get("runs", 20),
-                                 spec.get("min_seconds", 0.5), spec.get("max_seconds", 10.0))
-            row.update(p50_ms=percentile(samples, 50), p90_ms=percentile(samples, 90),
-                       mean_ms=sum(samples) / len(samples), min_ms=min(samples),
-                       runs=len(samples))
+            fns[config] = fn
         except Exception as e:  # one refused configuration must not hide the others
             row.update(p50_ms=None, p90_ms=None, runs=0,
                        error=f"{type(e).__name__}: {e}".splitlines()[0][:300])
-        rows.append(row)
-    return {"rows": rows}
+        rows[config] = row
+    if fns:
+        timed = time_interleaved(fns, spec.get("warmup", 3), spec.get("runs", 20),
+                                 spec.get("min_seconds", 0.5), spec.get("max_seconds", 10.0))
+        for config, samples in timed.items():
+            rows[config].update(p50_ms=percentile(samples, 50), p90_ms=percentile(samples, 90),
+                                mean_ms=sum(samples) / len(samples), min_ms=min(samples),
+                                runs=len(samples))
+    return {"rows": list(rows.values()), "timing": "interleaved rounds: one call of each "
+            "configuration per round"}
 
 
 def main(argv: list[str]) -> int:

@@ -462,3 +462,27 @@ def test_bench_worker_runs_the_all_tasks_program(et_fp32, tiny_pal_run, tmp_path
     loaded = run_worker({**spec, "mode": "load_program"}, 120)
     assert loaded["output_shapes"] == [[1, 5], [1, 1]]  # sst logits, sts score
     assert loaded["peak_rss"] >= loaded["rss_after_import"] > 0
+
+
+@pytest.mark.slow
+def test_bench_and_report_on_a_pal_bundle(et_fp32, tiny_pal_run, tiny_data, tmp_path):
+    from bench.report import build_report
+    from bench.run import bench
+    from bench.schema import load_bench_file
+
+    out = tmp_path / "bench.json"
+    bench([et_fp32], [tiny_pal_run], out, runtimes=["executorch", "onnxruntime"], peers=[],
+          threads=[1], seq_lens=[8], warmup=0, min_runs=2, min_seconds=0.0, max_seconds=0.5,
+          accuracy=True, splits=["dev"], data_dir=tiny_data, max_examples=4, work=tmp_path / "w",
+          ceiling=False)
+    data = load_bench_file(out)
+    et = data["subjects"]["et-fp32/executorch"]
+    assert et["bundle"]["all_tasks_program_bytes"] > 0 and et["all_tasks_program"]
+    assert et["memory_rss_bytes"]["model_all_tasks_program"] > 0
+    assert et["bundle_dir"] == str(et_fp32)
+    rows = {(r["subject"], r["config"]): r for r in data["results"]}
+    assert rows[("et-fp32/executorch", "all_tasks")]["all_tasks_mode"] == "program"
+    assert rows[("et-fp32/onnxruntime", "all_tasks")]["all_tasks_mode"] == "sequential"
+    assert set(data["accuracy"]) == {"et-fp32/executorch", "et-fp32/onnxruntime", "fp32:pals"}
+    summary = build_report([out], [], tmp_path / "r", tmp_path / "summary.json")["summary"]
+    assert summary["all_tasks_ratio_all_layers"] > 0 and summary["memory_ratio_all_vs_one"] > 0
