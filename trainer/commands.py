@@ -52,8 +52,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add("--weight-decay", type=float, help="AdamW weight decay (default 0.01)")
     add("--warmup-ratio", type=float, help="fraction of steps of linear warmup (default 0.1)")
     add("--max-len", type=int, help="max tokens per sequence (default 64 quick, 128 paper)")
-    add("--sts-loss", choices=STS_LOSSES, help="regression loss: mse on the score (default) or "
-        "bce on score/5; both squash the output into the score range")
+    add("--sts-loss", choices=STS_LOSSES, help="regression loss: mse on the score (default: "
+        "higher STS-B Pearson than bce in the measured runs, see README) or bce on score/5; "
+        "both squash the output into the score range")
     add("--seed", type=int, help="seed for init, data order and dropout (default 0)")
     add("--out", help="run directory (default runs/default)")
     add("--data-dir", help=f"folder with sst/, quora/, sts/ (default ${DATA_DIR_ENV}, then "
