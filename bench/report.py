@@ -267,8 +267,9 @@ def headline(data: dict[str, Any], prefix: str, m: Measurements) -> tuple[dict[s
             all_id = f"{prefix}memory:{pal}:model_all_tasks"
         out["memory_ratio_all_vs_one"] = _ratio(m.get(all_id), m.get(one_id))
         src["memory_ratio_all_vs_one"] = [all_id, one_id]
-        notes.append("memory ratio on peak RSS above the process's RSS after imports (the "
-                     "model's own memory; the Python/torch baseline would flatter the ratio)")
+        notes.append("memory ratio on RSS after loading and one run, above the process's RSS "
+                     "after imports (the model's own memory; the Python/torch baseline would "
+                     "flatter the ratio)")
     # accuracy, in points (0-100): prefer test, else dev
     accuracy = data.get("accuracy") or {}
     split = "test" if any(isinstance(v, dict) and "test" in v for v in accuracy.values()) else "dev"
@@ -618,7 +619,8 @@ def render_markdown(report: dict[str, Any], hosts, devices, m: Measurements) -> 
                 ", ".join(f"{t} model {v / MiB:.1f} MiB" for t, v in (b.get("per_model_bytes") or {}).items())
             lines.append(f"| {sub.get('label', name)} | {sub.get('runtime')} | {sub.get('precision')} | "
                          f"{trunk_s} | {ad} | {_fmt((b.get('total_bytes') or 0) / MiB)} |")
-        lines += ["", f"## Latency ({label}, batch 1, fresh process per subject/threads/length)", "",
+        lines += ["", f"## Latency ({label}, batch 1, fresh process per subject/threads/length, "
+                  "its configurations timed in interleaved rounds)", "",
                   "| subject | config | threads | tokens | p50 ms | p90 ms | runs | note |",
                   "|---|---|---:|---:|---:|---:|---:|---|"]
         for row in data["results"]:

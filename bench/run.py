@@ -415,8 +415,10 @@ def bench(bundles: list[Path], runs: list[Path], out: Path, *, runtimes: list[st
                 "one_task": load["rss_one_task"], "all_tasks": load["rss_all_tasks"],
                 "peak_one_task": load["peak_rss_one_task"],
                 "peak_all_tasks": load["peak_rss_all_tasks"],
-                "model_one_task": load["peak_rss_one_task"] - base,
-                "model_all_tasks": load["peak_rss_all_tasks"] - base}
+                # Current RSS, not the peak: on Linux a forked worker's ru_maxrss starts at the
+                # parent's peak, so it would measure this bench process, not the model.
+                "model_one_task": load["rss_one_task"] - base,
+                "model_all_tasks": load["rss_all_tasks"] - base}
             entry["load_detail"] = load
         if s.all_tasks is not None and "error" not in entry:
             # Every task resident the cheap way: the one program holding the trunk once.
@@ -428,7 +430,7 @@ def bench(bundles: list[Path], runs: list[Path], out: Path, *, runtimes: list[st
             else:
                 entry["all_tasks_program_load_ms"] = prog["load_ms"]
                 entry["memory_rss_bytes"]["model_all_tasks_program"] = \
-                    prog["peak_rss"] - prog["rss_after_import"]
+                    prog["rss"] - prog["rss_after_import"]
         progress(f"{s.name}: load {entry.get('load_ms', {}).get(s.runtime, float('nan')):.1f} ms"
                  + (f", error: {entry['error']}" if "error" in entry else ""))
         data["subjects"][s.name] = entry
