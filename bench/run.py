@@ -340,8 +340,10 @@ def evaluate_accuracy(subjects: list[Subject], runs: list[Path], data_dir: Path,
             extra = set(r.get("tasks", [])) - bundled
             if bundled and extra and all(t in BUILTIN_TASKS for t in bundled):
                 r["avg"] = average_score([BUILTIN_TASKS[t] for t in sorted(bundled)], r)
-                notes.append(f"fp32 accuracy of {run}: avg over the benchmarked tasks "
-                             f"{sorted(bundled)}, not {sorted(extra)}")
+                note = (f"fp32 accuracy of {run}: avg over the benchmarked tasks "
+                        f"{sorted(bundled)}, not {sorted(extra)}")
+                if note not in notes:  # once, not once per split
+                    notes.append(note)
             acc.setdefault(f"fp32:{Path(run).name}", {})[split] = {
                 k: v for k, v in r.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
             acc[f"fp32:{Path(run).name}"]["run"] = str(run)
