@@ -1,0 +1,310 @@
+"""manifest.json, the bundle's contract (export/BUNDLE.md), as typed dataclasses.
+
+This module is the only code that reads or writes manifest.json, and the one place that checks
+its format name and version:
+
+    manifest = read_manifest(folder)          # a Manifest, or a one-line BundleError
+    manifest.task("sst").files["executorch"]  # "executorch/sst.pte"
+    manifest.files_for(["onnxruntime"], ["sst"])  # {relative path: what needs it}
+    write_manifest(folder, manifest)          # atomic, keys sorted: same manifest, same bytes
+
+Reading is strict: a missing or unknown key is refused (re-export the bundle), so a Manifest in
+memory always round-trips to the same file.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import MISSING, asdict, dataclass, fields
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from trainer.errors import PalkitError
+from trainer.fileio import write_json
+
+FORMAT = "palkit-bundle"
+VERSION = 1
+MANIFEST_FILE = "manifest.json"
+RUNTIMES = ("executorch", "onnxruntime")
+TASK_KINDS = ("single_classification", "pair_classification", "pair_regression")
+# The fixed inputs and output every program and graph of format version 1 has.
+IO = {"inputs": [{"name": n, "dtype": "int64", "shape": [1, "seq"]}
+                 for n in ("input_ids", "attention_mask", "token_type_ids")],
+      "outputs": [{"name": "logits", "dtype": "float32", "shape": [1, "num_outputs"]}]}
+
+
+class BundleError(PalkitError, ValueError):
+    """A bundle is missing, corrupt, foreign or cannot run this input."""
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    sha256: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class TaskEntry:
+    name: str
+    kind: str
+    labels: list[str] | None
+    score_range: list[float] | None
+    metric: str
+    num_outputs: int
+    trunk_sha256: str
+    files: dict[str, str]           # runtime -> relative path of the task's file
+    spec: dict[str, Any]            # the training TaskSpec (TaskSpec.from_dict reads it)
+
+    @property
+    def is_pair(self) -> bool:
+        return self.kind != "single_classification"
+
+    @property
+    def is_regression(self) -> bool:
+        return self.kind == "pair_regression"
+
+
+@dataclass(frozen=True)
+class AllTasksProgram:
+    file: str
+    tasks: list[str]
+
+
+@dataclass(frozen=True)
+class ExecuTorchSection:
+    version: str
+    torch: str
+    backend: str
+    trunk_data: str
+    seq_len: dict[str, Any]
+    non_delegated_ops: list[str] | None
+    all_tasks: AllTasksProgram | None = None    # written only when present
+
+    trunk_key = "trunk_data"
+
+
+@dataclass(frozen=True)
+class OnnxRuntimeSection:
+    version: str
+    opset: int
+    trunk_model: str
+    output_columns: int
+    adapter_inputs: list[str] | None
+    fusions: dict[str, int] | None
+
+    trunk_key = "trunk_model"
+
+
+@dataclass(frozen=True)
+class Trunk:
+    sha256: str
+    base_model: str | None
+    hidden_size: int
+    num_layers: int
+    pal: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class TokenizerSettings:
+    vocab_file: str
+    lowercase: bool
+    strip_accents: bool
+    max_length: int
+    cls_token: str
+    sep_token: str
+    pad_token: str
+    unk_token: str
+    mask_token: str
+    max_input_chars_per_word: int
+
+
+@dataclass(frozen=True)
+class Manifest:
+    palkit_version: str
+    trunk: Trunk
+    tokenizer: TokenizerSettings
+    quantization: dict[str, Any]     # {"scheme": "int8"|"fp32", "details": free text per runtime}
+    runtimes: dict[str, ExecuTorchSection | OnnxRuntimeSection]
+    tasks: list[TaskEntry]
+    files: dict[str, FileEntry]      # every file of the bundle: size and SHA-256
+    io: dict[str, Any]               # IO: the inputs and output of every program
+
+    @property
+    def runtime_names(self) -> list[str]:
+        """The runtimes this bundle has, in RUNTIMES order (executorch first)."""
+        return [r for r in RUNTIMES if r in self.runtimes]
+
+    @property
+    def task_names(self) -> list[str]:
+        return [t.name for t in self.tasks]
+
+    @property
+    def int8(self) -> bool:
+        return self.quantization["scheme"] == "int8"
+
+    def task(self, name: str) -> TaskEntry:
+        for t in self.tasks:
+            if t.name == name:
+                return t
+        raise BundleError(f"no task '{name}' (it has: {', '.join(self.task_names)})")
+
+    def all_tasks(self, runtime: str) -> AllTasksProgram | None:
+        # Only ExecuTorch bundles have an all-tasks program.
+        return getattr(self.runtimes.get(runtime), "all_tasks", None)
+
+    def trunk_file(self, runtime: str) -> str:
+        section = self.runtimes[runtime]
+        return getattr(section, section.trunk_key)
+
+    def files_for(self, runtimes: list[str] | None = None,
+                  tasks: list[str] | None = None) -> dict[str, str]:
+        """Relative paths a reader of these runtimes and tasks loads (None: all), each with what
+        needs it. The all-tasks program is included when every task is asked for."""
+        runtimes = self.runtime_names if runtimes is None else runtimes
+        wanted = self.task_names if tasks is None else tasks
+        needed = {self.tokenizer.vocab_file: "tokenizer"}
+        for r in runtimes:
+            needed[self.trunk_file(r)] = f"runtimes.{r}"
+            program = self.all_tasks(r)
+            if program is not None and tasks is None:
+                needed[program.file] = f"runtimes.{r}.all_tasks"
+            for name in wanted:
+                needed[self.task(name).files[r]] = f"task '{name}'"
+        return needed
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for section in d["runtimes"].values():
+            if "all_tasks" in section and section["all_tasks"] is None:
+                del section["all_tasks"]
+        return {"format": FORMAT, "version": VERSION, **d}
+
+
+# ---- reading ---------------------------------------------------------------------------------
+
+def _keys(cls, data: Any, where: str, key: str) -> dict[str, Any]:
+    """`data` as the keyword arguments of dataclass `cls`, refusing missing and unknown keys."""
+    if not isinstance(data, dict):
+        raise BundleError(f"{where}: '{key}' is not an object; re-export the bundle")
+    names = {f.name for f in fields(cls)}
+    required = {f.name for f in fields(cls)
+                if f.default is MISSING and f.default_factory is MISSING}
+    missing, unknown = sorted(required - set(data)), sorted(set(data) - names)
+    if missing or unknown:
+        what = f"lacks {missing}" if missing else f"has unknown keys {unknown}"
+        raise BundleError(f"{where}: '{key}' {what}; re-export the bundle with this palkit")
+    return data
+
+
+def _build(cls, data: Any, where: str, key: str):
+    return cls(**_keys(cls, data, where, key))
+
+
+def manifest_from_dict(m: Any, where: str) -> Manifest:
+    """Check format and version, then build the typed manifest and check its cross-references."""
+    if not isinstance(m, dict) or m.get("format") != FORMAT:
+        found = m.get("format") if isinstance(m, dict) else None
+        raise BundleError(f"{where}: not a palkit bundle manifest (format {found!r})")
+    if m.get("version") != VERSION:
+        raise BundleError(f"{where}: bundle version {m.get('version')!r} is not supported "
+                          f"(this palkit reads version {VERSION}); re-export with this palkit")
+    body = _keys(Manifest, {k: v for k, v in m.items() if k not in ("format", "version")},
+                 where, "manifest")
+    built = Manifest(
+        palkit_version=body["palkit_version"],
+        trunk=_build(Trunk, body["trunk"], where, "trunk"),
+        tokenizer=_build(TokenizerSettings, body["tokenizer"], where, "tokenizer"),
+        quantization=_object(body["quantization"], where, "quantization"),
+        runtimes=_build_runtimes(body["runtimes"], where),
+        tasks=[_build(TaskEntry, t, where, "tasks[]") for t in _list(body["tasks"], where)],
+        files={rel: _build(FileEntry, e, where, f"files.{rel}")
+               for rel, e in _object(body["files"], where, "files").items()},
+        io=_object(body["io"], where, "io"))
+    check_manifest(built, where)
+    return built
+
+
+def _list(value: Any, where: str) -> list:
+    if not isinstance(value, list):
+        raise BundleError(f"{where}: 'tasks' is not a list; re-export the bundle")
+    return value
+
+
+def _object(value: Any, where: str, key: str) -> dict:
+    if not isinstance(value, dict):
+        raise BundleError(f"{where}: '{key}' is not an object; re-export the bundle")
+    return value
+
+
+def _build_runtimes(raw: Any, where: str) -> dict[str, ExecuTorchSection | OnnxRuntimeSection]:
+    raw = _object(raw, where, "runtimes")
+    unknown = sorted(set(raw) - set(RUNTIMES))
+    if unknown:
+        raise BundleError(f"{where}: unknown runtimes {unknown}; re-export the bundle")
+    if not raw:
+        raise BundleError(f"{where}: names no runtime; re-export the bundle")
+    out: dict[str, ExecuTorchSection | OnnxRuntimeSection] = {}
+    if "executorch" in raw:
+        et = dict(_object(raw["executorch"], where, "runtimes.executorch"))
+        if et.get("all_tasks") is not None:
+            et["all_tasks"] = _build(AllTasksProgram, et["all_tasks"], where,
+                                     "runtimes.executorch.all_tasks")
+        out["executorch"] = _build(ExecuTorchSection, et, where, "runtimes.executorch")
+    if "onnxruntime" in raw:
+        out["onnxruntime"] = _build(OnnxRuntimeSection, raw["onnxruntime"], where,
+                                    "runtimes.onnxruntime")
+    return out
+
+
+def check_manifest(m: Manifest, where: str) -> None:
+    """The rules between keys: known task kinds, one trunk, a file per task and runtime."""
+    for t in m.tasks:
+        if t.kind not in TASK_KINDS:
+            raise BundleError(f"{where}: task '{t.name}' has unknown kind '{t.kind}'")
+        if t.trunk_sha256 != m.trunk.sha256:
+            raise BundleError(f"{where}: task '{t.name}' was built against trunk "
+                              f"{str(t.trunk_sha256)[:12]}…, but this bundle's trunk is "
+                              f"{str(m.trunk.sha256)[:12]}…; re-export it with `cli.py export "
+                              f"RUN --adapter {t.name}` from this trunk's run")
+        for r in m.runtime_names:
+            if r not in t.files:
+                raise BundleError(f"{where}: task '{t.name}' has no {r} file")
+    program = m.all_tasks("executorch")
+    if program is not None:
+        unknown = [t for t in program.tasks if t not in m.task_names]
+        if unknown or not program.tasks:
+            raise BundleError(f"{where}: runtimes.executorch.all_tasks names tasks "
+                              f"{unknown or '[]'} that the bundle lacks; re-export the bundle")
+    for rel, owner in m.files_for().items():
+        if rel not in m.files:
+            raise BundleError(f"{where}: {owner} names '{rel}', which is not listed under "
+                              "'files'; re-export the bundle")
+
+
+def read_manifest(folder: str | Path) -> Manifest:
+    """The typed manifest of a bundle folder; every refusal is one BundleError line."""
+    path = Path(folder) / MANIFEST_FILE
+    if not path.is_file():
+        raise BundleError(f"{path}: not found; is {folder} a bundle written by `cli.py export`?")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise BundleError(f"{path}: not valid JSON ({e}); re-export the bundle") from None
+    return manifest_from_dict(data, str(path))
+
+
+def write_manifest(folder: str | Path, manifest: Manifest) -> None:
+    """Write folder/manifest.json atomically (sorted keys, no timestamps: reproducible bytes)."""
+    write_json(Path(folder) / MANIFEST_FILE, manifest.to_dict())
+
+
+def safe_path(folder: Path, rel: Any, where: str) -> Path:
+    """A manifest path: relative, '/'-separated, no '..', inside the folder."""
+    if not isinstance(rel, str) or not rel or "\\" in rel:
+        raise BundleError(f"{folder / MANIFEST_FILE}: {where} path {rel!r} is not a relative "
+                          "'/' path; re-export the bundle")
+    p = PurePosixPath(rel)
+    full = (folder / Path(*p.parts)).resolve()
+    if p.is_absolute() or ".." in p.parts or folder.resolve() not in full.parents:
+        raise BundleError(f"{folder / MANIFEST_FILE}: {where} path '{rel}' escapes the bundle "
+                          "folder; refusing it (re-export the bundle)")
+    return full
