@@ -3,11 +3,14 @@ from __future__ import annotations
 
 import json
 import math
+import struct
 from pathlib import Path
 
 import pytest
 
-from bench.report import SUMMARY_KEYS, ReportError, build_report
+from bench.headline import SUMMARY_KEYS
+from bench.ingest import ReportError
+from bench.report import build_report
 from bench.schema import BenchFileError, load_bench_file, percentile, validate
 
 TASKS = ("sst", "quora", "sts")
@@ -108,6 +111,13 @@ def inputs(tmp_path: Path) -> tuple[Path, Path]:
     return host, dev
 
 
+def png_size(path: Path) -> tuple[int, int]:
+    """Width and height from a PNG's IHDR chunk."""
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR", path
+    return struct.unpack(">II", head[16:24])
+
+
 def test_percentile_matches_the_apps_interpolation():
     assert percentile([5, 1, 4, 2, 3], 50) == 3.0
     assert math.isclose(percentile([5, 1, 4, 2, 3], 90), 4.6)
@@ -166,10 +176,12 @@ def test_report_targets_and_charts_and_labels(inputs, tmp_path: Path):
     assert targets["all_tasks_ratio_all_layers"]["met"] is True        # 2.15 <= 2.2
     assert targets["latency_ratio_pal_vs_plain"]["met"] is True        # 1.083 <= 1.15
     assert targets["accuracy_gap_pal_int8_vs_separate_fp32"]["met"] is True  # -0.8 >= -1
-    for name in ("sizes.png", "latency.png", "accuracy_vs_size.png"):
-        data = (out / name).read_bytes()
-        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000, name
+    assert report["charts"] == {"headline": "headline.png", "accuracy_vs_size": "accuracy_vs_size.png"}
+    for name in report["charts"].values():
+        width, height = png_size(out / name)
+        assert 800 <= width <= 1600 and 400 <= height <= 1000, (name, width, height)
     md = (out / "report.md").read_text()
+    assert "![headline](headline.png)" in md and "![accuracy_vs_size](accuracy_vs_size.png)" in md
     assert "phone: Google Pixel 8 (Android 14, arm64-v8a)" in md
     assert "host CPU: Test CPU 9000" in md
     assert "## phone: Google Pixel 8" in md
@@ -180,6 +192,22 @@ def test_report_targets_and_charts_and_labels(inputs, tmp_path: Path):
     assert host_items and all(v["machine"].startswith("host CPU:") for v in host_items)
     assert {"Test CPU 9000" in m["label"] or "Pixel 8" in m["label"] for m in saved["machines"]} == {True}
     assert any(c["fraction"] for c in saved["ceiling_fraction"])
+
+
+def test_headline_figure_rows_carry_the_targets(tmp_path: Path):
+    from bench.charts import headline_rows
+    from bench.ingest import Measurements, ingest_host
+
+    data, m = host_bench(tmp_path), Measurements()
+    ingest_host(data, "", "host.json", m)
+    rows = {r.label: r for r in headline_rows(data, "", m)}
+    assert [r.role for r in rows.values()] == ["pal", "pal", "separate", "peer", "peer"]
+    pal, top = rows["pal (executorch, int8)"], rows["top (executorch, int8)"]
+    assert math.isclose(pal.mib, 23_200_000 / 2**20) and pal.one_ms == 13.0 and pal.all_ms == 28.0
+    assert math.isclose(pal.size_target, 0.40 * 66_300_000 / 2**20)  # three separate models
+    assert math.isclose(pal.one_target, 1.15 * 12.0)                   # plain, same runtime
+    assert math.isclose(pal.all_target, 2.2 * 13.0) and math.isclose(top.all_target, 1.7 * 12.5)
+    assert pal.all_program and rows["PyTorch eager fp32"].all_target is None
 
 
 def test_size_target_is_checked_not_asserted(inputs, tmp_path: Path):
@@ -241,6 +269,7 @@ def test_device_file_given_as_host_and_host_as_device(inputs, tmp_path: Path):
         build_report([], [host], tmp_path / "o")
     report = build_report([dev], [], tmp_path / "o2")  # a phone file under --bench is fine
     assert report["summary"]["machine"] is None
+    assert report["charts"] == {} and "## At a glance" not in (tmp_path / "o2" / "report.md").read_text()
 
 
 def test_schema_accepts_the_apps_file_and_a_host_file(tmp_path: Path):

@@ -1,0 +1,255 @@
+"""The report's two figures, each small enough to take in at once (at most 1600 x 1000 px):
+
+- headline.png: bundle size, one-task latency and all-tasks latency of every host subject (PAL
+  bundles, our three separate models, the peers) at the headline's condition, targets drawn in;
+- accuracy_vs_size.png: test (else dev) average of each benchmarked bundle against its size,
+  with the fp32 models in PyTorch and the accuracy target as reference lines.
+
+Both come from the first host file, as the headline does; every figure is also in report.md.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.headline import (TARGETS, Headline, accuracy_split, all_tasks_id, pal_groups,
+                            plain_subjects, reference_condition, size_reference)
+from bench.ingest import MiB, BenchInput, Measurements, machine_label
+
+DPI = 100
+ROLE_COLOR = {"pal": "#c44e52", "separate": "#4c72b0", "peer": "#8c8c8c"}
+ROLE_LEGEND = {"pal": "PAL bundle (one trunk, all tasks)", "separate": "three separate models (ours)",
+               "peer": "peer: three separate models"}
+ROLE_ORDER = ("pal", "separate", "peer")
+RUNTIME_MARKER = {"executorch": ("o", "ExecuTorch"), "onnxruntime": ("s", "ONNX Runtime"),
+                  "torch": ("D", "PyTorch")}
+STYLE = {"font.size": 14, "axes.titlesize": 15, "axes.labelsize": 14, "legend.fontsize": 13,
+         "xtick.labelsize": 13, "ytick.labelsize": 14}
+
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def write_charts(hosts: list[BenchInput], m: Measurements, out: Path) -> dict[str, str]:
+    """The figures written into `out`: name -> file name (none without a host file)."""
+    if not hosts:
+        return {}
+    prefix, data, _ = hosts[0]
+    plt = _plt()
+    charts = {}
+    with plt.rc_context(STYLE):
+        rows = headline_rows(data, prefix, m)
+        if rows:
+            headline_figure(rows, data, out / "headline.png")
+            charts["headline"] = "headline.png"
+        points, lines = accuracy_points(data, prefix, m)
+        if points:
+            accuracy_figure(points, lines, data, out / "accuracy_vs_size.png")
+            charts["accuracy_vs_size"] = "accuracy_vs_size.png"
+    return charts
+
+
+# ---- headline figure ---------------------------------------------------------------------------
+
+@dataclass
+class Row:
+    """One subject's bar in each panel; a target is where its bar should end at most."""
+    label: str
+    role: str
+    mib: float | None
+    one_ms: float | None
+    all_ms: float | None
+    all_program: bool
+    size_target: float | None = None
+    one_target: float | None = None
+    all_target: float | None = None
+
+
+def headline_rows(data: dict[str, Any], prefix: str, m: Measurements) -> list[Row]:
+    threads, seq = reference_condition(data)
+    h = Headline(data, prefix, m, threads, seq)
+    all_layer, top_half = pal_groups(h.subs)
+    all_bound = {n: TARGETS["all_tasks_ratio_all_layers"][1] for n in all_layer}
+    all_bound.update({n: TARGETS["all_tasks_ratio_top_half"][1] for n in top_half})
+    rows = []
+    for name, s in sorted(h.subs.items(), key=lambda kv: ROLE_ORDER.index(kv[1].get("role", "peer"))):
+        one = h.task_p50(name)[0]
+        all_id = all_tasks_id(prefix, name, threads, seq)
+        row = Row(s.get("label", name), s.get("role", "peer"), _mib(m.get(f"{prefix}size:{name}:total_bytes")),
+                  one, m.get(all_id), (m.items.get(all_id) or {}).get("all_tasks_mode") == "program")
+        if row.role == "pal":
+            ref = size_reference(h.subs, name)
+            row.size_target = _times(TARGETS["size_ratio_vs_three_separate"][1],
+                                     _mib(m.get(f"{prefix}size:{ref}:total_bytes")) if ref else None)
+            plain = plain_subjects(h.subs, name)
+            row.one_target = _times(TARGETS["latency_ratio_pal_vs_plain"][1],
+                                    h.task_p50(plain[0])[0] if plain else None)
+            row.all_target = _times(all_bound.get(name), one)
+        if row.mib is not None or row.one_ms is not None:
+            rows.append(row)
+    return rows
+
+
+def _mib(v: float | None) -> float | None:
+    return None if v is None else v / MiB
+
+
+def _times(bound: float | None, v: float | None) -> float | None:
+    return bound * v if bound is not None and v is not None else None
+
+
+def headline_figure(rows: list[Row], data: dict[str, Any], path: Path) -> None:
+    plt = _plt()
+    threads, seq = reference_condition(data)
+    fig, axes = plt.subplots(1, 3, figsize=(16, 2.6 + 0.55 * len(rows)), sharey=True)
+    peers = [r.one_ms for r in rows if r.role == "peer" and r.one_ms is not None]
+    _panel(axes[0], rows, [r.mib for r in rows], [r.size_target for r in rows],
+           "bundle size, all three tasks", "MiB on disk", "{:.1f}")
+    _panel(axes[1], rows, [r.one_ms for r in rows], [r.one_target for r in rows],
+           "one task, p50", "ms", "{:.1f}")
+    if peers:
+        axes[1].axvline(min(peers) * TARGETS["latency_ratio_pal_vs_best_peer"][1], color="black",
+                        linestyle="--", linewidth=1.2, label="target: fastest peer")
+    all_text = [f"{a:.0f} ({a / o:.2f}×)" if a is not None and o else "" for a, o in
+                ((r.all_ms, r.one_ms) for r in rows)]
+    _panel(axes[2], rows, [r.all_ms for r in rows], [r.all_target for r in rows],
+           "all three tasks on one input, p50", "ms (× one task)", "{:.0f}", all_text,
+           hatched=[not r.all_program for r in rows])
+    _headline_legend(fig, axes, rows)
+    fig.suptitle(f"{machine_label(data['machine'])} · {seq} tokens, {threads} thread(s), batch 1",
+                 fontsize=15)
+    fig.text(0.01, 0.01, _target_caption(), fontsize=12, color="#333333")
+    fig.tight_layout(rect=(0, 0.07, 1, 0.885))
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+
+
+def _panel(ax, rows: list[Row], values: list[float | None], targets: list[float | None],
+           title: str, xlabel: str, fmt: str, texts: list[str] | None = None,
+           hatched: list[bool] | None = None) -> None:
+    """Horizontal bars, value at each bar's end, a short black tick where a target bounds it."""
+    y = range(len(rows))
+    ax.barh(list(y), [v or 0 for v in values], color=[ROLE_COLOR[r.role] for r in rows],
+            edgecolor="white")
+    for i, v in enumerate(values):
+        if hatched and hatched[i] and v is not None:
+            ax.barh(i, v, color="none", edgecolor="white", hatch="//", linewidth=0)
+        text = texts[i] if texts else (fmt.format(v) if v is not None else "")
+        end = max(v or 0, targets[i] or 0)  # right of the bar and of its target tick
+        ax.text(end, i, f" {text}" if v is not None else " not measured", va="center")
+    for i, t in enumerate(targets):
+        if t is not None:
+            ax.plot([t, t], [i - 0.42, i + 0.42], color="black", linewidth=3)
+    top = max([v for v in values + targets if v is not None], default=1.0)
+    ax.set_xlim(0, top * 1.3)
+    ax.set_yticks(list(y), [r.label for r in rows])
+    ax.invert_yaxis()
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.grid(axis="x", alpha=0.3)
+
+
+def _headline_legend(fig, axes, rows: list[Row]) -> None:
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    roles = [r for r in ROLE_ORDER if any(row.role == r for row in rows)]
+    handles = [Patch(color=ROLE_COLOR[r], label=ROLE_LEGEND[r]) for r in roles]
+    handles.append(Line2D([], [], color="black", linewidth=3, label="target for that bar"))
+    handles.append(Line2D([], [], color="black", linestyle="--", label="target: fastest peer"))
+    handles.append(Patch(facecolor="#999999", hatch="//", edgecolor="white",
+                         label="tasks run one after the other"))
+    fig.legend(handles=handles, loc="upper center", ncol=3, frameon=False,
+               bbox_to_anchor=(0.5, 0.955))
+
+
+def _target_caption() -> str:
+    b = {k: v[1] for k, v in TARGETS.items()}
+    return (f"targets: size ≤ {b['size_ratio_vs_three_separate']:.2f}× three separate int8 models · "
+            f"one task ≤ {b['latency_ratio_pal_vs_plain']:.2f}× plain int8 classifier on the same "
+            f"runtime, and ≤ the fastest peer\n"
+            f"all tasks ≤ {b['all_tasks_ratio_all_layers']}× one task (all-layer PALs), "
+            f"≤ {b['all_tasks_ratio_top_half']}× one task (top-half PALs)")
+
+
+# ---- accuracy vs size --------------------------------------------------------------------------
+
+def accuracy_points(data: dict[str, Any], prefix: str,
+                    m: Measurements) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Bundle points (size, average, the run they came from, runtime) and fp32 reference lines."""
+    split = accuracy_split(data)
+    subs = data.get("subjects") or {}
+    runs = {n: e["run"] for n, e in (data.get("accuracy") or {}).items()
+            if n.startswith("fp32:") and isinstance(e, dict) and e.get("run")}
+    points, lines = [], []
+    for name in data.get("accuracy") or {}:
+        v = m.get(f"{prefix}accuracy:{name}:{split}:avg")
+        if v is None:
+            continue
+        if name in runs:
+            lines.append({"family": Path(runs[name]).name, "acc": v,
+                          "separate": data["accuracy"][name].get("kind") == "separate"})
+            continue
+        size = m.get(f"{prefix}size:{name}:total_bytes")
+        if name in subs and size is not None:
+            points.append({"family": _family(subs[name], runs) or name.split("/")[0],
+                           "runtime": subs[name].get("runtime"), "mib": size / MiB, "acc": v})
+    return points, lines
+
+
+def _family(subject: dict[str, Any], runs: dict[str, str]) -> str | None:
+    """The name of the training run a subject's models came from."""
+    dirs = [Path(d).resolve() for d in (subject.get("fp32_model_dirs") or {}).values()]
+    for run in runs.values():
+        if dirs and all(Path(run).resolve() in d.parents for d in dirs):
+            return Path(run).name
+    return None
+
+
+def accuracy_figure(points: list[dict[str, Any]], lines: list[dict[str, Any]],
+                    data: dict[str, Any], path: Path) -> None:
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    plt = _plt()
+    split = accuracy_split(data)
+    families = sorted({p["family"] for p in points} | {ln["family"] for ln in lines})
+    color = {f: plt.get_cmap("tab10")(i) for i, f in enumerate(families)}
+    fig, ax = plt.subplots(figsize=(11, 6.5))
+    for p in points:
+        marker = RUNTIME_MARKER.get(p["runtime"], ("o", p["runtime"]))[0]
+        ax.scatter(p["mib"], p["acc"], s=110, marker=marker, color=color[p["family"]],
+                   edgecolor="black", linewidth=0.6, zorder=3)
+    right = max(p["mib"] for p in points) * 1.15
+    for ln in lines:
+        ax.axhline(ln["acc"], color=color[ln["family"]], linestyle="--", linewidth=1.5)
+        ax.text(0, ln["acc"], f" fp32 {ln['acc']:.1f}", va="bottom",
+                color=color[ln["family"]])
+    separate = [ln["acc"] for ln in lines if ln["separate"]]
+    if separate:
+        bound = separate[0] + TARGETS["accuracy_gap_pal_int8_vs_separate_fp32"][1]
+        ax.axhline(bound, color="black", linestyle=":", linewidth=1.5)
+        ax.text(0, bound, f" target {bound:.1f}", va="bottom")
+    ax.set_xlim(0, right)
+    ax.margins(y=0.08)
+    ax.set_xlabel("MiB on disk, all three tasks (int8 bundles)")
+    ax.set_ylabel(f"average score, {split} (points)")
+    ax.set_title(f"accuracy vs size · {machine_label(data['machine'])}")
+    ax.grid(alpha=0.3)
+    handles = [Patch(color=color[f], label=f) for f in families]
+    handles += [Line2D([], [], marker=mk, linestyle="", markersize=10, color="white",
+                       markeredgecolor="black", label=name)
+                for rt, (mk, name) in RUNTIME_MARKER.items() if any(p["runtime"] == rt for p in points)]
+    handles.append(Line2D([], [], color="#555555", linestyle="--", label="same run, fp32 in PyTorch"))
+    if separate:
+        handles.append(Line2D([], [], color="black", linestyle=":",
+                              label="target: separate fp32 − 1 point"))
+    ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)

@@ -1,0 +1,153 @@
+"""Reading palkit-bench files (host and phone) into measurements with ids.
+
+Every number the report shows is a *measurement* with an id (report.json "measurements"), so
+each figure can be traced back to one worker run in one bench file. Host figures are labelled
+with the host CPU, phone figures with the phone model.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from bench.schema import load_bench_file
+from trainer.errors import PalkitError
+
+MiB = 1024 * 1024
+
+
+class ReportError(PalkitError, ValueError):
+    """The report cannot be written from these inputs."""
+
+
+class BenchInput(NamedTuple):
+    """One bench file as read: its id prefix (host) or device key (phone), content and path."""
+    key: str
+    data: dict[str, Any]
+    file: str
+
+
+def machine_label(machine: dict[str, Any]) -> str:
+    if machine["kind"] == "android":
+        maker = machine.get("manufacturer")
+        name = f"{maker} {machine['model']}" if maker and maker not in machine["model"] else machine["model"]
+        return f"phone: {name} (Android {machine.get('android_version', '?')}, {machine.get('abi', '?')})"
+    cores = machine.get("cores_logical")
+    return f"host CPU: {machine['model']} ({cores} cores)" if cores else f"host CPU: {machine['model']}"
+
+
+class Measurements:
+    """id -> {value, unit, machine, file, what}; the only place numbers come from."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, dict[str, Any]] = {}
+
+    def add(self, mid: str, value: Any, unit: str, machine: str, file: str, what: str,
+            **extra: Any) -> None:
+        if value is None:
+            return
+        self.items[mid] = {"value": value, "unit": unit, "machine": machine, "file": file,
+                           "what": what, **extra}
+
+    def get(self, mid: str) -> float | None:
+        item = self.items.get(mid)
+        return None if item is None else item["value"]
+
+
+def host_subjects(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return data.get("subjects") or {}
+
+
+def read_inputs(bench_files: list[Path], device_files: list[Path],
+                m: Measurements) -> tuple[list[BenchInput], list[BenchInput]]:
+    """(hosts, devices); the first host's ids carry no prefix, later hosts `hostN:`."""
+    hosts: list[BenchInput] = []
+    devices: list[BenchInput] = []
+    for f in bench_files:
+        data = load_bench_file(f)
+        if data["machine"]["kind"] == "android":
+            devices.append(BenchInput(ingest_device(data, str(f), m), data, str(f)))
+            continue
+        prefix = "" if not hosts else f"host{len(hosts) + 1}:"
+        ingest_host(data, prefix, str(f), m)
+        hosts.append(BenchInput(prefix, data, str(f)))
+    for f in device_files:
+        data = load_bench_file(f)
+        if data["machine"]["kind"] != "android":
+            raise ReportError(f"{f}: --device-results expects the phone app's file "
+                              f"(machine.kind android), this one is {data['machine']['kind']}; "
+                              "pass it with --bench")
+        devices.append(BenchInput(ingest_device(data, str(f), m), data, str(f)))
+    return hosts, devices
+
+
+def ingest_host(data: dict[str, Any], prefix: str, file: str, m: Measurements) -> None:
+    label = machine_label(data["machine"])
+    for name, s in host_subjects(data).items():
+        _ingest_subject(name, s, prefix, label, file, m)
+    for row in data["results"]:
+        rid = row.get("id") or (f"latency:{row.get('subject', 'bundle')}:{row['config']}"
+                                f":t{row['threads']}:s{row['seq_len']}")
+        for q in ("p50_ms", "p90_ms"):
+            m.add(f"{prefix}{rid}:{q}", row.get(q), "ms", label, file,
+                  f"{row.get('subject', '')} {row['runtime']} {row['config']} {row['threads']} "
+                  f"thread(s) {row['seq_len']} tokens {q[:3]}",
+                  all_tasks_mode=row.get("all_tasks_mode"))
+    for n, c in (data.get("ceiling") or {}).items():
+        m.add(f"{prefix}ceiling:fp32:t{n}", c.get("fp32_gflops_best"), "GFLOP/s", label, file,
+              f"best fp32 GEMM, {n} thread(s)")
+        m.add(f"{prefix}ceiling:int8:t{n}", c.get("int8_gops_best"), "GOP/s", label, file,
+              f"best int8 GEMM, {n} thread(s)")
+    for name, per_split in (data.get("accuracy") or {}).items():
+        for split, metrics in per_split.items():
+            if not isinstance(metrics, dict):
+                continue
+            for k, v in metrics.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    m.add(f"{prefix}accuracy:{name}:{split}:{k}", v * 100 if k != "max_len" else v,
+                          "points" if k != "max_len" else "tokens", label, file,
+                          f"{name} {split} {k}")
+
+
+def _ingest_subject(name: str, s: dict[str, Any], prefix: str, label: str, file: str,
+                    m: Measurements) -> None:
+    """Sizes, load, swap and memory of one host subject."""
+    sizes = s.get("bundle", {})
+    m.add(f"{prefix}size:{name}:total_bytes", sizes.get("total_bytes"), "bytes", label, file,
+          f"{s.get('label', name)}: model files for all its tasks")
+    trunk = sizes.get("trunk_bytes")
+    if isinstance(trunk, (int, float)):
+        m.add(f"{prefix}size:{name}:trunk_bytes", trunk, "bytes", label, file, "shared trunk")
+    for task, b in (sizes.get("adapter_bytes") or {}).items():
+        m.add(f"{prefix}size:{name}:adapter:{task}", b, "bytes", label, file, f"{task} adapter blob")
+    for task, b in (sizes.get("per_model_bytes") or {}).items():
+        m.add(f"{prefix}size:{name}:model:{task}", b, "bytes", label, file, f"{task} model")
+    rt = s.get("runtime")
+    for key, what in (("load_ms", "cold load (trunk + first task, to runnable)"),
+                      ("first_result_ms", "cold load + first inference")):
+        m.add(f"{prefix}{key}:{name}", (s.get(key) or {}).get(rt), "ms", label, file, what)
+    m.add(f"{prefix}swap_ms:{name}", (s.get("swap_ms") or {}).get(rt), "ms", label, file,
+          "swap to a not-yet-loaded task (median over tasks), to runnable")
+    for key, v in (s.get("memory_rss_bytes") or {}).items():
+        m.add(f"{prefix}memory:{name}:{key}", v, "bytes", label, file, f"RSS {key}")
+
+
+def ingest_device(data: dict[str, Any], file: str, m: Measurements) -> str:
+    """A phone's file (the Android app's); returns its id prefix `device:<model>`."""
+    label = machine_label(data["machine"])
+    dev = "device:" + data["machine"]["model"].replace(" ", "_")
+    for k, v in (data.get("bundle") or {}).items():
+        if isinstance(v, (int, float)):
+            m.add(f"{dev}:size:{k}", v, "bytes", label, file, f"bundle {k}")
+    for rt, v in (data.get("load_ms") or {}).items():
+        m.add(f"{dev}:load_ms:{rt}", v, "ms", label, file, f"cold load on {rt}")
+    for rt, v in (data.get("swap_ms") or {}).items():
+        if isinstance(v, (int, float)):
+            m.add(f"{dev}:swap_ms:{rt}", v, "ms", label, file, f"adapter swap on {rt}")
+    for k, v in (data.get("memory_rss_bytes") or {}).items():
+        m.add(f"{dev}:memory:{k}", v, "bytes", label, file, f"RSS {k}")
+    for row in data["results"]:
+        rid = f"{dev}:latency:{row['runtime']}:{row['config']}:t{row['threads']}:s{row['seq_len']}"
+        for q in ("p50_ms", "p90_ms"):
+            m.add(f"{rid}:{q}", row.get(q), "ms", label, file,
+                  f"{row['runtime']} {row['config']} {row['threads']} thread(s) {row['seq_len']} tokens")
+    return dev

@@ -1,0 +1,201 @@
+"""report.md: the headline against the targets, the figures, then every table by machine."""
+from __future__ import annotations
+
+from typing import Any
+
+from bench.headline import ratio
+from bench.ingest import MiB, BenchInput, host_subjects, machine_label
+
+FIGURE_CAPTIONS = {
+    "headline": "PAL bundle against three separate models and the peers, at the headline's "
+                "condition; a black tick marks where a bar's target lies",
+    "accuracy_vs_size": "accuracy of each benchmarked bundle against its size; dashed lines: "
+                        "the same runs in fp32 (PyTorch)",
+}
+
+
+def fmt(v: Any, digits: int = 2) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def render_markdown(report: dict[str, Any], hosts: list[BenchInput],
+                    devices: list[BenchInput]) -> str:
+    lines = _machines(report) + _figures(report) + _headline(report)
+    for host in hosts:
+        lines += _host_sections(report, host)
+    if report["pairwise"]:
+        lines += _pairwise(report)
+    for device in devices:
+        lines += _device(device)
+    return "\n".join(lines) + "\n"
+
+
+def _machines(report: dict[str, Any]) -> list[str]:
+    lines = ["# palkit: size, latency, memory and accuracy", "",
+             f"Generated {report['generated']} from " +
+             ", ".join(f"`{f}`" for f in report["inputs"]["bench"] + report["inputs"]["device_results"]),
+             "", "## Machines", ""]
+    for mach in report["machines"]:
+        load = mach.get("load_avg_1min_at_start")
+        lines.append(f"- **{mach['label']}** — `{mach['file']}`" +
+                     (f"; load average at start {load:.2f}" if isinstance(load, (int, float)) else "") +
+                     (f"; {mach.get('os')}" if mach.get("os") else ""))
+    lines += ["", "Host figures are measured on the host CPU (labelled *host*); phone figures "
+              "come from the Android app and are labelled with the phone model. The headline "
+              "uses host figures only."]
+    return lines
+
+
+def _figures(report: dict[str, Any]) -> list[str]:
+    if not report["charts"]:
+        return []
+    lines = ["", "## At a glance", ""]
+    for name, file in report["charts"].items():
+        lines += [f"![{name}]({file})", "", f"*{FIGURE_CAPTIONS[name]}.*", ""]
+    return lines[:-1]
+
+
+def _headline(report: dict[str, Any]) -> list[str]:
+    s = report["summary"]
+    lines = ["", "## Headline vs targets", "",
+             "| measure | value | target | met | from |", "|---|---:|---|---|---|"]
+    for key, t in report["targets"].items():
+        met = {True: "yes", False: "**missed**", None: "not measured"}[t["met"]]
+        src = ", ".join(f"`{i}`" for i in report["headline_sources"].get(key, [])) or \
+            ("from the two accuracy averages" if key.startswith("accuracy_gap") else "")
+        lines.append(f"| {t['what']} (`{key}`) | {fmt(t['value'], 3)} | {t['target']} | {met} | {src} |")
+    for key in ("accuracy_avg_pal_int8", "accuracy_avg_separate_fp32"):
+        lines.append(f"| `{key}` | {fmt(s.get(key), 2)} | — | — | "
+                     f"{', '.join(f'`{i}`' for i in report['headline_sources'].get(key, []))} |")
+    missed = [k for k, t in report["targets"].items() if t["met"] is False]
+    lines += ["", f"Missed targets: {', '.join(missed) if missed else 'none'}.", "", "Notes:", ""]
+    lines += [f"- {n}" for n in s.get("notes") or []]
+    lines += [f"- bench: {n}" for n in report.get("host_notes", [])]
+    return lines
+
+
+def _host_sections(report: dict[str, Any], host: BenchInput) -> list[str]:
+    label = machine_label(host.data["machine"])
+    return (_sizes(host.data, label) + _latency(host.data, label) + _load(host.data, label)
+            + _ceiling(report, host, label) + _accuracy(host.data))
+
+
+def _sizes(data: dict[str, Any], label: str) -> list[str]:
+    lines = ["", f"## Size on disk ({label})", "",
+             "| subject | runtime | precision | trunk MiB | adapters (KiB) | total MiB |",
+             "|---|---|---|---:|---|---:|"]
+    for name, sub in host_subjects(data).items():
+        b = sub.get("bundle", {})
+        trunk = b.get("trunk_bytes")
+        trunk_s = fmt(trunk / MiB) if isinstance(trunk, (int, float)) else \
+            ("per model: " + ", ".join(f"{t} {v / MiB:.1f}" for t, v in (trunk or {}).items())
+             if isinstance(trunk, dict) else "—")
+        ad = ", ".join(f"{t} {v / 1024:.0f}" for t, v in (b.get("adapter_bytes") or {}).items()) or \
+            ", ".join(f"{t} model {v / MiB:.1f} MiB" for t, v in (b.get("per_model_bytes") or {}).items())
+        lines.append(f"| {sub.get('label', name)} | {sub.get('runtime')} | {sub.get('precision')} | "
+                     f"{trunk_s} | {ad} | {fmt((b.get('total_bytes') or 0) / MiB)} |")
+    return lines
+
+
+def _latency(data: dict[str, Any], label: str) -> list[str]:
+    subs = host_subjects(data)
+    lines = ["", f"## Latency ({label}, batch 1, fresh process per subject/threads/length, "
+             "its configurations timed in interleaved rounds)", "",
+             "| subject | config | threads | tokens | p50 ms | p90 ms | runs | note |",
+             "|---|---|---:|---:|---:|---:|---:|---|"]
+    for row in data["results"]:
+        note = row.get("error") or ("tasks run one after the other"
+                                    if row.get("all_tasks_mode") == "sequential" else "")
+        lines.append(f"| {subs.get(row.get('subject'), {}).get('label', row.get('subject'))} | "
+                     f"{row['config']} | {row['threads']} | {row['seq_len']} | "
+                     f"{fmt(row['p50_ms'])} | {fmt(row['p90_ms'])} | {row['runs']} | {note} |")
+    return lines
+
+
+def _load(data: dict[str, Any], label: str) -> list[str]:
+    lines = ["", f"## Load, swap and memory ({label})", "",
+             "| subject | cold load ms | load + 1st result ms | swap ms | RSS model, one task MiB | "
+             "all tasks, task programs MiB | all tasks, all-tasks program MiB | all / one |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, sub in host_subjects(data).items():
+        mem = sub.get("memory_rss_bytes") or {}
+        one, all_ = mem.get("model_one_task"), mem.get("model_all_tasks")
+        program = mem.get("model_all_tasks_program")
+        rt = sub.get("runtime")
+        lines.append(f"| {sub.get('label', name)} | {fmt((sub.get('load_ms') or {}).get(rt))} | "
+                     f"{fmt((sub.get('first_result_ms') or {}).get(rt))} | "
+                     f"{fmt((sub.get('swap_ms') or {}).get(rt))} | "
+                     f"{fmt(one / MiB if one else None)} | {fmt(all_ / MiB if all_ else None)} | "
+                     f"{fmt(program / MiB if program else None)} | "
+                     f"{fmt(ratio(program or all_, one))} |")
+    return lines
+
+
+def _ceiling(report: dict[str, Any], host: BenchInput, label: str) -> list[str]:
+    ceil = host.data.get("ceiling") or {}
+    if not ceil:
+        return []
+    lines = ["", f"## The machine's ceiling ({label})", "",
+             "| threads | fp32 GFLOP/s (best) | int8 GOP/s (best) |", "|---:|---:|---:|"]
+    for n, c in sorted(ceil.items()):
+        lines.append(f"| {n} | {fmt(c.get('fp32_gflops_best'), 1)} | {fmt(c.get('int8_gops_best'), 1)} |")
+    lines += ["", "Fraction of the ceiling each configuration reaches (matmul FLOPs of one "
+              "inference / p50; int8 subjects against the int8 ceiling):", "",
+              "| subject | config | threads | tokens | GFLOP | achieved GFLOP/s | fraction |",
+              "|---|---|---:|---:|---:|---:|---:|"]
+    for c in report["ceiling_fraction"]:
+        if c["id"].startswith(host.key) or not host.key:
+            lines.append(f"| {c['subject']} | {c['config']} | {c['threads']} | {c['seq_len']} | "
+                         f"{c['matmul_gflop']:.3f} | {c['achieved_gflops']:.1f} | "
+                         f"{fmt(c['fraction'], 3)} |")
+    return lines
+
+
+def _accuracy(data: dict[str, Any]) -> list[str]:
+    acc = data.get("accuracy") or {}
+    if not acc:
+        return []
+    lines = ["", "## Accuracy (points; exported artifacts as the runtime runs them, "
+             "fp32 runs in PyTorch)", "", "| model | split | avg | per task |", "|---|---|---:|---|"]
+    for name, per in acc.items():
+        for split, metrics in per.items():
+            if not isinstance(metrics, dict):
+                continue
+            detail = ", ".join(f"{k} {v * 100:.1f}" for k, v in metrics.items()
+                               if isinstance(v, float) and k != "avg")
+            avg = metrics.get("avg")
+            lines.append(f"| {name} | {split} | {fmt(avg * 100 if avg is not None else None)} | {detail} |")
+    return lines
+
+
+def _pairwise(report: dict[str, Any]) -> list[str]:
+    lines = ["", "## PAL bundle / each other configuration, pair by pair (host)", "",
+             "| PAL | vs | size ratio | latency ratios (p50) |", "|---|---|---:|---|"]
+    for p in report["pairwise"]:
+        lat = ", ".join(f"{k}: {v:.2f}" for k, v in p["latency"].items())
+        lines.append(f"| {p['pal']} | {p['other']} | {fmt(p['size_ratio'], 3)} | {lat} |")
+    return lines
+
+
+def _device(device: BenchInput) -> list[str]:
+    data = device.data
+    lines = ["", f"## {machine_label(data['machine'])}", "", f"From `{device.file}` (the Android app).",
+             "", "| runtime | config | threads | tokens | p50 ms | p90 ms | runs |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for row in data["results"]:
+        lines.append(f"| {row['runtime']} | {row['config']} | {row['threads']} | {row['seq_len']} | "
+                     f"{fmt(row['p50_ms'])} | {fmt(row['p90_ms'])} | {row['runs']} |")
+    lines += ["", "| figure | value |", "|---|---:|"]
+    for k, v in (data.get("bundle") or {}).items():
+        lines.append(f"| bundle {k} | {v} |")
+    for k, v in (data.get("load_ms") or {}).items():
+        lines.append(f"| load ms, {k} | {fmt(v)} |")
+    for k, v in (data.get("swap_ms") or {}).items():
+        lines.append(f"| swap ms, {k} | {fmt(v) if not isinstance(v, dict) else v} |")
+    for k, v in (data.get("memory_rss_bytes") or {}).items():
+        lines.append(f"| RSS {k}, MiB | {fmt(v / MiB)} |")
+    return lines
