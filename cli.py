@@ -1,40 +1,80 @@
 #!/usr/bin/env python3
 """palkit: one BERT trunk, swappable PAL adapters per task, quantized for phones.
 
-Each package registers its own subcommands; this file only assembles them.
+Each package registers its own commands (one Typer app per package); this file assembles them
+and turns the failures a user can fix into one line and exit status 2.
 """
 from __future__ import annotations
 
-import argparse
 import sys
+from importlib.metadata import PackageNotFoundError, version
+from typing import Annotated, Optional
 
-from bench.commands import register as register_bench
-from export.commands import register as register_export
-from trainer.commands import register as register_trainer
+import typer
+
+from bench.commands import app as bench_app
+from export.commands import app as export_app
+from trainer.commands import app as trainer_app
 from trainer.errors import PalkitError
+from ui import quiet
+
+app = typer.Typer(name="palkit", help=__doc__.splitlines()[0], no_args_is_help=True,
+                  rich_markup_mode="markdown", pretty_exceptions_enable=False,
+                  context_settings={"help_option_names": ["-h", "--help"]})
+app.add_typer(trainer_app)
+app.add_typer(export_app)
+app.add_typer(bench_app)
+
+# Failures with a message that says what to do; anything else keeps its traceback.
+KNOWN_FAILURES = (PalkitError, ValueError, FileNotFoundError)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cli.py", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    register_trainer(sub)
-    register_export(sub)
-    register_bench(sub)
-    return parser
+def palkit_version() -> str:
+    try:
+        return version("palkit")
+    except PackageNotFoundError:  # run from a source tree that was never pip-installed
+        return "unknown (not installed; pip install -e .)"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"palkit {palkit_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="show third-party warnings and native runtime logs")] = False,
+    show_version: Annotated[Optional[bool], typer.Option(
+        "--version", callback=_print_version, is_eager=True, help="print the version and exit")]
+        = None,
+) -> None:
+    """palkit: one BERT trunk, swappable PAL adapters per task, quantized for phones."""
+    quiet.configure(verbose)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run the command line; returns the exit status (0 ok, 2 bad input, 130 interrupted)."""
+    command = typer.main.get_command(app)
     try:
-        return args.run(args) or 0
-    except KeyboardInterrupt:
+        result = command.main(args=argv, prog_name="palkit", standalone_mode=False)
+    except typer.TyperException as e:
+        from typer import rich_utils
+        rich_utils.rich_format_error(e)
+        return e.exit_code
+    except (typer.Abort, KeyboardInterrupt):
         print("interrupted", file=sys.stderr)
         return 130
-    except (PalkitError, ValueError, FileNotFoundError) as e:
-        # Known failure modes carry a one-line message that says what to do.
+    except KNOWN_FAILURES as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    return result if isinstance(result, int) else 0
+
+
+def entry_point() -> None:
+    sys.exit(main())
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry_point()

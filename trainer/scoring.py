@@ -1,0 +1,53 @@
+"""Score whatever a user points `palkit evaluate` at: a run, a model folder, a separate run, a bundle."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from trainer.checkpoint import read_json, resolve_model_dir
+from trainer.metrics import average_score
+
+
+def score_target(target: Path, data_dir: Path, split: str, max_len: int | None,
+                 max_examples: int | None, runtime: str | None) -> dict[str, Any]:
+    """Metrics (fractions) of a bundle folder (run by its runtime) or of a training run."""
+    from export.manifest import MANIFEST_FILE
+
+    if (target / MANIFEST_FILE).is_file():
+        from export.evaluate import evaluate_bundle
+        return evaluate_bundle(target, data_dir, split, max_examples, runtime)
+    return score_run(target, data_dir, split, max_len, max_examples)
+
+
+def score_run(target: Path, data_dir: Path, split: str, max_len: int | None,
+              max_examples: int | None) -> dict[str, Any]:
+    """A run, a model folder, or a --mode separate run (its per-task models merged)."""
+    from trainer.checkpoint import separate_models
+    from trainer.evaluate import evaluate_model_dir
+
+    models = separate_models(target)
+    if models:
+        return _merge_separate(models, data_dir, split, max_len, max_examples)
+    model_dir = resolve_model_dir(target)
+    if max_len is None:
+        summary = model_dir / "summary.json"
+        max_len = read_json(summary)["config"]["max_len"] if summary.is_file() else 128
+    return evaluate_model_dir(model_dir, data_dir, split, max_len, max_examples=max_examples)
+
+
+def _merge_separate(models: list[Path], data_dir: Path, split: str, max_len: int | None,
+                    max_examples: int | None) -> dict[str, Any]:
+    from trainer.tasks import TaskSpec
+
+    merged: dict[str, Any] = {"split": split, "models": {}}
+    specs = []
+    for sub in models:
+        r = score_run(sub, data_dir, split, max_len, max_examples)
+        merged["models"][sub.name] = r
+        merged.update({k: v for k, v in r.items() if k.startswith(f"{sub.name}_")})
+        tasks_dir = resolve_model_dir(sub) / "tasks"
+        specs += [TaskSpec.from_dict(read_json(tasks_dir / t / "adapter_config.json")["task"])
+                  for t in r["tasks"]]
+    merged["tasks"] = [s.name for s in specs]
+    merged["avg"] = average_score(specs, merged)
+    return merged

@@ -1,0 +1,80 @@
+"""Silence third-party noise that a user cannot act on; `--verbose` keeps all of it.
+
+What is silenced (measured on export / predict / evaluate / bench, torch 2.13, torchao 0.18,
+executorch 1.5.1): torchao's "Failed to load .../_C_mxfp8...so" warnings (CUDA kernels absent on
+a CPU build), torch's `_pytree` Enum-registration warnings, FutureWarning / DeprecationWarning
+from export internals, onnxruntime quantization's "consider pre-processing" root-logger warning,
+transformers' info chatter, and ExecuTorch's native `[cpuinfo_utils.cpp:..]` /
+`[threadpool.cpp:..]` lines (printed by its C++ runtime on the stderr file descriptor, so they are
+filtered at the descriptor). Errors are never hidden: logging at ERROR and above stays on, and
+native output captured around a call that fails is printed in full.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+import tempfile
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+VERBOSE_ENV = "PALKIT_VERBOSE"
+# ExecuTorch's threadpool start-up reports what it read about the CPU: never actionable.
+NATIVE_NOISE = re.compile(rb"^\[(cpuinfo_utils|threadpool)\.cpp:\d+\] ")
+NOISY_LOGGERS = ("torchao", "torch.utils._pytree", "torch._export", "torch.export",
+                 "executorch", "onnxruntime", "onnxscript", "transformers", "huggingface_hub")
+# Inherited by worker processes (bench runs every configuration in a fresh one).
+QUIET_ENVIRONMENT = {"PYTHONWARNINGS": "ignore::FutureWarning,ignore::DeprecationWarning",
+                     "TRANSFORMERS_VERBOSITY": "error", "TORCH_CPP_LOG_LEVEL": "ERROR",
+                     "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+
+
+def is_verbose() -> bool:
+    return os.environ.get(VERBOSE_ENV) == "1"
+
+
+def configure(verbose: bool) -> None:
+    """Set warnings filters and library log levels for this process and its children."""
+    if verbose:
+        os.environ[VERBOSE_ENV] = "1"
+        logging.basicConfig(level=logging.INFO)
+        return
+    os.environ.pop(VERBOSE_ENV, None)
+    for key, value in QUIET_ENVIRONMENT.items():
+        os.environ.setdefault(key, value)
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    logging.getLogger().setLevel(logging.ERROR)
+    for name in NOISY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+@contextmanager
+def native_stderr_filtered() -> Iterator[None]:
+    """Drop ExecuTorch's known start-up lines that native code writes to file descriptor 2.
+
+    The descriptor is pointed at a temporary file for the duration; afterwards every other line is
+    written back to the real stderr, and on an exception every line is, noise included.
+    """
+    if is_verbose():
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        failed = True
+        try:
+            yield
+            failed = False
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            kept = [line for line in capture if failed or not NATIVE_NOISE.match(line)]
+            if kept:
+                sys.stderr.buffer.write(b"".join(kept))
+                sys.stderr.flush()

@@ -1,0 +1,56 @@
+"""Rich tables for what commands print on stdout: metrics in points, predictions."""
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+_stdout = Console(highlight=False)
+
+# metric key suffix -> column heading; Pearson/Spearman are shown ×100 like accuracies
+METRICS = {"acc": "accuracy", "f1": "F1", "pearson": "Pearson", "spearman": "Spearman"}
+
+
+def _points(value: float | None) -> str:
+    return "–" if value is None else f"{value * 100:.1f}"
+
+
+def metrics_table(result: dict[str, Any], title: str) -> None:
+    """One row per task, one column per metric, in points (×100); then the average."""
+    tasks = result["tasks"]
+    present = [m for m in METRICS if any(f"{t}_{m}" in result for t in tasks)]
+    table = Table(title=title, title_justify="left")
+    table.add_column("task")
+    for m in present:
+        table.add_column(METRICS[m], justify="right")
+    for t in tasks:
+        table.add_row(t, *(_points(result.get(f"{t}_{m}")) for m in present))
+    table.add_section()
+    table.add_row("average", *[""] * (len(present) - 1), _points(result["avg"]))
+    _stdout.print(table)
+    _stdout.print("average: mean of the accuracies and (Pearson+1)/2, in points", style="dim")
+
+
+def predictions_table(rows: list[dict[str, str]], caption: str) -> None:
+    """Predictions: task, what it read, its answer, latency."""
+    table = Table(caption=caption, caption_justify="left")
+    for heading, justify in (("task", "left"), ("read", "left"), ("prediction", "left"),
+                             ("latency", "right")):
+        table.add_column(heading, justify=justify, overflow="fold")
+    for r in rows:
+        table.add_row(r["task"], r["read"], r["prediction"], r["latency"])
+    _stdout.print(table)
+
+
+def targets_table(targets: dict[str, dict[str, Any]], title: str) -> None:
+    """The report's headline: each target, its measured value and whether it is met."""
+    table = Table(title=title, title_justify="left")
+    for heading, justify in (("target", "left"), ("measured", "right"), ("bound", "right"),
+                             ("met", "center"), ("what", "left")):
+        table.add_column(heading, justify=justify, overflow="fold")
+    verdict = {True: "[green]yes[/]", False: "[red]no[/]", None: "[dim]–[/]"}
+    for key, t in targets.items():
+        value = "–" if t["value"] is None else f"{t['value']:.3g}"
+        table.add_row(key, value, t["target"], verdict[t["met"]], t["what"])
+    _stdout.print(table)
