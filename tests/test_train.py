@@ -171,16 +171,16 @@ def test_nan_loss_stops_with_message_and_keeps_last_checkpoint(tmp_path, tiny_be
 
 def test_full_disk_while_saving_keeps_previous_checkpoint(tmp_path, tiny_bert, tiny_data,
                                                           monkeypatch):
-    import trainer.train as tt
-    real, calls = tt.save_file, {"n": 0}
+    import trainer.checkpoint as ckpt
+    real, calls = ckpt.save_file, {"n": 0}
 
-    def disk_full(*args, **kwargs):
-        calls["n"] += 1
+    def disk_full(tensors, path, *args, **kwargs):
+        calls["n"] += Path(path).name == "optimizer.safetensors"
         if calls["n"] == 2:     # the second checkpoint's optimizer file
             raise OSError(28, "No space left on device")
-        return real(*args, **kwargs)
+        return real(tensors, path, *args, **kwargs)
 
-    monkeypatch.setattr(tt, "save_file", disk_full)
+    monkeypatch.setattr(ckpt, "save_file", disk_full)
     with pytest.raises(OSError, match="No space left"):
         train(tiny_config(tiny_bert, tiny_data, tmp_path / "full"))
     state = json.loads((tmp_path / "full" / "last" / "state.json").read_text())
@@ -249,3 +249,31 @@ def test_results_records_dev_and_test_with_command(tiny_pal_run, tiny_data, tmp_
         assert "--pal-size 8" in e["command"] and e["mode"] == "pals"
     table = results.with_suffix(".md").read_text()
     assert table.count("| tiny-pals |") == 2
+
+
+def test_resume_without_a_run_is_refused_naming_the_runs_beside(tmp_path, tiny_bert, tiny_data):
+    (tmp_path / "runs" / "real").mkdir(parents=True)
+    (tmp_path / "runs" / "real" / "config.json").write_text("{}")
+    cfg = tiny_config(tiny_bert, tiny_data, tmp_path / "runs" / "typo")
+    with pytest.raises(TrainingError) as e:
+        train(cfg, resume=True)
+    msg = str(e.value)
+    assert "\n" not in msg and "typo: no run to resume" in msg and "real" in msg
+    assert not (tmp_path / "runs" / "typo").exists()
+
+
+@pytest.mark.parametrize("case", ["no-weights", "missing"])
+def test_base_model_that_is_not_a_bert_folder_is_one_line(tmp_path, tiny_bert, tiny_data, case):
+    from trainer.checkpoint import CheckpointError
+    if case == "no-weights":
+        base = tmp_path / "half"
+        base.mkdir()
+        (base / "config.json").write_text((tiny_bert / "config.json").read_text())
+        expected = "has config.json but no BERT weights"
+    else:
+        base = tmp_path / "runs" / "nothing" / "here"
+        expected = "no such folder"
+    with pytest.raises(CheckpointError) as e:
+        train(tiny_config(base, tiny_data, tmp_path / "out"))
+    assert "\n" not in str(e.value) and str(base) in str(e.value) and expected in str(e.value)
+    assert "Repo id" not in str(e.value)

@@ -11,10 +11,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from trainer.checkpoint import (CheckpointError, TRUNK_WEIGHTS, publish_dir, read_json,
-                                resolve_model_dir, sha256_file)
+from trainer.checkpoint import (CheckpointError, TRUNK_WEIGHTS, read_json, read_run_config,
+                                resolve_model_dir, separate_models, sha256_file)
 from trainer.config import TrainConfig
 from trainer.data import read_examples, resolve_data_dir
+from trainer.fileio import remove_tree, replace_dir, staging_dir
 from trainer.tasks import BUILTIN_TASKS, TaskSpec
 
 # Adapter-only training on a frozen trunk wants a larger step than full fine-tuning: on CFIMDB
@@ -31,6 +32,34 @@ def add_task(run: Path, spec: TaskSpec, data_dir: str | None, overrides: dict[st
     from trainer.train import train
 
     run = Path(run)
+    target = check_new_task(run, spec)
+    # A data file of the wrong kind stops here, before anything is trained or written.
+    read_examples(spec, resolve_data_dir(data_dir), "train")
+    read_examples(spec, resolve_data_dir(data_dir), "dev")
+    trunk_file = run / "model" / "trunk" / TRUNK_WEIGHTS
+    trunk_sha = sha256_file(trunk_file)
+    sub = train(task_run_config(run, spec, data_dir, overrides), resume=resume)
+    new_task = sub / "model" / "tasks" / spec.name
+    if read_json(new_task / "adapter_config.json")["trunk_sha256"] != trunk_sha \
+            or sha256_file(trunk_file) != trunk_sha:
+        raise CheckpointError(f"{new_task}: adapter does not match the trunk of {run}; nothing "
+                              "was added")
+    build = staging_dir(target)
+    try:
+        shutil.copytree(new_task, build, dirs_exist_ok=True)
+        if target.exists():  # a concurrent add of the same name won the race
+            raise CheckpointError(f"{target}: task '{spec.name}' appeared meanwhile; nothing "
+                                  "was added")
+        replace_dir(build, target)
+    finally:
+        remove_tree(build)
+    return target
+
+
+def check_new_task(run: Path, spec: TaskSpec) -> Path:
+    """RUN/model/tasks/<name>, refused unless `run` is a run with a shared trunk and no such task."""
+    if separate_models(run):
+        raise CheckpointError(f"{run}: a --mode separate run has no shared trunk to add a task to")
     model_dir = resolve_model_dir(run)
     if model_dir != run / "model":
         raise CheckpointError(f"{run}: add-task needs a run directory (RUN/model), not a model folder")
@@ -38,39 +67,23 @@ def add_task(run: Path, spec: TaskSpec, data_dir: str | None, overrides: dict[st
     if target.exists():
         raise CheckpointError(f"{target}: task '{spec.name}' already exists in this run; "
                               "choose another --task name")
-    run_cfg = read_json(run / "config.json")
-    if run_cfg["mode"] == "separate":
-        raise CheckpointError(f"{run}: a --mode separate run has no shared trunk to add a task to")
-    # A data file of the wrong kind stops here, before anything is trained or written.
-    read_examples(spec, resolve_data_dir(data_dir), "train")
-    read_examples(spec, resolve_data_dir(data_dir), "dev")
+    return target
 
-    trunk_file = model_dir / "trunk" / TRUNK_WEIGHTS
-    trunk_sha = sha256_file(trunk_file)
+
+def task_run_config(run: Path, spec: TaskSpec, data_dir: str | None,
+                    overrides: dict[str, Any]) -> TrainConfig:
+    """The small run in RUN/added/<name>: the run's PAL shape and seed, its trunk frozen."""
+    run_cfg = read_run_config(run)
     custom = () if BUILTIN_TASKS.get(spec.name) == spec else (spec.to_dict(),)
-    cfg = TrainConfig(**{
+    return TrainConfig(**{
         **{k: run_cfg[k] for k in SHAPE_OPTIONS},
         "seed": run_cfg["seed"],
         **ADD_TASK_DEFAULTS,
         **{k: v for k, v in overrides.items() if v is not None},
-        "tasks": (spec.name,), "custom_tasks": custom, "base_model": str(model_dir / "trunk"),
+        "tasks": (spec.name,), "custom_tasks": custom,
+        "base_model": str(run / "model" / "trunk"),
         "freeze_trunk": True, "tune_adapters_after": 0, "data_dir": data_dir,
         "out": str(run / "added" / spec.name)})
-    sub = train(cfg, resume=resume)
-
-    new_task = sub / "model" / "tasks" / spec.name
-    if read_json(new_task / "adapter_config.json")["trunk_sha256"] != trunk_sha \
-            or sha256_file(trunk_file) != trunk_sha:
-        raise CheckpointError(f"{new_task}: adapter does not match the trunk of {run}; nothing "
-                              "was added")
-    build = target.with_name(f".{spec.name}.tmp")
-    shutil.rmtree(build, ignore_errors=True)
-    shutil.copytree(new_task, build)
-    if target.exists():  # a concurrent add of the same name won the race
-        shutil.rmtree(build)
-        raise CheckpointError(f"{target}: task '{spec.name}' appeared meanwhile; nothing was added")
-    publish_dir(build, target)
-    return target
 
 
 def task_from_options(name: str, task_file: str | None, options: dict[str, Any]) -> TaskSpec:

@@ -7,72 +7,46 @@
         trunk/                 config.json + model.safetensors + tokenizer files (transformers loads it)
         tasks/<name>/          adapter.safetensors (PAL + head) + adapter_config.json
         summary.json           epoch, dev metrics, parameter counts
-      last -> ckpt-NNNN/       the newest resumable checkpoint: model files + optimizer + state
+      last -> ckpt-NNNN-SSSSSS/  the newest resumable checkpoint: model files plus
+        optimizer.safetensors  AdamW's state (its state_dict, keyed by parameter name) and the
+                               torch RNG state (`__rng_state__`)
+        state.json             the loop's position (TrainingState)
       models/<task>/           (--mode separate) one complete single-task run per task
 
-Only safetensors and JSON are written or read: nothing here can execute code on load.
-Every file and directory is written under a temporary name and renamed into place, and the
-symlinks are replaced in one rename, so a crash or a full disk never leaves a half checkpoint
-where a reader looks.
+This module writes and reads every one of these files. Only safetensors and JSON are written or
+read: nothing here can execute code on load. Every file and folder is written under a temporary
+name and published with trainer/fileio.py, so a crash or a full disk never leaves a half
+checkpoint where a reader looks, and the links always resolve.
 """
 from __future__ import annotations
 
-import hashlib
 import json
-import os
+import re
 import shutil
-import tempfile
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from transformers import AutoTokenizer, BertConfig, BertModel
 
-from trainer.model import PalBert, PalConfig
 from trainer.errors import PalkitError
+from trainer.fileio import (append_jsonl, publish_snapshot, remove_tree, sha256_file,
+                            write_json, write_vocab)
+from trainer.model import PalBert, PalConfig
 from trainer.tasks import TaskSpec
 
 FORMAT_VERSION = 1
 TRUNK_WEIGHTS = "model.safetensors"
+RNG_KEY = "__rng_state__"
+# A hub id ("org/name" or "name"); anything else that does not exist is a missing folder.
+HUB_ID = r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?"
 
 
 class CheckpointError(PalkitError, ValueError):
     """A run directory or checkpoint is missing, incomplete or incompatible."""
-
-
-# ---- small atomic-IO helpers ---------------------------------------------------------------
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def write_json(path: Path, data: Any) -> None:
-    """Write JSON through a temporary file and rename, so readers see old or new, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; these files are meant to be shared
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def append_jsonl(path: Path, record: dict[str, Any]) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps(record, sort_keys=True) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def read_json(path: Path) -> Any:
@@ -83,21 +57,6 @@ def read_json(path: Path) -> Any:
         raise CheckpointError(f"{path}: file not found") from None
     except json.JSONDecodeError as e:
         raise CheckpointError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
-
-
-def point_symlink(link: Path, target_name: str) -> None:
-    """Make `link` point at the sibling `target_name`, replacing any old link in one rename."""
-    tmp = link.with_name(f".{link.name}.tmp")
-    tmp.unlink(missing_ok=True)
-    os.symlink(target_name, tmp)
-    os.replace(tmp, link)
-
-
-def publish_dir(build: Path, final: Path) -> None:
-    """Rename a fully written temporary directory to its final name."""
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(build, final)
 
 
 # ---- model files ---------------------------------------------------------------------------
@@ -125,14 +84,6 @@ def save_model(model: PalBert, tokenizer, out: Path, trunk_file: Path | None = N
     return trunk_sha
 
 
-def write_vocab(tokenizer, path: Path) -> None:
-    """vocab.txt (one token per line, id = line number): what WordPiece readers off-Python need."""
-    by_id = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
-    if [i for _, i in by_id] != list(range(len(by_id))):
-        raise CheckpointError("tokenizer vocabulary ids are not contiguous; cannot write vocab.txt")
-    path.write_text("".join(f"{token}\n" for token, _ in by_id), encoding="utf-8")
-
-
 def save_task(model: PalBert, name: str, out: Path, trunk_sha: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().cpu().contiguous() for k, v in model.task_parameters(name).items()}
@@ -148,16 +99,46 @@ def save_task(model: PalBert, name: str, out: Path, trunk_sha: str) -> None:
 
 def load_trunk(path: str | Path) -> tuple[BertModel, Any]:
     """A BERT trunk and its tokenizer from a folder or hub id (any BERT checkpoint)."""
+    path = str(path)
+    local = Path(path)
+    if local.exists():
+        check_bert_folder(local)
+    elif not re.fullmatch(HUB_ID, path) or local.parent.name and local.parent.is_dir():
+        # Not a hub id, or "runs/x" where runs/ is a local folder: a folder that is not there.
+        raise CheckpointError(f"{path}: no such folder; give a BERT checkpoint folder "
+                              "(config.json + model.safetensors) or a hub id such as "
+                              "sentence-transformers/all-MiniLM-L6-v2")
     try:
-        config = BertConfig.from_pretrained(str(path))
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"cannot load a BERT config from '{path}': {e}") from None
+        config = BertConfig.from_pretrained(path)
+    except (OSError, ValueError) as e:  # transformers' and the hub's "cannot load" errors
+        raise CheckpointError(f"cannot load a BERT config from '{path}': {first_line(e)}") from None
     if config.model_type != "bert":
         raise CheckpointError(f"'{path}' is a {config.model_type} model; palkit needs a BERT")
-    trunk = BertModel.from_pretrained(str(path), config=config, add_pooling_layer=True,
-                                      attn_implementation="eager")
-    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    try:
+        trunk = BertModel.from_pretrained(path, config=config, add_pooling_layer=True,
+                                          attn_implementation="eager")
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"cannot load a BERT from '{path}': {first_line(e)}") from None
     return trunk, tokenizer
+
+
+def first_line(e: Exception) -> str:
+    """Library errors can run to many lines; a PalkitError is one."""
+    lines = str(e).strip().splitlines()
+    return lines[0] if lines else type(e).__name__
+
+
+def check_bert_folder(folder: Path) -> None:
+    """A local --base-model must hold a config and weights (transformers' own error is long)."""
+    weights = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+    if not folder.is_dir() or not (folder / "config.json").is_file():
+        raise CheckpointError(f"{folder}: not a BERT checkpoint folder (no config.json); point "
+                              "--base-model at a folder saved by transformers' save_pretrained")
+    if not any((folder / w).is_file() for w in weights):
+        raise CheckpointError(f"{folder}: has config.json but no BERT weights "
+                              f"({' or '.join(weights[::2])}); point --base-model at a complete "
+                              "checkpoint folder")
 
 
 def load_model(model_dir: Path, tasks: list[str] | None = None) -> tuple[PalBert, Any, str]:
@@ -169,7 +150,12 @@ def load_model(model_dir: Path, tasks: list[str] | None = None) -> tuple[PalBert
                               "model folder (RUN/model)?")
     trunk_sha = sha256_file(trunk_dir / TRUNK_WEIGHTS)
     trunk, tokenizer = load_trunk(trunk_dir)
-    names = tasks or sorted(p.name for p in (model_dir / "tasks").iterdir() if p.is_dir())
+    saved = sorted(p.name for p in (model_dir / "tasks").iterdir() if p.is_dir())
+    unknown = [t for t in tasks or [] if t not in saved]
+    if unknown:
+        raise CheckpointError(f"{model_dir}: has no task {', '.join(map(repr, unknown))} (it has: "
+                              f"{', '.join(saved)})")
+    names = tasks or saved
     configs = [read_task_config(model_dir / "tasks" / n, trunk_sha) for n in names]
     pals = {json.dumps(c["pal"], sort_keys=True) for c in configs}
     if len(pals) > 1:
@@ -197,7 +183,7 @@ def read_task_config(task_dir: Path, trunk_sha: str) -> dict[str, Any]:
 def load_task_weights(model: PalBert, name: str, path: Path) -> None:
     try:
         tensors = load_file(path)
-    except (OSError, Exception) as e:  # safetensors raises its own error type on corruption
+    except (OSError, SafetensorError) as e:
         raise CheckpointError(f"{path}: cannot read adapter weights ({e})") from None
     params = model.task_parameters(name)
     if set(tensors) != set(params):
@@ -220,3 +206,158 @@ def resolve_model_dir(path: Path) -> Path:
         return path
     raise CheckpointError(f"{path}: neither a run directory (RUN/model/trunk) nor a model folder "
                           "(trunk/ + tasks/); train one with `python cli.py train`")
+
+
+def separate_models(run: Path) -> list[Path]:
+    """The per-task runs (RUN/models/<task>) of a --mode separate run; [] for any other run.
+    The one test of "is this a separate-mode run" for a folder on disk."""
+    run = Path(run)
+    if not (run / "models").is_dir() or (run / "model").exists():
+        return []
+    return sorted(p for p in (run / "models").iterdir() if p.is_dir())
+
+
+def runs_beside(folder: Path) -> list[str]:
+    """Names of the run directories (holding config.json) next to `folder`, for messages."""
+    parent = Path(folder).parent
+    if not parent.is_dir():
+        return []
+    return sorted(p.name for p in parent.iterdir() if (p / "config.json").is_file())
+
+
+# ---- training state ------------------------------------------------------------------------
+
+@dataclass
+class TrainingState:
+    """Where the training loop is; saved with every checkpoint (RUN/last/state.json)."""
+    phase: int = 0                 # index into the run's phases
+    epoch: int = 0                 # finished epochs of this phase
+    step: int = 0                  # finished steps of this epoch
+    global_epoch: int = 0          # finished epochs over all phases
+    streams: dict[str, int] = field(default_factory=dict)  # examples drawn per task stream
+    best: dict[str, Any] | None = None                      # {"avg", "dev", "epoch"} of RUN/model
+    elapsed_s: float = 0.0         # time in training steps
+    loss_sum: float = 0.0          # this epoch's running loss
+    loss_count: int = 0
+    finished: bool = False
+    gradvac_targets: list[list[float]] | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str) -> "TrainingState":
+        names = {f.name for f in fields(cls)}
+        if set(d) != names:
+            raise CheckpointError(f"{where}: keys {sorted(set(d) ^ names)} do not match this "
+                                  "palkit's training state; resume with the palkit that wrote it")
+        return cls(**d)
+
+    def end_epoch(self) -> None:
+        self.epoch, self.step, self.loss_sum, self.loss_count = self.epoch + 1, 0, 0.0, 0
+        self.global_epoch += 1
+
+    def next_phase(self) -> None:
+        self.phase, self.epoch, self.step, self.loss_sum, self.loss_count = \
+            self.phase + 1, 0, 0, 0.0, 0
+
+
+def optimizer_tensors(opt: torch.optim.Optimizer, names: list[str]) -> dict[str, torch.Tensor]:
+    """The optimizer's state_dict() state, keyed "<parameter name>.<key>" for safetensors (no
+    pickle). `names` are the parameter names in param_groups order."""
+    out = {}
+    for index, state in opt.state_dict()["state"].items():
+        for key, value in state.items():
+            out[f"{names[index]}.{key}"] = value.detach().cpu().contiguous()
+    return out
+
+
+def restore_optimizer(opt: torch.optim.Optimizer, names: list[str],
+                      tensors: dict[str, torch.Tensor]) -> None:
+    """Load optimizer_tensors() back through load_state_dict (the groups are the config's)."""
+    index = {name: i for i, name in enumerate(names)}
+    saved: dict[int, dict[str, torch.Tensor]] = {}
+    for stored, value in tensors.items():
+        name, key = stored.rsplit(".", 1)
+        if name not in index:
+            raise CheckpointError(f"optimizer state for '{name}', which this phase does not "
+                                  "train; resume with the options the run was started with")
+        saved.setdefault(index[name], {})[key] = value
+    state_dict = opt.state_dict()
+    state_dict["state"] = saved
+    opt.load_state_dict(state_dict)
+
+
+@dataclass
+class Checkpoint:
+    """What RUN/last holds besides the model: the loop position, optimizer tensors, RNG state."""
+    state: TrainingState
+    optimizer: dict[str, torch.Tensor]
+    rng_state: torch.Tensor
+
+
+def save_snapshot(run: Path, tag: str, link: str, model: PalBert, tokenizer,
+                  trunk_file: Path | None, write_extra) -> None:
+    """Write the model and `write_extra(folder)` into a temporary folder, then publish it as
+    RUN/<tag> with RUN/<link> pointing at it (trainer/fileio.py: crash-safe at every step)."""
+    build = run / f".{tag}.tmp"
+    remove_tree(build)
+    try:
+        save_model(model, tokenizer, build, trunk_file)
+        write_extra(build)
+        publish_snapshot(build, tag, link)
+    except BaseException:
+        remove_tree(build)
+        raise
+
+
+def save_checkpoint(run: Path, model: PalBert, tokenizer, trunk_file: Path | None,
+                    ckpt: Checkpoint) -> None:
+    """RUN/last -> ckpt-EEEE-SSSSSS: the model, optimizer.safetensors and state.json."""
+    def extra(folder: Path) -> None:
+        save_file({**ckpt.optimizer, RNG_KEY: ckpt.rng_state}, folder / "optimizer.safetensors")
+        write_json(folder / "state.json", asdict(ckpt.state))
+
+    tag = f"ckpt-{ckpt.state.global_epoch:04d}-{ckpt.state.step:06d}"
+    save_snapshot(run, tag, "last", model, tokenizer, trunk_file, extra)
+
+
+def save_best(run: Path, epoch: int, model: PalBert, tokenizer, trunk_file: Path | None,
+              summary: dict[str, Any]) -> None:
+    """RUN/model -> best-EEEE: the best model so far and its summary.json."""
+    save_snapshot(run, f"best-{epoch:04d}", "model", model, tokenizer, trunk_file,
+                  lambda folder: write_json(folder / "summary.json", summary))
+
+
+def load_checkpoint(ckpt_dir: Path) -> Checkpoint:
+    tensors = load_file(ckpt_dir / "optimizer.safetensors")
+    state = TrainingState.from_dict(read_json(ckpt_dir / "state.json"),
+                                    str(ckpt_dir / "state.json"))
+    return Checkpoint(state, tensors, tensors.pop(RNG_KEY))
+
+
+def mark_finished(run: Path, state: TrainingState) -> None:
+    """Record in RUN/last/state.json that the run finished (nothing is left to resume)."""
+    state.finished = True
+    write_json(run / "last" / "state.json", asdict(state))
+
+
+def read_training_state(run: Path) -> TrainingState:
+    return TrainingState.from_dict(read_json(run / "last" / "state.json"),
+                                   str(run / "last" / "state.json"))
+
+
+def append_metrics(run: Path, record: dict[str, Any]) -> None:
+    append_jsonl(run / "metrics.jsonl", record)
+
+
+def write_run_config(run: Path, config: dict[str, Any]) -> None:
+    """RUN/config.json, once: a resumed run keeps the config it was started with."""
+    if not (run / "config.json").exists():
+        write_json(run / "config.json", config)
+
+
+def read_run_config(run: Path) -> dict[str, Any]:
+    return read_json(run / "config.json")
+
+
+def write_rank_report(run: Path, rank: int, report: dict[str, Any]) -> None:
+    """RUN/rank<N>.json (multi-process runs): what this rank saw, to check the ranks agree."""
+    write_json(run / f"rank{rank}.json", report)

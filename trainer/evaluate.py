@@ -10,6 +10,7 @@ from trainer.data import EncodedSplit, collate, encode, read_examples
 from trainer.metrics import average_score, task_metrics
 from trainer.model import PalBert, regression_score
 from trainer.tasks import TaskSpec
+from ui.progress import track
 
 
 def predictions_from_outputs(spec: TaskSpec, raw: torch.Tensor) -> torch.Tensor:
@@ -38,9 +39,12 @@ def predict_split(model: PalBert, task: str, split: EncodedSplit, pad_id: int,
 
 
 def evaluate_model(model: PalBert, specs: list[TaskSpec], splits: dict[str, EncodedSplit],
-                   pad_id: int, batch_size: int, device: torch.device) -> dict[str, float]:
+                   pad_id: int, batch_size: int, device: torch.device,
+                   progress: str | None = None) -> dict[str, float]:
+    """Every task's metrics and their average; with `progress`, a bar of that name per task
+    (not during training, whose own bar is showing)."""
     metrics: dict[str, float] = {}
-    for spec in specs:
+    for spec in (track(specs, progress) if progress else specs):
         preds = predict_split(model, spec.name, splits[spec.name], pad_id, batch_size, device)
         metrics.update(task_metrics(spec, preds, splits[spec.name].labels))
     metrics["avg"] = average_score(specs, metrics)
@@ -60,6 +64,6 @@ def evaluate_model_dir(model_dir: Path, data_dir: Path, split: str, max_len: int
         examples = read_examples(spec, data_dir, split)[:max_examples]
         splits[spec.name] = encode(examples, tokenizer, max_len)
     metrics = evaluate_model(model, specs, splits, tokenizer.pad_token_id, batch_size,
-                             torch.device("cpu"))
+                             torch.device("cpu"), progress=f"evaluating {split}")
     return {"split": split, "trunk_sha256": trunk_sha, "tasks": [s.name for s in specs],
             "max_len": max_len, **metrics}

@@ -248,12 +248,18 @@ class PalBert(nn.Module):
 
     # ---- bookkeeping ---------------------------------------------------------------------
 
+    def task_modules(self, task: str) -> dict[str, nn.Module]:
+        """A task's own modules, by the prefix their weights are saved under: "head", and "pal"
+        when the model has PALs. The one definition of a task's parameter names."""
+        modules: dict[str, nn.Module] = {"head": self.heads[task]}
+        if task in self.adapters:
+            modules["pal"] = self.adapters[task]
+        return modules
+
     def task_parameters(self, task: str) -> dict[str, nn.Parameter]:
         """The task-specific weights, keyed as they are saved in the task's adapter file."""
-        params = {f"head.{k}": v for k, v in self.heads[task].named_parameters()}
-        if task in self.adapters:
-            params.update({f"pal.{k}": v for k, v in self.adapters[task].named_parameters()})
-        return params
+        return {f"{prefix}.{k}": v for prefix, module in self.task_modules(task).items()
+                for k, v in module.named_parameters()}
 
     def param_counts(self) -> dict[str, int]:
         trunk = sum(p.numel() for p in self.trunk.parameters())

@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trainer.checkpoint import read_json, write_json
+from trainer.checkpoint import (read_json, read_run_config, read_training_state,
+                                separate_models, write_json)
 from trainer.add_task import ADD_TASK_DEFAULTS
 from trainer.config import TrainConfig
 
@@ -44,22 +45,23 @@ def _flags(cfg: dict[str, Any], defaults: dict[str, Any], skip: set[str]) -> lis
 
 def run_facts(run: Path) -> dict[str, Any]:
     """Mode, sampling, parameter counts and wall time of a finished run (separate: all models)."""
-    cfg = read_json(run / "config.json")
-    if cfg["mode"] == "separate":
-        subs = [run_facts(run / "models" / t) for t in cfg["tasks"]]
+    cfg = read_run_config(run)
+    models = separate_models(run)
+    if models:
+        subs = [run_facts(m) for m in models]
         return {"mode": "separate", "sampling": None,
                 "params_total": sum(s["params_total"] for s in subs),
                 "params_task_specific": sum(s["params_total"] for s in subs),
                 "wall_time_s": round(sum(s["wall_time_s"] for s in subs), 1), "config": cfg}
-    state = read_json(run / "last" / "state.json")
-    if not state.get("finished"):
+    state = read_training_state(run)
+    if not state.finished:
         raise ValueError(f"{run}: the run has not finished; resume it with "
                          f"`python cli.py train --resume --out {run}`")
     summary = read_json(run / "model" / "summary.json")
     return {"mode": cfg["mode"], "sampling": cfg["sampling"] if len(cfg["tasks"]) > 1 else None,
             "params_total": summary["params"]["params_total"],
             "params_task_specific": summary["params"]["params_task_specific"],
-            "wall_time_s": round(state["elapsed_s"], 1), "config": cfg}
+            "wall_time_s": round(state.elapsed_s, 1), "config": cfg}
 
 
 METRIC_SUFFIXES = ("_acc", "_f1", "_pearson", "_spearman")
@@ -68,12 +70,15 @@ WALL_TIME_NOTE = "time in training steps; excludes model loading and per-epoch d
 
 def adapter_bytes(bundle: Path, task: str) -> dict[str, int]:
     """Bytes of one task's files in an exported bundle, per runtime (from its manifest)."""
-    manifest = read_json(bundle / "manifest.json")
-    entry = next((t for t in manifest["tasks"] if t["name"] == task), None)
-    if entry is None:
+    from export.manifest import BundleError, read_manifest
+
+    manifest = read_manifest(bundle)
+    try:
+        entry = manifest.task(task)
+    except BundleError:
         raise ValueError(f"{bundle}: has no task '{task}'; export it with "
-                         f"`python cli.py export RUN --adapter {task} --out {bundle}`")
-    return {rt: manifest["files"][path]["bytes"] for rt, path in entry["files"].items()}
+                         f"`python cli.py export RUN --adapter {task} --out {bundle}`") from None
+    return {rt: manifest.files[path].bytes for rt, path in entry.files.items()}
 
 
 def record(results: Path, name: str, facts: dict[str, Any], split: str,

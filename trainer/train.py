@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,21 +20,22 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
-from tqdm import tqdm
 
-from trainer.checkpoint import (TRUNK_WEIGHTS, append_jsonl, load_model, load_task_weights,
-                                load_trunk, point_symlink, publish_dir, read_json, save_model,
-                                write_json)
+from trainer.checkpoint import (TRUNK_WEIGHTS, Checkpoint, TrainingState, append_metrics,
+                                load_checkpoint, load_model, load_task_weights, load_trunk,
+                                mark_finished, optimizer_tensors, read_json, restore_optimizer,
+                                runs_beside, save_best, save_checkpoint, write_rank_report,
+                                write_run_config)
 from trainer.config import TrainConfig
 from trainer.data import EncodedSplit, collate, encode, read_examples, resolve_data_dir
+from trainer.errors import PalkitError
 from trainer.evaluate import evaluate_model
 from trainer.metrics import average_score, primary_score
 from trainer.model import PalBert, PalConfig, default_pal_size, pal_layer_indices, regression_score
 from trainer.sampling import TaskStream, epoch_task_schedule, sampling_alpha, task_probabilities
 from trainer.surgery import GradVac, pcgrad
-from trainer.errors import PalkitError
 from trainer.tasks import TaskSpec, resolve_tasks
+from ui.progress import StepBar, say
 
 
 # Options that do not change what is computed, so a resumed run may set them differently.
@@ -117,14 +116,10 @@ def task_loss(spec: TaskSpec, raw: torch.Tensor, labels: torch.Tensor, sts_loss:
 
 def trainable_parameters(model: PalBert, phase: Phase) -> dict[str, torch.nn.Parameter]:
     """Named parameters this phase updates; everything else gets requires_grad=False."""
-    names = set()
-    for task in phase.tasks:
-        names |= {f"heads.{task}.{k}" for k, _ in model.heads[task].named_parameters()}
-        if task in model.adapters:
-            names |= {f"adapters.{task}.{k}" for k, _ in model.adapters[task].named_parameters()}
+    task_owned = {id(p) for task in phase.tasks for p in model.task_parameters(task).values()}
     out = {}
     for name, p in model.named_parameters():
-        train = name in names or (phase.trunk_trainable and name.startswith("trunk."))
+        train = id(p) in task_owned or (phase.trunk_trainable and name.startswith("trunk."))
         p.requires_grad_(train)
         if train:
             out[name] = p
@@ -147,31 +142,22 @@ def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
     return cfg.lr * max(0.0, (total - step) / max(1, total - warmup))
 
 
-def optimizer_tensors(opt: torch.optim.AdamW, names: list[str]) -> dict[str, torch.Tensor]:
-    """AdamW's moments keyed by parameter name, for safetensors (no pickle)."""
-    by_param = {id(p): n for n, p in zip(names, (p for g in opt.param_groups for p in g["params"]))}
-    out = {}
-    for p, state in opt.state.items():
-        n = by_param[id(p)]
-        out[f"{n}.exp_avg"] = state["exp_avg"].detach().cpu().contiguous()
-        out[f"{n}.exp_avg_sq"] = state["exp_avg_sq"].detach().cpu().contiguous()
-        out[f"{n}.step"] = state["step"].detach().cpu().reshape(1).float()
-    return out
-
-
-def restore_optimizer(opt: torch.optim.AdamW, names: list[str], tensors: dict[str, torch.Tensor]) -> None:
-    params = [p for g in opt.param_groups for p in g["params"]]
-    for n, p in zip(names, params):
-        if f"{n}.exp_avg" not in tensors:
-            continue
-        opt.state[p] = {"step": tensors[f"{n}.step"].reshape(()).clone(),
-                        "exp_avg": tensors[f"{n}.exp_avg"].to(p.device),
-                        "exp_avg_sq": tensors[f"{n}.exp_avg_sq"].to(p.device)}
-
-
 def ordered_names(opt: torch.optim.AdamW, params: dict[str, torch.nn.Parameter]) -> list[str]:
     name_of = {id(p): n for n, p in params.items()}
     return [name_of[id(p)] for g in opt.param_groups for p in g["params"]]
+
+
+@dataclass
+class PhaseContext:
+    """What one phase trains with: its tasks, their data streams, the optimiser."""
+    phase: Phase
+    specs: list[TaskSpec]
+    sizes: list[int]                      # training examples per task
+    streams: dict[str, TaskStream]
+    gradvac: GradVac | None
+    opt: torch.optim.AdamW
+    names: list[str]                      # parameter names in the optimiser's order
+    model: torch.nn.Module                # the model, or its DistributedDataParallel wrapper
 
 
 # ---- the run -------------------------------------------------------------------------------
@@ -188,12 +174,12 @@ class Run:
         self.out = Path(cfg.out)
         self.specs = resolve_tasks(cfg.tasks, list(cfg.custom_tasks))
         self.phases = plan_phases(cfg, self.specs)
-        self.state: dict[str, Any] = {"phase": 0, "epoch": 0, "step": 0, "global_epoch": 0,
-                                      "streams": {}, "best": None, "elapsed_s": 0.0,
-                                      "loss_sum": 0.0, "loss_count": 0, "finished": False,
-                                      "gradvac_targets": None}
-        self.log = print if self.dist.main else (lambda *a, **k: None)
+        self.state = TrainingState()
+        self.optimizer_state: dict[str, torch.Tensor] = {}
+        self.log = say if self.dist.main else (lambda *a, **k: None)
         self._examples_seen: list[str] = []  # filled under DDP only, for the rank report
+        self.bar: StepBar | None = None
+        self.last_dev = ""                   # the latest dev score, shown on the bar
         torch.manual_seed(cfg.seed)
         last = self.out / "last"
         if resume and last.exists():
@@ -219,7 +205,6 @@ class Run:
                 share_projections=self.cfg.pal_share_projections)
         # from_pretrained leaves the trunk in eval mode; training wants its dropout on.
         self.model = PalBert(trunk, self.specs, pal).to(self.dist.device).train()
-        self.optimizer_state: dict[str, torch.Tensor] = {}
 
     def _load_checkpoint(self, ckpt: Path) -> None:
         saved = TrainConfig.from_dict(read_json(self.out / "config.json")).to_dict()
@@ -233,13 +218,12 @@ class Run:
         # A frozen trunk is copied byte for byte from the run's best model (last/ gets replaced).
         self.frozen_trunk_file = (self.out / "model" / "trunk" / TRUNK_WEIGHTS
                                   if self.cfg.freeze_trunk else None)
-        self.state = read_json(ckpt / "state.json")
-        tensors = load_file(ckpt / "optimizer.safetensors")
-        torch.set_rng_state(tensors.pop("__rng_state__"))
-        self.optimizer_state = tensors
-        if not self.state["finished"]:
-            self.log(f"resuming {self.out} at phase {self.phases[self.state['phase']].name}, "
-                     f"epoch {self.state['epoch'] + 1}, step {self.state['step']}")
+        saved_ckpt = load_checkpoint(ckpt)
+        self.state, self.optimizer_state = saved_ckpt.state, saved_ckpt.optimizer
+        torch.set_rng_state(saved_ckpt.rng_state)
+        if not self.state.finished:
+            self.log(f"resuming {self.out} at phase {self.phases[self.state.phase].name}, "
+                     f"epoch {self.state.epoch + 1}, step {self.state.step}")
 
     def _load_data(self) -> None:
         cfg = self.cfg
@@ -260,133 +244,128 @@ class Run:
 
     # -- checkpoints --
 
-    def _publish(self, tag: str, link: str, write_extra) -> None:
-        """Write the model and `write_extra(folder)` into a temporary folder, rename it to `tag`,
-        point the `link` symlink at it, then drop what the link pointed to before. A failure at
-        any point leaves the previous snapshot and link intact."""
-        build = self.out / f".{tag}.tmp"
-        try:
-            shutil.rmtree(build, ignore_errors=True)
-            save_model(self.model, self.tokenizer, build, self.frozen_trunk_file)
-            write_extra(build)
-            old = (self.out / link).resolve() if (self.out / link).exists() else None
-            publish_dir(build, self.out / tag)
-            point_symlink(self.out / link, tag)
-            if old is not None and old.name != tag:
-                shutil.rmtree(old, ignore_errors=True)
-        except BaseException:
-            shutil.rmtree(build, ignore_errors=True)
-            raise
-
-    def save_checkpoint(self, opt: torch.optim.AdamW, names: list[str]) -> None:
-        """RUN/last: the model plus AdamW's moments, the RNG state and the loop's position."""
-        if not self.dist.main:
-            return
-
-        def extra(folder: Path) -> None:
-            tensors = optimizer_tensors(opt, names)
-            tensors["__rng_state__"] = torch.get_rng_state()
-            save_file(tensors, folder / "optimizer.safetensors")
-            write_json(folder / "state.json", self.state)
-
-        self._publish(f"ckpt-{self.state['global_epoch']:04d}-{self.state['step']:06d}", "last",
-                      extra)
+    def save_checkpoint(self, ctx: PhaseContext) -> None:
+        """RUN/last: the model plus the optimiser's state, the RNG state and the loop's position."""
+        if self.dist.main:
+            ckpt = Checkpoint(self.state, optimizer_tensors(ctx.opt, ctx.names),
+                              torch.get_rng_state())
+            save_checkpoint(self.out, self.model, self.tokenizer, self.frozen_trunk_file, ckpt)
 
     def save_best(self, summary: dict[str, Any]) -> None:
         """RUN/model: the best model so far and its summary."""
         if self.dist.main:
-            self._publish(f"best-{self.state['global_epoch'] + 1:04d}", "model",
-                          lambda folder: write_json(folder / "summary.json", summary))
+            save_best(self.out, self.state.global_epoch + 1, self.model, self.tokenizer,
+                      self.frozen_trunk_file, summary)
 
     # -- the loop --
 
     def train(self) -> Path:
-        cfg, st = self.cfg, self.state
-        if st["finished"]:
+        st = self.state
+        if st.finished:
             self.log(f"{self.out} already finished; nothing to do")
             return self.out
         if self.dist.main:
             self.out.mkdir(parents=True, exist_ok=True)
-            if not (self.out / "config.json").exists():
-                write_json(self.out / "config.json", cfg.to_dict())
+            write_run_config(self.out, self.cfg.to_dict())
         counts = self.model.param_counts()
-        self.log(f"mode={cfg.mode} tasks={','.join(cfg.tasks)} params: trunk "
+        self.log(f"mode={self.cfg.mode} tasks={','.join(self.cfg.tasks)} params: trunk "
                  f"{counts['params_trunk']:,}, task-specific {counts['params_task_specific']:,} "
                  f"(+{100 * counts['params_task_specific'] / counts['params_trunk']:.2f}%)")
-        while st["phase"] < len(self.phases):
-            self._run_phase(self.phases[st["phase"]])
-            st.update(phase=st["phase"] + 1, epoch=0, step=0, loss_sum=0.0, loss_count=0)
-        st["finished"] = True
+        self.bar = self._progress_bar()
+        try:
+            while st.phase < len(self.phases):
+                self._run_phase(self.phases[st.phase])
+                st.next_phase()
+        finally:
+            if self.bar is not None:
+                self.bar.close()
         if self.dist.main:
-            write_json(self.out / "last" / "state.json", st)
+            mark_finished(self.out, st)
         if self.dist.world > 1:
             self._write_rank_report()
         return self.out
 
-    def _run_phase(self, phase: Phase) -> None:
-        cfg, st = self.cfg, self.state
-        if phase.name.startswith("tune:") and st["epoch"] == 0 and st["step"] == 0:
-            self._restore_best_weights()
+    def _progress_bar(self) -> StepBar | None:
+        """One bar over every step of every phase, so its ETA is the whole run's."""
+        if not self.dist.main:
+            return None
+        per_epoch, st = self.cfg.steps_per_epoch, self.state
+        total = sum(p.epochs for p in self.phases) * per_epoch
+        done = (sum(p.epochs for p in self.phases[:st.phase]) + st.epoch) * per_epoch + st.step
+        return StepBar(f"training {self.out.name}", total, done)
+
+    def _phase_context(self, phase: Phase) -> PhaseContext:
         params = trainable_parameters(self.model, phase)
-        opt = make_optimizer(params, cfg)
+        opt = make_optimizer(params, self.cfg)
         names = ordered_names(opt, params)
-        restore_optimizer(opt, names, self.optimizer_state)
-        self.optimizer_state = {}
-        ddp_model = self.model
+        if self.optimizer_state:
+            restore_optimizer(opt, names, self.optimizer_state)
+            self.optimizer_state = {}
+        model = self.model
         if self.dist.world > 1:
-            ddp_model = torch.nn.parallel.DistributedDataParallel(
+            model = torch.nn.parallel.DistributedDataParallel(
                 self.model, find_unused_parameters=True,
                 device_ids=[self.dist.device.index] if self.dist.device.type == "cuda" else None)
         specs = [s for s in self.specs if s.name in phase.tasks]
-        sizes = [len(self.train_data[s.name]) for s in specs]
-        streams = {s.name: TaskStream(len(self.train_data[s.name]), cfg.seed,
-                                      [x.name for x in self.specs].index(s.name),
-                                      st["streams"].get(s.name, 0)) for s in specs}
-        gradvac = GradVac(len(specs)) if cfg.grad_surgery == "gradvac" else None
-        if gradvac is not None and st["gradvac_targets"] is not None:
-            gradvac.targets = torch.tensor(st["gradvac_targets"], dtype=torch.float64)
-        total_steps = phase.epochs * cfg.steps_per_epoch
-        while st["epoch"] < phase.epochs:
-            epoch = st["epoch"] + 1
-            schedule = epoch_task_schedule(cfg.sampling if len(specs) > 1 else "round-robin",
-                                           sizes, epoch, phase.epochs, cfg.steps_per_epoch,
-                                           cfg.seed + st["phase"])
-            bar = tqdm(total=cfg.steps_per_epoch, initial=st["step"], disable=not self.dist.main,
-                       desc=f"{phase.name} epoch {epoch}/{phase.epochs}", unit="step",
-                       dynamic_ncols=True, file=sys.stderr)
-            started = time.time()
-            while st["step"] < cfg.steps_per_epoch:
-                global_step = (epoch - 1) * cfg.steps_per_epoch + st["step"]
-                for group in opt.param_groups:
-                    group["lr"] = lr_at(global_step, total_steps, cfg)
-                if cfg.grad_surgery != "none" and len(specs) > 1:
-                    loss = self._surgery_step(ddp_model, specs, streams, gradvac, opt)
-                else:
-                    spec = specs[schedule[st["step"]]]
-                    loss = self._plain_step(ddp_model, spec, streams[spec.name], opt)
-                st["step"] += 1
-                st["loss_sum"] += loss
-                st["loss_count"] += 1
-                st["streams"].update({n: s.drawn for n, s in streams.items()})
-                if gradvac is not None:
-                    st["gradvac_targets"] = gradvac.targets.tolist()
-                bar.update(1)
-                bar.set_postfix(loss=f"{st['loss_sum'] / st['loss_count']:.4f}")
-                if cfg.save_every and st["step"] % cfg.save_every == 0 \
-                        and st["step"] < cfg.steps_per_epoch:
-                    st["elapsed_s"] += time.time() - started
-                    started = time.time()
-                    self.save_checkpoint(opt, names)
-            bar.close()
-            st["elapsed_s"] += time.time() - started
-            self._end_epoch(phase, specs, sizes, epoch)
-            st.update(epoch=epoch, step=0, loss_sum=0.0, loss_count=0,
-                      global_epoch=st["global_epoch"] + 1)
-            self.save_checkpoint(opt, names)
-            if self.dist.world > 1:
-                dist.barrier()
+        order = [s.name for s in self.specs]
+        streams = {s.name: TaskStream(len(self.train_data[s.name]), self.cfg.seed,
+                                      order.index(s.name), self.state.streams.get(s.name, 0))
+                   for s in specs}
+        gradvac = GradVac(len(specs)) if self.cfg.grad_surgery == "gradvac" else None
+        if gradvac is not None and self.state.gradvac_targets is not None:
+            gradvac.targets = torch.tensor(self.state.gradvac_targets, dtype=torch.float64)
+        return PhaseContext(phase, specs, [len(self.train_data[s.name]) for s in specs],
+                            streams, gradvac, opt, names, model)
+
+    def _run_phase(self, phase: Phase) -> None:
+        st = self.state
+        if phase.name.startswith("tune:") and st.epoch == 0 and st.step == 0:
+            self._restore_best_weights()
+        ctx = self._phase_context(phase)
+        while st.epoch < phase.epochs:
+            self._run_epoch(ctx)
         if phase.name.startswith("tune:"):
             self._restore_best_weights(only=phase.tasks[0])
+
+    def _run_epoch(self, ctx: PhaseContext) -> None:
+        cfg, st, phase = self.cfg, self.state, ctx.phase
+        epoch = st.epoch + 1
+        schedule = epoch_task_schedule(cfg.sampling if len(ctx.specs) > 1 else "round-robin",
+                                       ctx.sizes, epoch, phase.epochs, cfg.steps_per_epoch,
+                                       cfg.seed + st.phase)
+        total_steps = phase.epochs * cfg.steps_per_epoch
+        started = time.time()
+        while st.step < cfg.steps_per_epoch:
+            for group in ctx.opt.param_groups:
+                group["lr"] = lr_at((epoch - 1) * cfg.steps_per_epoch + st.step, total_steps, cfg)
+            if cfg.grad_surgery != "none" and len(ctx.specs) > 1:
+                loss = self._surgery_step(ctx)
+            else:
+                spec = ctx.specs[schedule[st.step]]
+                loss = self._plain_step(ctx, spec)
+            self._count_step(ctx, loss, epoch)
+            if cfg.save_every and st.step % cfg.save_every == 0 and st.step < cfg.steps_per_epoch:
+                st.elapsed_s += time.time() - started
+                started = time.time()
+                self.save_checkpoint(ctx)
+        st.elapsed_s += time.time() - started
+        self._end_epoch(ctx, epoch)
+        st.end_epoch()
+        self.save_checkpoint(ctx)
+        if self.dist.world > 1:
+            dist.barrier()
+
+    def _count_step(self, ctx: PhaseContext, loss: float, epoch: int) -> None:
+        st = self.state
+        st.step += 1
+        st.loss_sum += loss
+        st.loss_count += 1
+        st.streams.update({n: s.drawn for n, s in ctx.streams.items()})
+        if ctx.gradvac is not None:
+            st.gradvac_targets = ctx.gradvac.targets.tolist()
+        if self.bar is not None:
+            self.bar.update(1, f"{ctx.phase.name} epoch {epoch}/{ctx.phase.epochs} loss "
+                               f"{st.loss_sum / st.loss_count:.4f}{self.last_dev}")
 
     def _batch(self, spec: TaskSpec, stream: TaskStream) -> dict[str, torch.Tensor]:
         """This rank's share of a global batch: every rank draws the same indices, keeps its slice."""
@@ -405,26 +384,25 @@ class Run:
         if not torch.isfinite(loss):
             raise TrainingError(
                 f"loss became {loss.item()} on task '{spec.name}' at epoch "
-                f"{self.state['epoch'] + 1}, step {self.state['step'] + 1}; the last good checkpoint "
+                f"{self.state.epoch + 1}, step {self.state.step + 1}; the last good checkpoint "
                 f"is {self.out / 'last'} — lower --lr or check the data, then --resume")
         return loss
 
-    def _plain_step(self, model, spec: TaskSpec, stream: TaskStream,
-                    opt: torch.optim.AdamW) -> float:
-        loss = self._forward_loss(model, spec, self._batch(spec, stream))
-        opt.zero_grad(set_to_none=True)
+    def _plain_step(self, ctx: PhaseContext, spec: TaskSpec) -> float:
+        loss = self._forward_loss(ctx.model, spec, self._batch(spec, ctx.streams[spec.name]))
+        ctx.opt.zero_grad(set_to_none=True)
         loss.backward()
-        self._clip_and_step(opt)
+        self._clip_and_step(ctx.opt)
         return loss.item()
 
-    def _surgery_step(self, model, specs: list[TaskSpec], streams: dict[str, TaskStream],
-                      gradvac: GradVac | None, opt: torch.optim.AdamW) -> float:
+    def _surgery_step(self, ctx: PhaseContext) -> float:
         """One batch of every task; de-conflict the trunk's per-task gradients, then step."""
         shared = [p for p in self.model.trunk.parameters() if p.requires_grad]
-        opt.zero_grad(set_to_none=True)
+        ctx.opt.zero_grad(set_to_none=True)
         per_task, losses = [], []
-        for spec in specs:
-            loss = self._forward_loss(model, spec, self._batch(spec, streams[spec.name]))
+        for spec in ctx.specs:
+            loss = self._forward_loss(ctx.model, spec,
+                                      self._batch(spec, ctx.streams[spec.name]))
             loss.backward()
             per_task.append(torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p))
                                        .flatten() for p in shared]))
@@ -432,13 +410,14 @@ class Run:
                 p.grad = None
             losses.append(loss.item())
         if shared:
-            gen = torch.Generator().manual_seed(self.cfg.seed * 31 + self.state["step"])
-            combined = gradvac(per_task, gen) if gradvac is not None else pcgrad(per_task, gen)
+            gen = torch.Generator().manual_seed(self.cfg.seed * 31 + self.state.step)
+            combined = (ctx.gradvac(per_task, gen) if ctx.gradvac is not None
+                        else pcgrad(per_task, gen))
             offset = 0
             for p in shared:
                 p.grad = combined[offset:offset + p.numel()].view_as(p).clone()
                 offset += p.numel()
-        self._clip_and_step(opt)
+        self._clip_and_step(ctx.opt)
         return sum(losses) / len(losses)
 
     def _clip_and_step(self, opt: torch.optim.AdamW) -> None:
@@ -447,40 +426,48 @@ class Run:
             torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
         opt.step()
 
-    def _end_epoch(self, phase: Phase, specs: list[TaskSpec], sizes: list[int], epoch: int) -> None:
+    def _end_epoch(self, ctx: PhaseContext, epoch: int) -> None:
+        """Score dev, append metrics.jsonl, publish RUN/model when this epoch is the best."""
         st = self.state
         if not self.dist.main:
             return
-        dev = evaluate_model(self.model, specs, self.dev_data, self.pad_id,
+        dev = evaluate_model(self.model, ctx.specs, self.dev_data, self.pad_id,
                              self.cfg.eval_batch_size, self.dist.device)
-        best = st["best"]
-        if phase.name == "joint":
-            score, improved = dev["avg"], best is None or dev["avg"] > best["avg"]
-            if improved:
-                best = {"avg": dev["avg"], "dev": dev, "epoch": st["global_epoch"] + 1}
-        else:
-            spec = specs[0]
-            score = primary_score(spec, dev)
-            improved = score > primary_score(spec, best["dev"])
-            if improved:
-                merged = {**best["dev"], **{k: v for k, v in dev.items() if k != "avg"}}
-                merged["avg"] = average_score(self.specs, merged)
-                best = {"avg": merged["avg"], "dev": merged, "epoch": st["global_epoch"] + 1}
-        alpha = sampling_alpha(self.cfg.sampling, epoch, phase.epochs) if len(specs) > 1 else None
-        record = {"phase": phase.name, "epoch": epoch, "global_epoch": st["global_epoch"] + 1,
-                  "train_loss": st["loss_sum"] / max(1, st["loss_count"]),
-                  "alpha": alpha, "task_probs": dict(zip([s.name for s in specs],
-                                                         task_probabilities(sizes, alpha))),
+        score, best = self._judge(ctx, dev)
+        improved = best is not st.best
+        alpha = (sampling_alpha(self.cfg.sampling, epoch, ctx.phase.epochs)
+                 if len(ctx.specs) > 1 else None)
+        record = {"phase": ctx.phase.name, "epoch": epoch, "global_epoch": st.global_epoch + 1,
+                  "train_loss": st.loss_sum / max(1, st.loss_count), "alpha": alpha,
+                  "task_probs": dict(zip([s.name for s in ctx.specs],
+                                         task_probabilities(ctx.sizes, alpha))),
                   "dev": dev, "score": score, "is_best": improved,
-                  "elapsed_s": round(st["elapsed_s"], 1)}
-        append_jsonl(self.out / "metrics.jsonl", record)
+                  "elapsed_s": round(st.elapsed_s, 1)}
+        append_metrics(self.out, record)
         shown = " ".join(f"{k}={v:.4f}" for k, v in dev.items())
-        self.log(f"[{phase.name} epoch {epoch}] loss={record['train_loss']:.4f} dev: {shown}"
+        self.log(f"[{ctx.phase.name} epoch {epoch}] loss={record['train_loss']:.4f} dev: {shown}"
                  f"{'  (best)' if improved else ''}")
+        self.last_dev = f" | dev avg {dev['avg']:.4f} (epoch {st.global_epoch + 1})"
         if improved:
-            st["best"] = best
+            st.best = best
             self.save_best({**best, "params": self.model.param_counts(),
-                            "config": self.cfg.to_dict(), "wall_time_s": round(st["elapsed_s"], 1)})
+                            "config": self.cfg.to_dict(), "wall_time_s": round(st.elapsed_s, 1)})
+
+    def _judge(self, ctx: PhaseContext, dev: dict[str, float]) -> tuple[float, dict | None]:
+        """This epoch's score and the best result so far (a new dict when this epoch is best).
+        Joint training compares the average; tuning one task compares that task's score."""
+        best, epoch = self.state.best, self.state.global_epoch + 1
+        if ctx.phase.name == "joint":
+            if best is None or dev["avg"] > best["avg"]:
+                best = {"avg": dev["avg"], "dev": dev, "epoch": epoch}
+            return dev["avg"], best
+        spec = ctx.specs[0]
+        score = primary_score(spec, dev)
+        if score > primary_score(spec, best["dev"]):
+            merged = {**best["dev"], **{k: v for k, v in dev.items() if k != "avg"}}
+            merged["avg"] = average_score(self.specs, merged)
+            best = {"avg": merged["avg"], "dev": merged, "epoch": epoch}
+        return score, best
 
     def _restore_best_weights(self, only: str | None = None) -> None:
         """Load the best model's weights into memory (all of it, or one task's adapter)."""
@@ -497,7 +484,7 @@ class Run:
         for name, t in sorted(self.model.state_dict().items()):
             weights.update(name.encode())
             weights.update(t.detach().cpu().contiguous().numpy().tobytes())
-        write_json(self.out / f"rank{self.dist.rank}.json", {
+        write_rank_report(self.out, self.dist.rank, {
             "rank": self.dist.rank, "world": self.dist.world,
             "examples_seen": self._examples_seen, "weights_sha256": weights.hexdigest()})
 
@@ -508,11 +495,15 @@ def train(cfg: TrainConfig, resume: bool = False) -> Path:
     if not resume and out.exists() and any(out.iterdir()):
         raise TrainingError(f"{out} already holds a run; pass --resume to continue it or choose "
                             "another --out")
+    if resume and not (out / "config.json").is_file():
+        beside = runs_beside(out)
+        raise TrainingError(f"{out}: no run to resume there (runs in {out.parent}: "
+                            f"{', '.join(beside) if beside else 'none'}); check --out, or drop "
+                            "--resume to start a new run")
     if cfg.mode != "separate":
         return Run(cfg, resume).train()
     out.mkdir(parents=True, exist_ok=True)
-    if not (out / "config.json").exists():
-        write_json(out / "config.json", cfg.to_dict())
+    write_run_config(out, cfg.to_dict())
     for task in cfg.tasks:
         sub = cfg.replace(mode="shared", tasks=(task,), out=str(out / "models" / task))
         Run(sub, resume and (Path(sub.out) / "last").exists()).train()
