@@ -1,28 +1,34 @@
 """`cli.py export`: a run directory in, a verified bundle folder out (layout: export/BUNDLE.md).
 
-The bundle is built in a temporary folder beside the target and renamed into place, so a crash
-never leaves half a bundle. After writing, every runtime runs a sample of dev examples (or, with
-no data, built-in sentences) and is compared with PyTorch fp32: fp32 bundles must match within
-FP32_TOLERANCE; int8 bundles must agree with fp32 on at least `min_agreement` of the
-classification predictions (regression: Pearson(int8, fp32) ≥ min_agreement). The result is
-written to verify.json and summarised in manifest.json.
+The bundle is built in a temporary folder beside the target and swapped into place in one step
+(trainer/fileio.py), so a crash never leaves half a bundle, nor no bundle where one was. After
+writing, every runtime runs a sample of dev examples (or, with no data, built-in sentences) and
+is compared with PyTorch fp32: fp32 bundles must match within FP32_TOLERANCE; int8 bundles must
+agree with fp32 on at least `min_agreement` of the classification predictions (regression:
+Pearson(int8, fp32) ≥ min_agreement). The result is written to verify.json.
 """
 from __future__ import annotations
 
-import json
+import dataclasses
 import os
-import shutil
-import tempfile
 import time
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
+from export.manifest import (IO, AllTasksProgram, ExecuTorchSection, FileEntry, Manifest,
+                             OnnxRuntimeSection, TaskEntry, TokenizerSettings, Trunk,
+                             write_manifest)
 from export.programs import PAD_OUTPUTS, reference_outputs
-from export.runtime import FORMAT, VERSION, Engine, load_bundle, sha256_bytes_of
-from trainer.checkpoint import TRUNK_WEIGHTS, load_model, read_json, resolve_model_dir
+from export.runtime import Engine, load_bundle
+from trainer.checkpoint import (TRUNK_WEIGHTS, load_model, read_json, resolve_model_dir,
+                                separate_models)
 from trainer.errors import PalkitError
+from trainer.fileio import (file_digest, remove_tree, replace_dir, sha256_file, staging_dir,
+                            write_json, write_vocab)
+from ui.progress import say
 
 FP32_TOLERANCE = 1e-3      # max |bundle - PyTorch| allowed in fp32 outputs (typically ~1e-6)
 DEFAULT_MIN_AGREEMENT = 0.9
@@ -38,92 +44,80 @@ BUILTIN_SENTENCES = [
     ("a woman is slicing an onion", "a woman is cutting an onion"),
 ]
 TARGETS = ("android", "executorch", "onnx")
+Log = Callable[[str], None]
+
+
+class ExportError(PalkitError, RuntimeError):
+    """Export produced a bundle that failed verification, or cannot run as asked."""
 
 
 def palkit_version() -> str:
     try:
-        from importlib.metadata import version
         return version("palkit")
-    except Exception:
+    except PackageNotFoundError:  # run from a checkout that was never pip-installed
         return "0.1.0"
 
 
 def runtime_versions() -> dict[str, str]:
-    from importlib.metadata import version
     return {"executorch": version("executorch"), "onnxruntime": version("onnxruntime"),
             "torch": torch.__version__.split("+")[0]}
 
 
-def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+def file_entries(folder: Path, rels: list[str]) -> dict[str, FileEntry]:
+    return {rel: FileEntry(*file_digest(folder / rel)) for rel in sorted(set(rels))}
 
 
-def file_entries(folder: Path, rels: list[str]) -> dict[str, dict[str, Any]]:
-    out = {}
-    for rel in sorted(set(rels)):
-        digest, size = sha256_bytes_of(folder / rel)
-        out[rel] = {"sha256": digest, "bytes": size}
-    return out
-
-
-def write_vocab(tokenizer, path: Path) -> None:
-    vocab = tokenizer.get_vocab()
-    by_id = sorted(vocab.items(), key=lambda kv: kv[1])
-    if [i for _, i in by_id] != list(range(len(by_id))):
-        raise PalkitError("the run's tokenizer vocabulary has gaps in its ids; cannot write "
-                          "vocab.txt")
-    path.write_text("".join(f"{tok}\n" for tok, _ in by_id), encoding="utf-8")
-
-
-def tokenizer_settings(trunk_dir: Path, tokenizer, max_length: int) -> dict[str, Any]:
+def tokenizer_settings(trunk_dir: Path, tokenizer, max_length: int) -> TokenizerSettings:
     cfg = {}
     if (trunk_dir / "tokenizer_config.json").is_file():
         cfg = read_json(trunk_dir / "tokenizer_config.json")
     lower = bool(cfg.get("do_lower_case", True))
     strip = cfg.get("strip_accents")
-    return {"vocab_file": "vocab.txt", "lowercase": lower,
-            "strip_accents": lower if strip is None else bool(strip),
-            "max_length": max_length, "cls_token": tokenizer.cls_token,
-            "sep_token": tokenizer.sep_token, "pad_token": tokenizer.pad_token,
-            "unk_token": tokenizer.unk_token, "mask_token": tokenizer.mask_token,
-            "max_input_chars_per_word": 100}
+    return TokenizerSettings(
+        vocab_file="vocab.txt", lowercase=lower,
+        strip_accents=lower if strip is None else bool(strip), max_length=max_length,
+        cls_token=tokenizer.cls_token, sep_token=tokenizer.sep_token,
+        pad_token=tokenizer.pad_token, unk_token=tokenizer.unk_token,
+        mask_token=tokenizer.mask_token, max_input_chars_per_word=100)
 
 
-def task_entry(spec, trunk_sha: str, runtimes: list[str]) -> dict[str, Any]:
+def task_entry(spec, trunk_sha: str, runtimes: list[str]) -> TaskEntry:
     files = {}
     if "executorch" in runtimes:
         files["executorch"] = f"executorch/{spec.name}.pte"
     if "onnxruntime" in runtimes:
         files["onnxruntime"] = f"onnx/{spec.name}.onnx_adapter"
-    return {"name": spec.name, "kind": spec.kind,
-            "labels": list(spec.labels) if spec.labels else None,
-            "score_range": list(spec.score_range) if spec.score_range else None,
-            "metric": spec.metric, "num_outputs": spec.num_outputs,
-            "trunk_sha256": trunk_sha, "files": files, "spec": spec.to_dict()}
+    return TaskEntry(name=spec.name, kind=spec.kind,
+                     labels=list(spec.labels) if spec.labels else None,
+                     score_range=list(spec.score_range) if spec.score_range else None,
+                     metric=spec.metric, num_outputs=spec.num_outputs, trunk_sha256=trunk_sha,
+                     files=files, spec=spec.to_dict())
 
 
-# ---- verification inputs ---------------------------------------------------------------------
+# ---- verification ----------------------------------------------------------------------------
 
-def verification_inputs(spec, tokenizer, max_len: int, data_dir: Path | None,
-                        n: int) -> tuple[list[tuple[torch.Tensor, ...]], list[float] | None, str]:
-    from trainer.data import read_examples
-
-    texts, gold, source = None, None, "built-in sentences (no dev data found)"
-    if data_dir is not None and "dev" in spec.files and (data_dir / spec.files["dev"]).is_file():
-        examples = read_examples(spec, data_dir, "dev", bad_rows="skip")[:n]
-        texts, gold = [e.texts for e in examples], [e.label for e in examples]
-        source = f"{len(examples)} dev examples from {data_dir}"
-    if texts is None:
-        texts = [pair if spec.is_pair else pair[:1] for pair in BUILTIN_SENTENCES]
+def encode_texts(tokenizer, texts: list[tuple[str, ...]], max_len: int) -> list[tuple[torch.Tensor, ...]]:
     encoded = []
     for t in texts:
         enc = tokenizer(*t, truncation="longest_first", max_length=max_len,
                         return_token_type_ids=True)
         ids = torch.tensor([enc["input_ids"]])
         encoded.append((ids, torch.ones_like(ids), torch.tensor([enc["token_type_ids"]])))
-    return encoded, gold, source
+    return encoded
+
+
+def verification_inputs(spec, tokenizer, max_len: int, data_dir: Path | None,
+                        n: int) -> tuple[list[tuple[torch.Tensor, ...]], list[float] | None, str]:
+    """Up to n dev examples (texts, gold labels, where they came from), or built-in sentences."""
+    from trainer.data import read_examples
+
+    if data_dir is not None and "dev" in spec.files and (data_dir / spec.files["dev"]).is_file():
+        examples = read_examples(spec, data_dir, "dev", bad_rows="skip")[:n]
+        return (encode_texts(tokenizer, [e.texts for e in examples], max_len),
+                [e.label for e in examples], f"{len(examples)} dev examples from {data_dir}")
+    texts = [pair if spec.is_pair else pair[:1] for pair in BUILTIN_SENTENCES]
+    return (encode_texts(tokenizer, texts, max_len), None,
+            "built-in sentences (no dev data found)")
 
 
 def pearson(a: list[float], b: list[float]) -> float:
@@ -131,62 +125,81 @@ def pearson(a: list[float], b: list[float]) -> float:
     return p(torch.tensor(a), torch.tensor(b))
 
 
-def verify_bundle(folder: Path, model, tokenizer, max_len: int, data_dir: Path | None,
-                  int8: bool, min_agreement: float, tasks: list[str],
-                  n: int = VERIFY_EXAMPLES) -> dict[str, Any]:
-    """Run the written bundle on every runtime and compare with PyTorch fp32."""
+def compare(spec, ref: torch.Tensor, got: torch.Tensor, gold: list[float] | None,
+            source: str) -> dict[str, Any]:
+    """One task's verification record: max |diff|, agreement, metric deltas against gold."""
     from trainer.metrics import task_metrics
 
+    r = {"examples": len(ref), "source": source, "max_abs_diff": float((ref - got).abs().max())}
+    if spec.is_regression:
+        r["agreement"] = round(pearson(ref[:, 0].tolist(), got[:, 0].tolist()), 6)
+        r["agreement_kind"] = "pearson(bundle, pytorch) of scores"
+        pred_ref, pred_got = ref[:, 0], got[:, 0]
+    else:
+        pred_ref, pred_got = ref.argmax(-1), got.argmax(-1)
+        r["agreement"] = float((pred_ref == pred_got).float().mean())
+        r["agreement_kind"] = "fraction of equal argmax"
+    if gold is not None:
+        g = torch.tensor(gold)
+        m_ref = task_metrics(spec, pred_ref.float(), g)
+        m_got = task_metrics(spec, pred_got.float(), g)
+        r["metrics_pytorch_fp32"] = m_ref
+        r["metrics_bundle"] = m_got
+        r["metric_deltas"] = {k: m_got[k] - m_ref[k] for k in m_ref}
+    return r
+
+
+def failure(r: dict[str, Any], where: str, int8: bool, min_agreement: float) -> str | None:
+    if not int8 and r["max_abs_diff"] > FP32_TOLERANCE:
+        return (f"{where}: fp32 outputs differ from PyTorch by {r['max_abs_diff']:.2e} "
+                f"(> {FP32_TOLERANCE:g})")
+    if int8 and r["agreement"] < min_agreement:
+        return (f"{where}: int8 agreement {r['agreement']:.3f} < {min_agreement} "
+                f"({r['agreement_kind']})")
+    return None
+
+
+def run_checks(engine: Engine, model, tasks: list[str], inputs: dict[str, Any],
+               whole: bool) -> dict[str, dict[str, Any]]:
+    """Each task's records on one engine; `whole`: through the all-tasks program, reading the
+    task's own output slot."""
+    per_task = {}
+    for t in tasks:
+        encoded, gold, source = inputs[t]
+        ref, got = [], []
+        for ids, mask, types in encoded:
+            ref.append(reference_outputs(model, t, ids, mask, types)[0])
+            if whole:
+                out = engine.run_all_ids(ids.numpy(), mask.numpy(), types.numpy())[0][t]
+            else:
+                out, _, _ = engine.run_ids(t, ids.numpy(), mask.numpy(), types.numpy())
+            got.append(torch.from_numpy(out))
+        per_task[t] = compare(model.tasks[t], torch.stack(ref), torch.stack(got), gold, source)
+    return per_task
+
+
+def verify_bundle(folder: Path, model, tokenizer, max_len: int, data_dir: Path | None,
+                  int8: bool, min_agreement: float, tasks: list[str],
+                  n: int = VERIFY_EXAMPLES, log: Log = say) -> dict[str, Any]:
+    """Run the written bundle on every runtime and compare with PyTorch fp32."""
     bundle = load_bundle(folder)
     report: dict[str, Any] = {"tolerance_fp32": FP32_TOLERANCE, "min_agreement": min_agreement,
                               "runtimes": {}}
-    failures = []
     inputs = {t: verification_inputs(model.tasks[t], tokenizer, max_len, data_dir, n)
               for t in tasks}
     checks = [(runtime, False) for runtime in bundle.runtimes]
-    program = bundle.manifest["runtimes"].get("executorch", {}).get("all_tasks")
-    if program and set(program["tasks"]) <= set(tasks):  # add_adapter leaves it unchanged
+    program = bundle.manifest.all_tasks("executorch")
+    if program and set(program.tasks) <= set(tasks):  # add_adapter leaves it unchanged
         checks.append(("executorch", True))
+    failures = []
     for runtime, whole in checks:
         engine = Engine(bundle, runtime)
-        per_task = {}
-        for t in (engine.all_tasks_program() if whole else tasks):
-            spec = model.tasks[t]
-            encoded, gold, source = inputs[t]
-            ref, got = [], []
-            for ids, mask, types in encoded:
-                ref.append(reference_outputs(model, t, ids, mask, types)[0])
-                if whole:  # the all-tasks program on t's input: check t's output slot
-                    out = engine.run_all_ids(ids.numpy(), mask.numpy(), types.numpy())[0][t]
-                else:
-                    out, _, _ = engine.run_ids(t, ids.numpy(), mask.numpy(), types.numpy())
-                got.append(torch.from_numpy(out))
-            ref_t, got_t = torch.stack(ref), torch.stack(got)
-            r = {"examples": len(encoded), "source": source,
-                 "max_abs_diff": float((ref_t - got_t).abs().max())}
-            if spec.is_regression:
-                r["agreement"] = round(pearson(ref_t[:, 0].tolist(), got_t[:, 0].tolist()), 6)
-                r["agreement_kind"] = "pearson(bundle, pytorch) of scores"
-                pred_ref, pred_got = ref_t[:, 0], got_t[:, 0]
-            else:
-                pred_ref, pred_got = ref_t.argmax(-1), got_t.argmax(-1)
-                r["agreement"] = float((pred_ref == pred_got).float().mean())
-                r["agreement_kind"] = "fraction of equal argmax"
-            if gold is not None:
-                g = torch.tensor(gold)
-                m_ref = task_metrics(spec, pred_ref.float(), g)
-                m_got = task_metrics(spec, pred_got.float(), g)
-                r["metrics_pytorch_fp32"] = m_ref
-                r["metrics_bundle"] = m_got
-                r["metric_deltas"] = {k: m_got[k] - m_ref[k] for k in m_ref}
+        names = engine.all_tasks_program() if whole else tasks
+        log(f"verifying {runtime}{' all-tasks program' if whole else ''}: {', '.join(names)}")
+        per_task = run_checks(engine, model, names, inputs, whole)
+        for t, r in per_task.items():
             where = f"{runtime}{'/all-tasks program' if whole else ''}/{t}"
-            if not int8 and r["max_abs_diff"] > FP32_TOLERANCE:
-                failures.append(f"{where}: fp32 outputs differ from PyTorch by "
-                                f"{r['max_abs_diff']:.2e} (> {FP32_TOLERANCE:g})")
-            if int8 and r["agreement"] < min_agreement:
-                failures.append(f"{where}: int8 agreement {r['agreement']:.3f} < "
-                                f"{min_agreement} ({r['agreement_kind']})")
-            per_task[t] = r
+            failures += [f for f in [failure(r, where, int8, min_agreement)] if f]
         if whole:
             report["runtimes"][runtime]["all_tasks_program"] = {"tasks": per_task}
         else:
@@ -194,10 +207,6 @@ def verify_bundle(folder: Path, model, tokenizer, max_len: int, data_dir: Path |
     report["passed"] = not failures
     report["failures"] = failures
     return report
-
-
-class ExportError(PalkitError, RuntimeError):
-    """Export produced a bundle that failed verification, or cannot run as asked."""
 
 
 # ---- export ----------------------------------------------------------------------------------
@@ -216,250 +225,284 @@ def default_max_len(model) -> int:
 
 def calibration_inputs(model, max_len: int, tokenizer) -> list[tuple[torch.Tensor, ...]]:
     """Fixed sentences (deterministic): dynamic quantization only needs shapes to trace."""
-    out = []
-    for a, b in BUILTIN_SENTENCES[:4]:
-        enc = tokenizer(a, b, truncation="longest_first", max_length=max_len,
-                        return_token_type_ids=True)
-        ids = torch.tensor([enc["input_ids"]])
-        out.append((ids, torch.ones_like(ids), torch.tensor([enc["token_type_ids"]])))
-    return out
+    return encode_texts(tokenizer, BUILTIN_SENTENCES[:4], max_len)
 
 
 def export_run(run: Path, out: Path, target: str = "android", quant: str = "int8",
                tasks: list[str] | None = None, max_len: int | None = None, onnx: bool = True,
                data_dir: Path | None = None, min_agreement: float = DEFAULT_MIN_AGREEMENT,
-               all_tasks: bool = True, log=print) -> list[Path]:
+               all_tasks: bool = True, log: Log = say, overwrite: bool = False) -> list[Path]:
     """Export a run (or a --mode separate run: one bundle per model under `out`)."""
-    run = Path(run)
-    if (run / "models").is_dir() and not (run / "model").exists():
+    run, out = Path(run), Path(out)
+    models = separate_models(run)
+    if models:
         outs = []
-        for sub in sorted(p for p in (run / "models").iterdir() if p.is_dir()):
+        for sub in models:
             log(f"separate-mode model {sub.name} -> {out / sub.name}")
             outs += export_run(sub, out / sub.name, target, quant, tasks, max_len, onnx,
-                               data_dir, min_agreement, all_tasks, log)
+                               data_dir, min_agreement, all_tasks, log, overwrite)
         return outs
     return [export_bundle(resolve_model_dir(run), out, target, quant, tasks, max_len, onnx,
-                          data_dir, min_agreement, all_tasks, log)]
+                          data_dir, min_agreement, all_tasks, log, overwrite)]
 
 
-def export_bundle(model_dir: Path, out: Path, target: str, quant: str, tasks: list[str] | None,
-                  max_len: int | None, onnx: bool, data_dir: Path | None,
-                  min_agreement: float, all_tasks: bool = True, log=print) -> Path:
+def check_export_target(out: Path, target: str, quant: str, overwrite: bool) -> None:
     if target not in TARGETS:
         raise ExportError(f"unknown target '{target}'; use one of {', '.join(TARGETS)}")
     if quant not in ("int8", "fp32"):
         raise ExportError(f"unknown quantization '{quant}'; use int8 or fp32")
+    if out.exists() and not (out / "manifest.json").is_file():
+        raise ExportError(f"{out} exists and is not a bundle; pick another --out")
+    if out.exists() and not overwrite:
+        raise ExportError(f"{out} exists; pass --overwrite to replace it")
+
+
+def export_bundle(model_dir: Path, out: Path, target: str, quant: str, tasks: list[str] | None,
+                  max_len: int | None, onnx: bool, data_dir: Path | None,
+                  min_agreement: float, all_tasks: bool = True, log: Log = say,
+                  overwrite: bool = False) -> Path:
+    """Write, verify and publish one bundle of the model folder `model_dir`."""
+    out = Path(out)
+    check_export_target(out, target, quant, overwrite)
     model, tokenizer, trunk_sha = load_model(model_dir, tasks)
     limit = int(model.trunk.config.max_position_embeddings)
     max_len = max_len or default_max_len(model)
     if not 2 <= max_len <= limit:
         raise ExportError(f"--max-len {max_len} must be between 2 and {limit} (the trunk's "
                           "position table)")
-    int8 = quant == "int8"
-    runtimes = runtimes_for(target, onnx)
-    names = list(model.tasks)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    build = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    build.chmod(0o755)  # mkdtemp makes it private; a bundle is meant to be copied and shared
+    int8, runtimes, names = quant == "int8", runtimes_for(target, onnx), list(model.tasks)
+    build = staging_dir(out)
     try:
         t0 = time.time()
         write_vocab(tokenizer, build / "vocab.txt")
         calib = calibration_inputs(model, max_len, tokenizer)
-        rels = ["vocab.txt"]
         details: dict[str, Any] = {}
         if "executorch" in runtimes:
-            from export.executorch_export import lower_task
-            trunk_hash = None
-            for name in names:
-                log(f"executorch: lowering {name} ({quant})")
-                sub = build / ".et" / name
-                info = lower_task(model, name, sub, int8, max_len, calib)
-                digest, _ = sha256_bytes_of(sub / "trunk.ptd")
-                if trunk_hash not in (None, digest):
-                    raise ExportError("trunk.ptd differs between tasks; the trunk would be "
-                                      "stored twice (please report this)")
-                trunk_hash = digest
-                (build / "executorch").mkdir(exist_ok=True)
-                os.replace(sub / f"{name}.pte", build / "executorch" / f"{name}.pte")
-                if not (build / "executorch" / "trunk.ptd").exists():
-                    os.replace(sub / "trunk.ptd", build / "executorch" / "trunk.ptd")
-                details["executorch_non_delegated_ops"] = info["non_delegated_ops"]
-            rels += ["executorch/trunk.ptd", *[f"executorch/{n}.pte" for n in names]]
-            if all_tasks and len(names) > 1:
-                from export.executorch_export import ALL_TASKS_PROGRAM, lower_all_tasks
-                log(f"executorch: lowering the all-tasks program ({', '.join(names)})")
-                sub = build / ".et" / ALL_TASKS_PROGRAM
-                lower_all_tasks(model, names, sub, int8, max_len, calib)
-                if sha256_bytes_of(sub / "trunk.ptd")[0] != trunk_hash:
-                    raise ExportError("the all-tasks program's trunk.ptd differs from the task "
-                                      "programs' (please report this); export with "
-                                      "--no-all-tasks meanwhile")
-                rel = f"executorch/{ALL_TASKS_PROGRAM}.pte"
-                os.replace(sub / f"{ALL_TASKS_PROGRAM}.pte", build / rel)
-                details["executorch_all_tasks"] = {"file": rel, "tasks": names}
-                rels.append(rel)
-            shutil.rmtree(build / ".et")
+            details["executorch"] = write_executorch(model, names, build, int8, max_len, calib,
+                                                     all_tasks, log)
         if "onnxruntime" in runtimes:
-            from export.onnx_export import export_trunk, write_adapter
-            log(f"onnxruntime: exporting trunk.onnx ({quant})")
-            (build / "onnx").mkdir()
-            info = export_trunk(model, build / "onnx" / "trunk.onnx", int8, calib[0])
-            details["onnx_fusions"] = info["fusions"]
-            details["onnx_adapter_inputs"] = info["adapter_inputs"]
-            for name in names:
-                write_adapter(model, name, build / "onnx" / f"{name}.onnx_adapter", int8)
-            rels += ["onnx/trunk.onnx", *[f"onnx/{n}.onnx_adapter" for n in names]]
-        manifest = build_manifest(model, model_dir, trunk_sha, tokenizer, max_len, int8,
-                                  runtimes, names, details)
-        manifest["files"] = file_entries(build, rels)
-        write_manifest(build / "manifest.json", manifest)
-        log(f"verifying on {', '.join(runtimes)}")
+            details["onnxruntime"] = write_onnx(model, names, build, int8, calib, log)
+        manifest = build_manifest(build, model, model_dir, trunk_sha, tokenizer, max_len, int8,
+                                  details, names)
+        write_manifest(build, manifest)
         report = verify_bundle(build, model, tokenizer, max_len, data_dir, int8, min_agreement,
-                               names)
-        write_manifest(build / "verify.json", report)
+                               names, log=log)
+        write_json(build / "verify.json", report)
         if not report["passed"]:
             raise ExportError("verification failed: " + "; ".join(report["failures"]) +
                               f" (nothing written to {out}; lower --min-agreement to accept)")
-        if out.exists():
-            if not (out / "manifest.json").is_file():
-                raise ExportError(f"{out} exists and is not a bundle; pick another --out")
-            shutil.rmtree(out)
-        os.replace(build, out)
+        replace_dir(build, out)
         log(f"wrote {out} in {time.time() - t0:.0f} s")
         return out
     finally:
-        if build.exists():
-            shutil.rmtree(build, ignore_errors=True)
+        remove_tree(build)
 
 
-def build_manifest(model, model_dir: Path, trunk_sha: str, tokenizer, max_len: int, int8: bool,
-                   runtimes: list[str], names: list[str], details: dict[str, Any]) -> dict[str, Any]:
-    cfg = model.trunk.config
+def write_executorch(model, names: list[str], build: Path, int8: bool, max_len: int, calib,
+                     all_tasks: bool, log: Log) -> dict[str, Any]:
+    """executorch/<task>.pte for each task, the one trunk.ptd they share, and (several tasks)
+    _all_tasks.pte. Returns what the manifest records about them."""
+    from export.executorch_export import lower_task
+
+    (build / "executorch").mkdir()
+    info: dict[str, Any] = {}
+    for i, name in enumerate(names, 1):
+        log(f"executorch: lowering {name} ({'int8' if int8 else 'fp32'}) [{i}/{len(names)}]")
+        sub = build / ".et" / name
+        info = lower_task(model, name, sub, int8, max_len, calib)
+        keep_shared_trunk(sub / "trunk.ptd", build / "executorch" / "trunk.ptd",
+                          "trunk.ptd differs between tasks; the trunk would be stored twice "
+                          "(please report this)")
+        os.replace(sub / f"{name}.pte", build / "executorch" / f"{name}.pte")
+    details = {"non_delegated_ops": info["non_delegated_ops"], "all_tasks": None}
+    if all_tasks and len(names) > 1:
+        from export.executorch_export import ALL_TASKS_PROGRAM, lower_all_tasks
+        log(f"executorch: lowering the all-tasks program ({', '.join(names)})")
+        sub = build / ".et" / ALL_TASKS_PROGRAM
+        lower_all_tasks(model, names, sub, int8, max_len, calib)
+        keep_shared_trunk(sub / "trunk.ptd", build / "executorch" / "trunk.ptd",
+                          "the all-tasks program's trunk.ptd differs from the task programs' "
+                          "(please report this); export with --no-all-tasks meanwhile")
+        rel = f"executorch/{ALL_TASKS_PROGRAM}.pte"
+        os.replace(sub / f"{ALL_TASKS_PROGRAM}.pte", build / rel)
+        details["all_tasks"] = AllTasksProgram(rel, list(names))
+    remove_tree(build / ".et")
+    return details
+
+
+def keep_shared_trunk(new: Path, shared: Path, mismatch: str) -> None:
+    """Move the first trunk.ptd into place; every later one must be byte-identical to it."""
+    if not shared.exists():
+        os.replace(new, shared)
+    elif file_digest(new)[0] != file_digest(shared)[0]:
+        raise ExportError(mismatch)
+
+
+def write_onnx(model, names: list[str], build: Path, int8: bool, calib,
+               log: Log) -> dict[str, Any]:
+    """onnx/trunk.onnx (every task's graph) and one .onnx_adapter per task."""
+    from export.onnx_export import export_trunk, write_adapter
+
+    log(f"onnxruntime: exporting trunk.onnx ({'int8' if int8 else 'fp32'})")
+    (build / "onnx").mkdir()
+    info = export_trunk(model, build / "onnx" / "trunk.onnx", int8, calib[0])
+    for i, name in enumerate(names, 1):
+        log(f"onnxruntime: writing {name}.onnx_adapter [{i}/{len(names)}]")
+        write_adapter(model, name, build / "onnx" / f"{name}.onnx_adapter", int8)
+    return {"fusions": info["fusions"], "adapter_inputs": info["adapter_inputs"]}
+
+
+def build_manifest(build: Path, model, model_dir: Path, trunk_sha: str, tokenizer, max_len: int,
+                   int8: bool, details: dict[str, Any], names: list[str]) -> Manifest:
+    """The manifest of the bundle written in `build` (`details`: what each runtime wrote)."""
+    from quant import onnx_int8, xnnpack
+
+    cfg, versions = model.trunk.config, runtime_versions()
     summary = model_dir / "summary.json"
     base = read_json(summary).get("config", {}).get("base_model") if summary.is_file() else None
-    versions = runtime_versions()
-    from quant import onnx_int8, xnnpack
-    rt: dict[str, Any] = {}
-    if "executorch" in runtimes:
-        rt["executorch"] = {"version": versions["executorch"], "torch": versions["torch"],
-                            "trunk_data": "executorch/trunk.ptd", "backend": "xnnpack",
-                            "seq_len": {"min": 2, "max": max_len, "dynamic": True},
-                            "non_delegated_ops": details.get("executorch_non_delegated_ops")}
-        if details.get("executorch_all_tasks"):
-            rt["executorch"]["all_tasks"] = details["executorch_all_tasks"]
-    if "onnxruntime" in runtimes:
-        rt["onnxruntime"] = {"version": versions["onnxruntime"], "opset": 17,
-                             "trunk_model": "onnx/trunk.onnx", "output_columns": PAD_OUTPUTS,
-                             "adapter_inputs": details.get("onnx_adapter_inputs"),
-                             "fusions": details.get("onnx_fusions")}
-    q_details = {}
-    if int8 and "executorch" in runtimes:
-        q_details["executorch"] = xnnpack.SCHEME
-    if int8 and "onnxruntime" in runtimes:
-        q_details["onnxruntime"] = onnx_int8.SCHEME
-    return {
-        "format": FORMAT, "version": VERSION, "palkit_version": palkit_version(),
-        "trunk": {"sha256": trunk_sha, "base_model": base, "hidden_size": cfg.hidden_size,
-                  "num_layers": cfg.num_hidden_layers,
-                  "pal": model.pal.to_dict() if model.pal else None},
-        "tokenizer": tokenizer_settings(model_dir / "trunk", tokenizer, max_len),
-        "quantization": {"scheme": "int8" if int8 else "fp32",
-                         "details": q_details or "none: fp32 weights and activations"},
-        "runtimes": rt,
-        "io": {"inputs": [{"name": n, "dtype": "int64", "shape": [1, "seq"]}
-                          for n in ("input_ids", "attention_mask", "token_type_ids")],
-               "outputs": [{"name": "logits", "dtype": "float32", "shape": [1, "num_outputs"]}]},
-        "tasks": [task_entry(model.tasks[n], trunk_sha, runtimes) for n in names],
-    }
+    runtimes: dict[str, Any] = {}
+    if "executorch" in details:
+        et = details["executorch"]
+        runtimes["executorch"] = ExecuTorchSection(
+            version=versions["executorch"], torch=versions["torch"], backend="xnnpack",
+            trunk_data="executorch/trunk.ptd", seq_len={"min": 2, "max": max_len, "dynamic": True},
+            non_delegated_ops=et["non_delegated_ops"], all_tasks=et["all_tasks"])
+    if "onnxruntime" in details:
+        ort = details["onnxruntime"]
+        runtimes["onnxruntime"] = OnnxRuntimeSection(
+            version=versions["onnxruntime"], opset=17, trunk_model="onnx/trunk.onnx",
+            output_columns=PAD_OUTPUTS, adapter_inputs=ort["adapter_inputs"],
+            fusions=ort["fusions"])
+    schemes = {"executorch": xnnpack.SCHEME, "onnxruntime": onnx_int8.SCHEME}
+    q_details = {r: schemes[r] for r in runtimes} if int8 else {}
+    manifest = Manifest(
+        palkit_version=palkit_version(),
+        trunk=Trunk(trunk_sha, base, cfg.hidden_size, cfg.num_hidden_layers,
+                    model.pal.to_dict() if model.pal else None),
+        tokenizer=tokenizer_settings(model_dir / "trunk", tokenizer, max_len),
+        quantization={"scheme": "int8" if int8 else "fp32",
+                      "details": q_details or "none: fp32 weights and activations"},
+        runtimes=runtimes, tasks=[task_entry(model.tasks[n], trunk_sha, list(runtimes))
+                                  for n in names],
+        files={}, io=IO)
+    return dataclasses.replace(manifest, files=file_entries(build, list(manifest.files_for())))
 
 
 # ---- add one adapter to an existing bundle ---------------------------------------------------
 
 def add_adapter(run: Path, task: str, bundle_dir: Path, replace: bool = False,
                 data_dir: Path | None = None, min_agreement: float = DEFAULT_MIN_AGREEMENT,
-                log=print) -> Path:
+                log: Log = say) -> Path:
     """Write only `task`'s files into an existing bundle and update its manifest; the trunk
-    files are reused unchanged (refused when the run's trunk is not the bundle's)."""
+    files are reused unchanged (refused when the run's trunk is not the bundle's). The new
+    bundle is staged beside the old one (unchanged files hard-linked) and swapped in."""
     bundle_dir = Path(bundle_dir)
-    bundle = load_bundle(bundle_dir)
-    m = bundle.manifest
+    old = load_bundle(bundle_dir)
     model_dir = resolve_model_dir(run)
-    from trainer.checkpoint import sha256_file
+    run_sha = check_adapter_source(run, model_dir, task, old, replace)
+    model, tokenizer, _ = load_model(model_dir, [task])
+    max_len, int8 = old.manifest.tokenizer.max_length, old.manifest.int8
+    build = staging_dir(bundle_dir)
+    try:
+        new = write_task_files(model, tokenizer, task, old.manifest, build / ".new", log)
+        manifest, stale = manifest_with_task(old.manifest, model.tasks[task], run_sha,
+                                             build / ".new", new)
+        stage_bundle(bundle_dir, build, new, skip={stale} if stale else set())
+        write_manifest(build, manifest)
+        report = verify_bundle(build, model, tokenizer, max_len, data_dir, int8, min_agreement,
+                               [task], log=log)
+        if not report["passed"]:
+            raise ExportError("verification failed: " + "; ".join(report["failures"]))
+        if (bundle_dir / "verify.json").is_file():
+            write_json(build / "verify.json", merged_report(bundle_dir / "verify.json", report))
+        remove_tree(build / ".new")
+        replace_dir(build, bundle_dir)
+    finally:
+        remove_tree(build)
+    if stale:
+        log(f"removed {stale}: it held the replaced '{task}'; re-export the bundle to rebuild "
+            "the all-tasks program")
+    log(f"added task '{task}' to {bundle_dir}")
+    return bundle_dir
+
+
+def check_adapter_source(run: Path, model_dir: Path, task: str, bundle, replace: bool) -> str:
+    """The run's trunk SHA-256, once the run may add `task` to this bundle."""
     run_sha = sha256_file(model_dir / "trunk" / TRUNK_WEIGHTS)
-    if run_sha != m["trunk"]["sha256"]:
+    bundle_sha = bundle.manifest.trunk.sha256
+    if run_sha != bundle_sha:
         raise ExportError(f"{run}: its trunk {run_sha[:12]}… is not this bundle's trunk "
-                          f"{m['trunk']['sha256'][:12]}…; export a new bundle from that run "
-                          "instead")
+                          f"{bundle_sha[:12]}…; export a new bundle from that run instead")
     if task in bundle.tasks and not replace:
-        raise ExportError(f"{bundle_dir}: already has task '{task}'; pass --replace to "
+        raise ExportError(f"{bundle.folder}: already has task '{task}'; pass --replace to "
                           "overwrite it")
     if not (model_dir / "tasks" / task).is_dir():
         raise ExportError(f"{model_dir}: has no task '{task}' (it has: "
                           f"{', '.join(sorted(p.name for p in (model_dir / 'tasks').iterdir()))})")
-    model, tokenizer, _ = load_model(model_dir, [task])
-    int8 = m["quantization"]["scheme"] == "int8"
-    max_len = int(m["tokenizer"]["max_length"])
-    runtimes = bundle.runtimes
-    build = Path(tempfile.mkdtemp(prefix=".adapter.", dir=bundle_dir))
-    try:
-        new: dict[str, Path] = {}
-        if "executorch" in runtimes:
-            from export.executorch_export import lower_task
-            log(f"executorch: lowering {task}")
-            lower_task(model, task, build, int8, max_len,
-                       calibration_inputs(model, max_len, tokenizer))
-            if sha256_bytes_of(build / "trunk.ptd")[0] != m["files"]["executorch/trunk.ptd"]["sha256"]:
-                raise ExportError("the re-lowered trunk.ptd differs from the bundle's (different "
-                                  "palkit/ExecuTorch version?); export a new bundle instead")
-            new[f"executorch/{task}.pte"] = build / f"{task}.pte"
-        if "onnxruntime" in runtimes:
-            from export.onnx_export import write_adapter
-            if model.tasks[task].num_outputs > int(m["runtimes"]["onnxruntime"]["output_columns"]):
-                raise ExportError(f"task '{task}' has more outputs than trunk.onnx provides")
-            write_adapter(model, task, build / f"{task}.onnx_adapter", int8)
-            new[f"onnx/{task}.onnx_adapter"] = build / f"{task}.onnx_adapter"
-        manifest = json.loads(json.dumps(m))
-        stale = None
-        program = manifest["runtimes"].get("executorch", {}).get("all_tasks")
-        if program and task in program["tasks"]:
-            # The all-tasks program holds the old weights of this task: drop it, do not lie.
-            stale = program["file"]
-            del manifest["runtimes"]["executorch"]["all_tasks"]
-            del manifest["files"][stale]
-        manifest["tasks"] = [t for t in manifest["tasks"] if t["name"] != task]
-        manifest["tasks"].append(task_entry(model.tasks[task], run_sha, runtimes))
-        for rel, src in new.items():
-            digest, size = sha256_bytes_of(src)
-            manifest["files"][rel] = {"sha256": digest, "bytes": size}
-        # Verify against a staged copy: the trunk files are linked, not rewritten.
-        stage = build / "stage"
-        for rel in manifest["files"]:
-            dst = stage / rel
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            src = new.get(rel, bundle_dir / rel)
-            os.link(src, dst) if src.stat().st_dev == build.stat().st_dev else shutil.copy(src, dst)
-        write_manifest(stage / "manifest.json", manifest)
-        report = verify_bundle(stage, model, tokenizer, max_len, data_dir, int8, min_agreement,
-                               [task])
-        if not report["passed"]:
-            raise ExportError("verification failed: " + "; ".join(report["failures"]))
-        for rel, src in new.items():
-            os.replace(src, bundle_dir / rel)
-        old_verify = bundle_dir / "verify.json"
-        if old_verify.is_file():
-            v = json.loads(old_verify.read_text())
-            for r, rr in report["runtimes"].items():
-                v.setdefault("runtimes", {}).setdefault(r, {}).setdefault("tasks", {}).update(
-                    rr["tasks"])
-            write_manifest(old_verify, v)
-        write_manifest(bundle_dir / "manifest.json", manifest)
-        if stale:
-            (bundle_dir / stale).unlink(missing_ok=True)
-            log(f"removed {stale}: it held the replaced '{task}'; re-export the bundle to "
-                "rebuild the all-tasks program")
-        log(f"added task '{task}' to {bundle_dir}")
-        return bundle_dir
-    finally:
-        shutil.rmtree(build, ignore_errors=True)
+    return run_sha
 
+
+def write_task_files(model, tokenizer, task: str, manifest: Manifest, folder: Path,
+                     log: Log) -> dict[str, str]:
+    """The task's file for each runtime of the bundle, in `folder`: {bundle path: file name}."""
+    folder.mkdir()
+    max_len, int8 = manifest.tokenizer.max_length, manifest.int8
+    new = {}
+    if "executorch" in manifest.runtimes:
+        from export.executorch_export import lower_task
+        log(f"executorch: lowering {task}")
+        lower_task(model, task, folder, int8, max_len,
+                   calibration_inputs(model, max_len, tokenizer))
+        if file_digest(folder / "trunk.ptd")[0] != manifest.files["executorch/trunk.ptd"].sha256:
+            raise ExportError("the re-lowered trunk.ptd differs from the bundle's (different "
+                              "palkit/ExecuTorch version?); export a new bundle instead")
+        new[f"executorch/{task}.pte"] = f"{task}.pte"
+    if "onnxruntime" in manifest.runtimes:
+        from export.onnx_export import write_adapter
+        if model.tasks[task].num_outputs > manifest.runtimes["onnxruntime"].output_columns:
+            raise ExportError(f"task '{task}' has more outputs than trunk.onnx provides")
+        log(f"onnxruntime: writing {task}.onnx_adapter")
+        write_adapter(model, task, folder / f"{task}.onnx_adapter", int8)
+        new[f"onnx/{task}.onnx_adapter"] = f"{task}.onnx_adapter"
+    return new
+
+
+def manifest_with_task(m: Manifest, spec, run_sha: str, folder: Path,
+                       new: dict[str, str]) -> tuple[Manifest, str | None]:
+    """The manifest with `spec`'s entry and files (new or replaced), and the all-tasks program
+    file it no longer lists (the program holds the old weights of a replaced task), if any."""
+    runtimes, files, stale = dict(m.runtimes), dict(m.files), None
+    program = m.all_tasks("executorch")
+    if program and spec.name in program.tasks:
+        stale = program.file
+        runtimes["executorch"] = dataclasses.replace(runtimes["executorch"], all_tasks=None)
+        del files[stale]
+    tasks = [t for t in m.tasks if t.name != spec.name]
+    tasks.append(task_entry(spec, run_sha, m.runtime_names))
+    for rel, name in new.items():
+        files[rel] = FileEntry(*file_digest(folder / name))
+    return dataclasses.replace(m, runtimes=runtimes, tasks=tasks, files=files), stale
+
+
+def stage_bundle(bundle_dir: Path, build: Path, new: dict[str, str], skip: set[str]) -> None:
+    """Fill `build` with the bundle's files (hard links: the trunk files are not rewritten),
+    the task's new files from build/.new, and without the `skip` paths."""
+    for src in sorted(p for p in bundle_dir.rglob("*") if p.is_file()):
+        rel = src.relative_to(bundle_dir).as_posix()
+        if rel in skip or rel in new or rel in ("manifest.json", "verify.json"):
+            continue
+        dst = build / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        os.link(src, dst)
+    for rel, name in new.items():
+        (build / rel).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(build / ".new" / name, build / rel)
+
+
+def merged_report(old_verify: Path, report: dict[str, Any]) -> dict[str, Any]:
+    """The bundle's verify.json with the new task's records added (or replaced)."""
+    merged = read_json(old_verify)
+    for r, rr in report["runtimes"].items():
+        merged.setdefault("runtimes", {}).setdefault(r, {}).setdefault("tasks", {}).update(
+            rr["tasks"])
+    return merged

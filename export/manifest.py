@@ -275,6 +275,7 @@ def check_manifest(m: Manifest, where: str) -> None:
             raise BundleError(f"{where}: runtimes.executorch.all_tasks names tasks "
                               f"{unknown or '[]'} that the bundle lacks; re-export the bundle")
     for rel, owner in m.files_for().items():
+        check_relative(rel, where, owner)
         if rel not in m.files:
             raise BundleError(f"{where}: {owner} names '{rel}', which is not listed under "
                               "'files'; re-export the bundle")
@@ -297,14 +298,23 @@ def write_manifest(folder: str | Path, manifest: Manifest) -> None:
     write_json(Path(folder) / MANIFEST_FILE, manifest.to_dict())
 
 
-def safe_path(folder: Path, rel: Any, where: str) -> Path:
-    """A manifest path: relative, '/'-separated, no '..', inside the folder."""
+def check_relative(rel: Any, where: str, owner: str) -> None:
+    """A manifest path is relative, '/'-separated and has no '..'."""
     if not isinstance(rel, str) or not rel or "\\" in rel:
-        raise BundleError(f"{folder / MANIFEST_FILE}: {where} path {rel!r} is not a relative "
-                          "'/' path; re-export the bundle")
+        raise BundleError(f"{where}: {owner} path {rel!r} is not a relative '/' path; "
+                          "re-export the bundle")
     p = PurePosixPath(rel)
-    full = (folder / Path(*p.parts)).resolve()
-    if p.is_absolute() or ".." in p.parts or folder.resolve() not in full.parents:
-        raise BundleError(f"{folder / MANIFEST_FILE}: {where} path '{rel}' escapes the bundle "
-                          "folder; refusing it (re-export the bundle)")
+    if p.is_absolute() or ".." in p.parts:
+        raise BundleError(f"{where}: {owner} path '{rel}' escapes the bundle folder; refusing "
+                          "it (re-export the bundle)")
+
+
+def safe_path(folder: Path, rel: Any, owner: str) -> Path:
+    """The full path of a manifest path, which must stay inside the folder (symlinks too)."""
+    where = str(folder / MANIFEST_FILE)
+    check_relative(rel, where, owner)
+    full = (folder / Path(*PurePosixPath(rel).parts)).resolve()
+    if folder.resolve() not in full.parents:
+        raise BundleError(f"{where}: {owner} path '{rel}' escapes the bundle folder; refusing "
+                          "it (re-export the bundle)")
     return full

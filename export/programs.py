@@ -97,12 +97,8 @@ class SwappableTrunk(nn.Module):
         self.int8 = int8_adapters
         # Parameter names as in model.task_parameters(): "pal.…" and "head.…".
         self.param_names = list(model.task_parameters(any_task))
-        roots = {"pal": self.model.adapters[SLOT] if SLOT in self.model.adapters else None,
-                 "head": self.model.heads[SLOT]}
         self.slots: dict[str, tuple[GivenLinear, str]] = {}
-        for prefix, root in roots.items():
-            if root is None:
-                continue
+        for prefix, root in self.model.task_modules(SLOT).items():
             for parent_name, parent in list(root.named_modules()):
                 for child_name, child in list(parent.named_children()):
                     if isinstance(child, nn.Linear):

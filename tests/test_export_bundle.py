@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from export.bundle import export_run, add_adapter, ExportError
+from export.manifest import read_manifest
 from export.programs import reference_outputs
 from export.runtime import BundleError, Engine, load_bundle
 from trainer.checkpoint import load_model, resolve_model_dir, sha256_file
@@ -113,7 +114,7 @@ def test_all_tasks_program_matches_each_task(et_fp32, tiny_pal_run, tiny_data, t
     shutil.copytree(et_fp32, bundle)
     add_adapter(tiny_pal_run, "sst", bundle, replace=True, data_dir=tiny_data, **QUIET)
     b = load_bundle(bundle)
-    assert "all_tasks" not in b.manifest["runtimes"]["executorch"]
+    assert b.manifest.all_tasks("executorch") is None
     assert not (bundle / "executorch/_all_tasks.pte").exists()
     assert Engine(b, "executorch").all_tasks_program() is None
 
@@ -283,6 +284,50 @@ def test_refuses_task_from_another_trunk(copy_of):
     assert "built against trunk" in one_line(e)
 
 
+def test_export_refuses_an_existing_folder_without_overwrite(onnx_fp32, tiny_pal_run, tmp_path):
+    with pytest.raises(ExportError) as e:
+        export_run(tiny_pal_run, onnx_fp32, target="onnx", quant="fp32", **QUIET)
+    assert one_line(e) == f"{onnx_fp32} exists; pass --overwrite to replace it"
+    (tmp_path / "notes").mkdir()
+    with pytest.raises(ExportError, match="exists and is not a bundle"):
+        export_run(tiny_pal_run, tmp_path / "notes", target="onnx", overwrite=True, **QUIET)
+
+
+def test_export_of_an_unknown_task_lists_the_runs_tasks(tiny_pal_run, tmp_path):
+    from trainer.errors import PalkitError
+    with pytest.raises(PalkitError) as e:
+        export_run(tiny_pal_run, tmp_path / "b", target="onnx", tasks=["nope"], **QUIET)
+    assert "no task 'nope' (it has: quora, sst, sts)" in one_line(e)
+    assert not (tmp_path / "b").exists()
+
+
+def test_loading_checks_only_the_files_a_command_uses(copy_of):
+    damaged = copy_of / "onnx" / "sst.onnx_adapter"
+    damaged.write_bytes(damaged.read_bytes()[::-1])
+    engine = Engine(load_bundle(copy_of, runtime="onnxruntime", tasks=["quora"]), "onnxruntime")
+    assert engine.predict("quora", "how can i cook", "how can i run").label
+    with pytest.raises(BundleError) as e:      # the damaged file, checked when first used
+        engine.predict("sst", "a good film")
+    assert "sst.onnx_adapter" in one_line(e) and "SHA-256" in str(e.value)
+    with pytest.raises(BundleError, match="sst.onnx_adapter"):
+        load_bundle(copy_of, runtime="onnxruntime")
+
+
+@pytest.mark.slow
+def test_damaged_executorch_program_does_not_block_onnx_or_other_tasks(et_fp32, tmp_path):
+    bundle = tmp_path / "b"
+    shutil.copytree(et_fp32, bundle)
+    pte = bundle / "executorch" / "sst.pte"
+    pte.write_bytes(pte.read_bytes()[:-10] + bytes(10))
+    onnx = Engine(load_bundle(bundle, runtime="onnxruntime"), "onnxruntime")
+    assert onnx.predict("sst", "a good film").label
+    et = Engine(load_bundle(bundle, runtime="executorch", tasks=["sts"]), "executorch")
+    assert et.predict("sts", "a man is running", "a man runs").score is not None
+    with pytest.raises(BundleError) as e:
+        et.predict("sst", "a good film")
+    assert "sst.pte" in one_line(e)
+
+
 def test_unknown_task_empty_text_and_pairs(onnx_fp32):
     engine = Engine(load_bundle(onnx_fp32), "onnxruntime")
     with pytest.raises(BundleError) as e:
@@ -347,7 +392,7 @@ def test_cli_predict_and_demo(onnx_fp32, capsys, monkeypatch):
 
 
 def test_evaluate_bundle(onnx_fp32, tiny_data, tiny_pal_run):
-    from export.runtime import evaluate_bundle
+    from export.evaluate import evaluate_bundle
     from trainer.evaluate import evaluate_model_dir
     got = evaluate_bundle(onnx_fp32, tiny_data, "dev", max_examples=16)
     ref = evaluate_model_dir(resolve_model_dir(tiny_pal_run), tiny_data, "dev", 128,
@@ -382,7 +427,7 @@ MISSING = object()
 def test_exporter_writes_every_key_the_android_app_reads(android_int8):
     keys = json.loads((Path(__file__).resolve().parents[1] / "android_demo" /
                        "manifest_keys.json").read_text())
-    manifest = json.loads((android_int8 / "manifest.json").read_text())
+    manifest = read_manifest(android_int8).to_dict()     # what the typed manifest writes
     for key in keys["required"] + keys["optional"]:
         values = manifest_values(manifest, key)
         assert values and all(v is not MISSING for v in values), key
@@ -433,7 +478,8 @@ def test_crash_during_export_leaves_no_half_bundle(onnx_fp32, tiny_pal_run, tiny
 
     monkeypatch.setattr(onnx_export, "write_adapter", crash)
     with pytest.raises(OSError, match="No space left"):
-        export_run(tiny_pal_run, out, target="onnx", quant="fp32", data_dir=tiny_data, **QUIET)
+        export_run(tiny_pal_run, out, target="onnx", quant="fp32", data_dir=tiny_data,
+                   overwrite=True, **QUIET)
     assert files_of(out) == before                        # the old bundle is untouched
     assert [p.name for p in tmp_path.iterdir()] == ["bundle"]   # no temporary folder left
 

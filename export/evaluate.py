@@ -1,0 +1,40 @@
+"""Metrics of an exported bundle as its runtime computes them (`cli.py evaluate BUNDLE`)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from export.manifest import BundleError
+from export.runtime import Engine, load_bundle
+from ui.progress import track
+
+
+def evaluate_bundle(bundle: str | Path, data_dir: Path, split: str,
+                    max_examples: int | None = None, runtime: str | None = None) -> dict[str, Any]:
+    """Metrics of the exported artifacts as run by the runtime (same keys as evaluate_model_dir)."""
+    import torch
+
+    from trainer.data import read_examples
+    from trainer.metrics import average_score, task_metrics
+    from trainer.tasks import TaskSpec
+
+    b = load_bundle(bundle, runtime=runtime)
+    engine = Engine(b, runtime or "")
+    specs = [TaskSpec.from_dict(t.spec) for t in b.manifest.tasks]
+    specs = [s for s in specs if split in s.files]
+    if not specs:
+        raise BundleError(f"{b.folder}: no task in this bundle has a '{split}' split")
+    metrics: dict[str, float] = {}
+    for spec in track(specs, f"evaluating {b.folder.name} on {split} ({engine.runtime})"):
+        examples = read_examples(spec, data_dir, split)[:max_examples]
+        preds = []
+        for ex in examples:
+            ids, mask, types = engine.tokenizer(*ex.texts, warn=False)
+            out, _, _ = engine.run_ids(spec.name, ids, mask, types)
+            preds.append(float(out[0]) if spec.is_regression else float(out.argmax()))
+        gold = torch.tensor([e.label for e in examples], dtype=torch.float32)
+        metrics.update(task_metrics(spec, torch.tensor(preds), gold))
+    metrics["avg"] = average_score(specs, metrics)
+    return {"split": split, "tasks": [s.name for s in specs], "runtime": engine.runtime,
+            "bundle": str(b.folder), "trunk_sha256": b.manifest.trunk.sha256,
+            "max_len": engine.tokenizer.max_length, **metrics}
