@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 
 def cpu_model() -> str:
     try:
@@ -39,24 +41,17 @@ def cpu_flags() -> list[str]:
 
 
 def host_machine() -> dict[str, Any]:
-    try:
-        import psutil
-        mem = psutil.virtual_memory().total
-        physical = psutil.cpu_count(logical=False)
-        load = os.getloadavg()[0]
-    except Exception:  # psutil missing or a platform without it
-        mem, physical, load = None, None, None
     return {
         "kind": "host",
         "model": cpu_model(),
         "cores_logical": os.cpu_count(),
-        "cores_physical": physical,
+        "cores_physical": psutil.cpu_count(logical=False),
         "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "cpu_flags": cpu_flags(),
-        "memory_bytes": mem,
+        "memory_bytes": psutil.virtual_memory().total,
         "os": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),
-        "load_avg_1min_at_start": load,
+        "load_avg_1min_at_start": os.getloadavg()[0],
     }
 
 
@@ -86,6 +81,8 @@ def measure_ceiling(threads: int, min_seconds: float = 0.5,
     """GFLOP/s (fp32) and GOP/s (int8) per method; `best` of each is the ceiling used."""
     import numpy as np
     import torch
+    from onnxruntime.capi.onnxruntime_pybind11_state import Fail as OrtFail
+    from onnxruntime.capi.onnxruntime_pybind11_state import NotImplemented as OrtNotImplemented
 
     torch.set_num_threads(threads)
     out: dict[str, Any] = {"threads": threads, "shapes": [list(s) for s in shapes],
@@ -100,14 +97,14 @@ def measure_ceiling(threads: int, min_seconds: float = 0.5,
         try:
             out["int8_gops"][f"torch._int_mm {m}x{k}x{n}"] = _best_rate(
                 lambda: torch._int_mm(ai, bi), flops, min_seconds) / 1e9
-        except (RuntimeError, AttributeError) as e:
+        except RuntimeError as e:  # _int_mm refuses some shapes on some CPUs
             out.setdefault("errors", []).append(f"torch._int_mm: {e}".splitlines()[0])
         try:
             sess = _ort_matmul_integer(threads, k, n)
             feeds = {"A": np.random.randint(0, 255, (m, k), dtype=np.uint8)}
             out["int8_gops"][f"ort MatMulInteger {m}x{k}x{n}"] = _best_rate(
                 lambda: sess.run(None, feeds), flops, min_seconds) / 1e9
-        except Exception as e:  # an ORT build without the kernel: say so, keep torch's figure
+        except (OrtFail, OrtNotImplemented) as e:  # an ORT build without the kernel: say so
             out.setdefault("errors", []).append(f"ort MatMulInteger: {e}".splitlines()[0])
     out["fp32_gflops_best"] = max(out["fp32_gflops"].values())
     out["int8_gops_best"] = max(out["int8_gops"].values()) if out["int8_gops"] else None

@@ -31,18 +31,16 @@ import types
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from bench.schema import percentile
+from export.manifest import read_manifest
 
 IO_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 
 
 def rss_bytes() -> int:
-    try:
-        import psutil
-        return int(psutil.Process().memory_info().rss)
-    except ImportError:  # Linux fallback
-        pages = int(Path("/proc/self/statm").read_text().split()[1])
-        return pages * os.sysconf("SC_PAGE_SIZE")
+    return int(psutil.Process().memory_info().rss)
 
 
 def peak_rss_bytes() -> int:
@@ -63,20 +61,11 @@ def synthetic_input(seq_len: int, vocab_size: int) -> dict[str, Any]:
             "token_type_ids": types_[None]}
 
 
-def _read_manifest(bundle: str) -> dict[str, Any]:
-    return json.loads((Path(bundle) / "manifest.json").read_text())
-
-
-def _bundle_task(manifest: dict[str, Any], task: str) -> dict[str, Any]:
-    for t in manifest["tasks"]:
-        if t["name"] == task:
-            return t
-    raise KeyError(f"task {task} not in bundle")
-
-
 # ---- runners: load(task) makes a task runnable, run(task, x) runs it once ----------------------
 
 class TorchRunner:
+    errors: tuple[type[BaseException], ...] = (RuntimeError,)  # a refused input or shape
+
     def __init__(self, threads: int):
         import torch
 
@@ -122,6 +111,8 @@ def import_executorch_runtime():
 
 
 class ExecuTorchRunner:
+    errors: tuple[type[BaseException], ...] = (RuntimeError,)  # the pybindings' failed execution
+
     def __init__(self, threads: int):
         import torch
         self.torch = torch
@@ -133,13 +124,12 @@ class ExecuTorchRunner:
         """Program and method loaded explicitly (delegate init, XNNPACK weight packing), so the
         load time is all here and the first run is an ordinary run."""
         if src["format"] == "bundle":
-            manifest = _read_manifest(src["bundle"])
+            manifest = read_manifest(src["bundle"])
             root = Path(src["bundle"])
-            pte = root / (src.get("file") or _bundle_task(manifest, src["task"])["files"]["executorch"])
-            data = manifest["runtimes"]["executorch"].get("trunk_data")
-            program = self.lib._load_program(str(pte), data_path=str(root / data) if data else None)
-            names = [program.get_method_name(i) for i in range(program.num_methods())] \
-                if hasattr(program, "num_methods") else []
+            pte = root / (src.get("file") or manifest.task(src["task"]).files["executorch"])
+            data = root / manifest.trunk_file("executorch")
+            program = self.lib._load_program(str(pte), data_path=str(data))
+            names = [program.get_method_name(i) for i in range(program.num_methods())]
             name = src.get("method") or (src["task"] if src.get("task") in names else "forward")
             layout = "bundle"
         else:
@@ -168,6 +158,10 @@ class OrtRunner:
         self.opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         self.sessions: dict[str, Any] = {}
         self.tasks: dict[str, Any] = {}
+        # ONNX Runtime's own exceptions do not derive from RuntimeError
+        state = ort.capi.onnxruntime_pybind11_state
+        self.errors = (RuntimeError, state.Fail, state.InvalidArgument, state.RuntimeException,
+                       state.NotImplemented, state.InvalidGraph)
 
     def _session(self, path: str):
         if path not in self.sessions:
@@ -178,11 +172,10 @@ class OrtRunner:
     def load(self, task: str, src: dict[str, Any]) -> None:
         if src["format"] == "bundle":
             root = Path(src["bundle"])
-            manifest = _read_manifest(src["bundle"])
-            sess = self._session(str(root / manifest["runtimes"]["onnxruntime"]["trunk_model"]))
+            manifest = read_manifest(root)
+            sess = self._session(str(root / manifest.trunk_file("onnxruntime")))
             adapter = self.ort.LoraAdapter()
-            adapter.Load(str(root / (src.get("file") or
-                                     _bundle_task(manifest, src["task"])["files"]["onnxruntime"])))
+            adapter.Load(str(root / (src.get("file") or manifest.task(src["task"]).files["onnxruntime"])))
             options = self.ort.RunOptions()
             options.add_active_adapter(adapter)
             self.tasks[task] = (sess, options, adapter)
@@ -310,7 +303,7 @@ def measure_latency(spec: dict[str, Any]) -> dict[str, Any]:
         try:
             _sane(fn() if config != "all_tasks" or has_program else fn()[0])
             fns[config] = fn
-        except Exception as e:  # one refused configuration must not hide the others
+        except runner.errors as e:  # one refused configuration must not hide the others
             row.update(p50_ms=None, p90_ms=None, runs=0,
                        error=f"{type(e).__name__}: {e}".splitlines()[0][:300])
         rows[config] = row

@@ -90,7 +90,8 @@ def test_worker_runs_a_tiny_ort_peer_in_a_fresh_process(tiny_separate_run: Path,
 
 
 def test_bench_end_to_end_on_tiny_peers_writes_a_valid_file(tiny_separate_run: Path,
-                                                            tiny_data: Path, tmp_path: Path):
+                                                            tiny_data: Path, tmp_path: Path,
+                                                            capsys):
     from bench.run import bench
     from bench.schema import load_bench_file
 
@@ -108,3 +109,8 @@ def test_bench_end_to_end_on_tiny_peers_writes_a_valid_file(tiny_separate_run: P
     assert data["subjects"]["peer/ort-int8"]["memory_rss_bytes"]["model_all_tasks"] > 0
     assert data["accuracy"]["fp32:separate"]["kind"] == "separate"
     assert 0 <= data["accuracy"]["fp32:separate"]["dev"]["avg"] <= 1
+    # progress over the jobs (load + one latency condition), plain lines when not a terminal
+    err = " ".join(capsys.readouterr().err.split())  # rich may wrap long status lines
+    assert "bench: 1/2 (" in err and "bench: 2/2 (" in err and "ETA" in err
+    assert "peer/ort-int8 threads=1 seq=16: task:" in err and "all_tasks=" in err, err
+    assert "bench: accuracy: 1/1 (" in err

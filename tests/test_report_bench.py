@@ -250,17 +250,13 @@ def test_bad_bench_files_fail_in_one_line_naming_the_file(tmp_path: Path, conten
 
 
 def test_cli_prints_the_error_and_exits_2(tmp_path: Path, capsys):
-    import argparse
+    from cli import main
 
-    from bench.commands import register
-    from trainer.errors import PalkitError
-
-    parser = argparse.ArgumentParser()
-    register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["report", "--device-results", str(tmp_path / "nope.json"),
-                              "--out", str(tmp_path / "o")])
-    with pytest.raises(PalkitError, match="nope.json: benchmark file not found"):
-        args.run(args)
+    status = main(["report", "--device-results", str(tmp_path / "nope.json"),
+                   "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip()
+    assert status == 2
+    assert err == f"error: {tmp_path / 'nope.json'}: benchmark file not found", err
 
 
 def test_device_file_given_as_host_and_host_as_device(inputs, tmp_path: Path):
