@@ -9,6 +9,7 @@ Both come from the first host file, as the headline does; every figure is also i
 """
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from bench.headline import (TARGETS, Headline, accuracy_split, all_tasks_id, pal_groups,
                             plain_subjects, reference_condition, size_reference)
 from bench.ingest import MiB, BenchInput, Measurements, machine_label
+from trainer.fileio import write_bytes
 
 DPI = 100
 ROLE_COLOR = {"pal": "#c44e52", "separate": "#4c72b0", "peer": "#8c8c8c"}
@@ -33,6 +35,14 @@ def _plt():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt
+
+
+def save(fig, path: Path) -> None:
+    """Render to memory, then write atomically (a reader never sees half a PNG)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI)
+    write_bytes(path, buf.getvalue())
+    _plt().close(fig)
 
 
 def write_charts(hosts: list[BenchInput], m: Measurements, out: Path) -> dict[str, str]:
@@ -125,8 +135,7 @@ def headline_figure(rows: list[Row], data: dict[str, Any], path: Path) -> None:
                  fontsize=15)
     fig.text(0.01, 0.01, _target_caption(), fontsize=12, color="#333333")
     fig.tight_layout(rect=(0, 0.07, 1, 0.885))
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
+    save(fig, path)
 
 
 def _panel(ax, rows: list[Row], values: list[float | None], targets: list[float | None],
@@ -251,5 +260,4 @@ def accuracy_figure(points: list[dict[str, Any]], lines: list[dict[str, Any]],
                               label="target: separate fp32 − 1 point"))
     ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
+    save(fig, path)

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from bench.subjects import BenchError
 from trainer.checkpoint import load_model, resolve_model_dir
 
 PEERS = ("torch", "ort-int8", "et-int8")
@@ -33,7 +34,7 @@ PEER_LABEL = {"torch": "PyTorch eager fp32", "ort-int8": "ORT int8 (Optimum reci
 def _single_task(model_dir: Path):
     model, tokenizer, _ = load_model(model_dir)
     if len(model.tasks) != 1 or model.pal is not None:
-        raise ValueError(f"{model_dir}: a peer is one separately fine-tuned model (one task, no "
+        raise BenchError(f"{model_dir}: a peer is one separately fine-tuned model (one task, no "
                          f"PALs); this folder has tasks {list(model.tasks)} and PALs "
                          f"{'on' if model.pal else 'off'}")
     return model, next(iter(model.tasks.values()))

@@ -15,6 +15,7 @@ from bench.charts import write_charts
 from bench.headline import SUMMARY_KEYS, ceiling_fraction, check_targets, headline, pairwise
 from bench.ingest import Measurements, ReportError, machine_label, read_inputs
 from bench.markdown import render_markdown
+from trainer.fileio import write_text
 
 
 def build_report(bench_files: list[Path], device_files: list[Path], out: Path,
@@ -35,14 +36,13 @@ def build_report(bench_files: list[Path], device_files: list[Path], out: Path,
               "pairwise": pairwise(hosts, m), "ceiling_fraction": ceiling_fraction(hosts, m),
               "charts": write_charts(hosts, m, out), "measurements": m.items,
               "host_notes": [n for _, d, _ in hosts for n in d.get("notes", [])]}
-    (out / "report.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
-    (out / "report.md").write_text(render_markdown(report, hosts, devices))
+    write_text(out / "report.json", json.dumps(report, indent=1, sort_keys=True) + "\n")
+    write_text(out / "report.md", render_markdown(report, hosts, devices))
     if summary_path is not None:
-        summary_path.parent.mkdir(parents=True, exist_ok=True)
-        summary_path.write_text(json.dumps({**{k: summary[k] for k in SUMMARY_KEYS},
-                                            "sources": sources,
-                                            "report": str(out / "report.json")},
-                                           indent=1, sort_keys=True) + "\n")
+        write_text(summary_path, json.dumps({**{k: summary[k] for k in SUMMARY_KEYS},
+                                             "sources": sources,
+                                             "report": str(out / "report.json")},
+                                            indent=1, sort_keys=True) + "\n")
     return report
 
 
