@@ -152,8 +152,8 @@ def predict(
             {**p.to_dict(), "read": read[p.task]} for p in preds]}, indent=2))
         return
     predictions_table([{"task": p.task, "read": read[p.task], "prediction": p.summary().split(
-        ": ", 1)[1], "latency": f"{p.latency_ms:.1f} ms"} for p in preds],
-        f"{engine.runtime}; bundle loaded in {load_ms:.0f} ms; {preds[0].tokens} tokens")
+        ": ", 1)[1], "latency": f"{p.latency_ms:.1f} ms ({p.tokens} tokens)"} for p in preds],
+        f"{engine.runtime}; bundle loaded in {load_ms:.0f} ms")
 
 
 @app.command(rich_help_panel=RUN, epilog="Example: palkit demo bundles/default")

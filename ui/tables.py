@@ -32,15 +32,16 @@ def metrics_table(result: dict[str, Any], title: str) -> None:
     _stdout.print("average: mean of the accuracies and (Pearson+1)/2, in points", style="dim")
 
 
-def predictions_table(rows: list[dict[str, str]], caption: str) -> None:
-    """Predictions: task, what it read, its answer, latency."""
-    table = Table(caption=caption, caption_justify="left")
+def predictions_table(rows: list[dict[str, str]], note: str) -> None:
+    """Predictions: task, what it read, its answer, latency; then one line of context."""
+    table = Table()
     for heading, justify in (("task", "left"), ("read", "left"), ("prediction", "left"),
                              ("latency", "right")):
         table.add_column(heading, justify=justify, overflow="fold")
     for r in rows:
         table.add_row(r["task"], r["read"], r["prediction"], r["latency"])
     _stdout.print(table)
+    _stdout.print(note, style="dim")
 
 
 def targets_table(targets: dict[str, dict[str, Any]], title: str) -> None:

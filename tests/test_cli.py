@@ -1,0 +1,198 @@
+"""The command line: every training option reachable, errors one line, quiet output, tables."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+import typer
+
+import cli
+from bench.commands import DEFAULT_BENCH_OUT, DEFAULT_REPORT_OUT
+from trainer.config import TrainConfig, config_fields, field_default
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _command(name: str):
+    return typer.main.get_command(cli.app).commands[name]
+
+
+def _changed_value(f, tmp_path: Path, data: Path):
+    """(command-line words, value TrainConfig should then hold) for a non-default value of f."""
+    default, choices = field_default(f), f.metadata["choices"]
+    if f.name == "data_dir":
+        return [str(data)], str(data)
+    if choices:
+        value = next(c for c in choices if c != default)
+        return [value], value
+    if f.name == "tasks":
+        return ["sst,quora"], ("sst", "quora")
+    if f.name == "custom_tasks":
+        task = {"name": "toy", "kind": "single_classification", "text_columns": ["text"],
+                "label_column": "label", "labels": ["a", "b"], "files": {"train": "t.tsv"}}
+        (tmp_path / "toy.json").write_text(json.dumps(task))
+        return [str(tmp_path / "toy.json")], (task,)
+    if f.type == "bool":
+        return [], not default
+    if f.type in ("int", "int | None"):
+        return ["7"], 7
+    if f.type == "float":
+        return ["0.25"], 0.25
+    return ["somewhere"], "somewhere"
+
+
+@pytest.fixture
+def captured_config(monkeypatch, tmp_path):
+    """Replace the training loop: `palkit train` then only builds and records its config."""
+    import trainer.train
+    seen: list[TrainConfig] = []
+    monkeypatch.setattr(trainer.train, "train", lambda cfg, resume=False: seen.append(cfg) or
+                        tmp_path)
+    return seen
+
+
+def test_every_training_field_is_a_flag_and_a_config_key(captured_config, tiny_data, tmp_path):
+    flags = {opt for p in _command("train").params for opt in p.opts + p.secondary_opts}
+    for f in config_fields():
+        flag = "--" + f.name.replace("_", "-")
+        assert flag in flags, f"TrainConfig.{f.name} has no {flag}"
+        words, expected = _changed_value(f, tmp_path, tiny_data)
+        if f.type == "bool":
+            words = [flag if expected else f"--no-{flag[2:]}"]
+        else:
+            words = [flag, *words]
+        assert cli.main(["train", *words, "--data-dir", str(tiny_data)]) == 0, f.name
+        assert getattr(captured_config[-1], f.name) == expected, f.name
+        # ... and the same option from a config file
+        config = tmp_path / f"{f.name}.json"
+        from_file = list(expected) if isinstance(expected, tuple) else expected
+        config.write_text(json.dumps({"data_dir": str(tiny_data), f.name: from_file}))
+        assert cli.main(["train", "--config", str(config)]) == 0, f.name
+        assert getattr(captured_config[-1], f.name) == expected, f.name
+    assert len(captured_config) == 2 * len(fields(TrainConfig))
+
+
+def test_help_and_version_do_not_import_torch():
+    code = ("import sys, cli; cli.main(['--help']); cli.main(['train', '--help']); "
+            "cli.main(['--version']); print(sorted(m for m in ('torch', 'transformers', "
+            "'executorch', 'onnxruntime') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
+    assert "palkit 0.1.0" in proc.stdout and "--pal-layers" in proc.stdout
+
+
+def test_known_failures_are_one_line_and_unknown_ones_keep_their_traceback(
+        captured_config, monkeypatch, tiny_data, capsys):
+    import trainer.train
+    assert cli.main(["train", "--tasks", "sst,nope", "--data-dir", str(tiny_data)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: unknown task 'nope'") and err.count("\n") == 1
+
+    def broken(cfg, resume=False):
+        raise RuntimeError("a bug, not bad input")
+    monkeypatch.setattr(trainer.train, "train", broken)
+    with pytest.raises(RuntimeError, match="a bug"):
+        cli.main(["train", "--data-dir", str(tiny_data)])
+
+
+def test_bad_choice_is_a_usage_error_naming_the_flag(capsys):
+    assert cli.main(["train", "--mode", "bogus"]) == 2
+    err = capsys.readouterr().err
+    assert "--mode" in err and "bogus" in err and "Traceback" not in err
+
+
+def test_default_outputs_are_git_ignored_never_the_committed_reports():
+    for path in (DEFAULT_BENCH_OUT, DEFAULT_REPORT_OUT / "report.md"):
+        assert not str(path).startswith("reports/")
+        ignored = subprocess.run(["git", "check-ignore", "-q", str(path)], cwd=REPO)
+        assert ignored.returncode == 0, f"{path} is not git-ignored"
+
+
+def test_console_script_is_declared():
+    import tomllib
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["scripts"]["palkit"] == "cli:entry_point"
+    assert callable(cli.entry_point)
+
+
+# --- commands on a real (tiny) bundle ------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def et_bundle(tiny_pal_run, tiny_data, tmp_path_factory) -> Path:
+    """ExecuTorch + ONNX Runtime, fp32, every task: what `predict` and `demo` load."""
+    from export.bundle import export_run
+    out = tmp_path_factory.mktemp("cli") / "bundle"
+    export_run(tiny_pal_run, out, target="android", quant="fp32", data_dir=tiny_data,
+               all_tasks=False, log=lambda *a: None)
+    return out
+
+
+def _palkit(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "PALKIT_VERBOSE"}
+    return subprocess.run([sys.executable, str(REPO / "cli.py"), *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_predict_prints_a_table_and_nothing_on_stderr(et_bundle):
+    proc = _palkit("predict", str(et_bundle), "--task", "sst", "a good film")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert "sst" in proc.stdout and "executorch" in proc.stdout and "text 1" in proc.stdout
+    loud = _palkit("--verbose", "predict", str(et_bundle), "--task", "sst", "a good film")
+    assert loud.returncode == 0 and loud.stdout.count("sst") == proc.stdout.count("sst")
+
+
+def test_predict_all_says_which_texts_each_task_read(et_bundle):
+    proc = _palkit("predict", str(et_bundle), "--all", "--json", "--runtime", "onnxruntime",
+                   "how can i learn to cook", "how can i learn to run")
+    assert proc.returncode == 0, proc.stderr
+    read = {p["task"]: p["read"] for p in json.loads(proc.stdout)["predictions"]}
+    assert read == {"sst": "text 1", "quora": "text 1 + text 2", "sts": "text 1 + text 2"}
+
+
+def test_predict_needs_one_of_task_and_all(et_bundle, capsys):
+    assert cli.main(["predict", str(et_bundle), "a good film"]) == 2
+    assert "give exactly one of --task NAME and --all" in capsys.readouterr().err
+
+
+def test_demo_confirms_task_switches(et_bundle, capsys, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO(
+        "a good film\nhow can i cook ||| how can i run\n:task sts\nnot a pair\n:task nope\n"
+        ":all\n:quit\n"))
+    assert cli.main(["demo", str(et_bundle), "--runtime", "onnxruntime"]) == 0
+    out = capsys.readouterr().out
+    assert "sst:" in out and "quora:" in out
+    assert "running only sts" in out and "sts: skipped, needs two texts" in out
+    assert "no task 'nope'" in out and "running every task" in out
+
+
+def test_evaluate_prints_points_and_writes_only_when_asked(et_bundle, tiny_data, tmp_path,
+                                                           capsys):
+    before = sorted(p.name for p in et_bundle.iterdir())
+    assert cli.main(["evaluate", str(et_bundle), "--data-dir", str(tiny_data), "--runtime",
+                     "onnxruntime"]) == 0
+    table = capsys.readouterr().out
+    assert sorted(p.name for p in et_bundle.iterdir()) == before   # nothing written into it
+    out = tmp_path / "m.json"
+    assert cli.main(["evaluate", str(et_bundle), "--data-dir", str(tiny_data), "--runtime",
+                     "onnxruntime", "--out", str(out)]) == 0
+    metrics = json.loads(out.read_text())
+    assert f"{metrics['sst_acc'] * 100:.1f}" in table and f"{metrics['avg'] * 100:.1f}" in table
+
+
+def test_export_refuses_an_existing_bundle_without_overwrite(et_bundle, tiny_pal_run, capsys):
+    assert cli.main(["export", str(tiny_pal_run), "--out", str(et_bundle)]) == 2
+    err = capsys.readouterr().err
+    assert str(et_bundle) in err and "--overwrite" in err
+    assert cli.main(["export", str(tiny_pal_run), "--tasks", "nope", "--out",
+                     str(et_bundle.parent / "new")]) == 2
+    err = capsys.readouterr().err
+    assert "nope" in err and all(t in err for t in ("sst", "quora", "sts"))
