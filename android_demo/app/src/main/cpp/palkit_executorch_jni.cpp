@@ -1,14 +1,32 @@
 // JNI for io.palkit.demo.runtime.ExecuTorchProgram: one task program (.pte) whose trunk weights
-// live in a shared data file (.ptd). Plain JNI, no fbjni, so the Kotlin side stays tiny.
+// live in a shared data file (.ptd). Plain JNI, no fbjni, so the Java side stays tiny.
+//
+// The same file is built for the phone (CMakeLists.txt here, ExecuTorch from source) and for the
+// host tests (android_demo/host/native_host.py, against the executorch wheel's C++ SDK).
 #include <jni.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <executorch/extension/module/module.h>
 #include <executorch/extension/tensor/tensor.h>
+
+#if __has_include(<executorch/extension/threadpool/threadpool.h>)
 #include <executorch/extension/threadpool/threadpool.h>
+#else
+// The executorch wheel's SDK ships libexecutorch_threadpool.so but not this header (nor the
+// pthreadpool.h it includes). Declare the two functions this file calls, exactly as the header
+// does; they link to the library's real symbols. The Android build has the header.
+namespace executorch::extension::threadpool {
+class ThreadPool final {
+ public:
+  bool _unsafe_reset_threadpool(uint32_t num_threads);
+};
+ThreadPool* get_threadpool();
+}  // namespace executorch::extension::threadpool
+#endif
 
 using executorch::extension::Module;
 using executorch::extension::from_blob;
@@ -27,6 +45,11 @@ void throwRuntime(JNIEnv* env, const std::string& message) {
   env->ThrowNew(env->FindClass("java/lang/IllegalStateException"), message.c_str());
 }
 
+std::string describe(Error error) {
+  return std::string(executorch::runtime::to_string(error)) + " (" +
+         std::to_string(static_cast<int>(error)) + ")";
+}
+
 std::vector<int64_t> toVector(JNIEnv* env, jlongArray array) {
   std::vector<int64_t> out(env->GetArrayLength(array));
   env->GetLongArrayRegion(array, 0, static_cast<jsize>(out.size()),
@@ -41,18 +64,19 @@ Java_io_palkit_demo_runtime_ExecuTorchProgram_nativeLoad(
     JNIEnv* env, jclass, jstring programPath, jstring dataPath, jint threads) {
   if (threads > 0) {
     if (auto* pool = executorch::extension::threadpool::get_threadpool()) {
-      pool->_unsafe_reset_threadpool(threads);
+      pool->_unsafe_reset_threadpool(static_cast<uint32_t>(threads));
     }
   }
+  const std::string program = toString(env, programPath);
+  const std::string data = toString(env, dataPath);
   // Mmap: the trunk file is mapped, not copied, so every task program shares its pages.
-  auto module = std::make_unique<Module>(
-      toString(env, programPath),
-      std::vector<std::string>{toString(env, dataPath)},
-      Module::LoadMode::Mmap);
+  auto module = std::make_unique<Module>(program, std::vector<std::string>{data},
+                                         Module::LoadMode::Mmap);
   const Error error = module->load_method("forward");
   if (error != Error::Ok) {
-    throwRuntime(env, "ExecuTorch could not load forward() of " + toString(env, programPath) +
-                          " (error " + std::to_string(static_cast<int>(error)) + ")");
+    throwRuntime(env, "ExecuTorch could not load forward() of " + program + " with " + data +
+                          ": " + describe(error) +
+                          " (a truncated file, or a program exported with another trunk?)");
     return 0;
   }
   return reinterpret_cast<jlong>(module.release());
@@ -66,6 +90,10 @@ Java_io_palkit_demo_runtime_ExecuTorchProgram_nativeForward(
   std::vector<int64_t> ids = toVector(env, inputIds);
   std::vector<int64_t> mask = toVector(env, attentionMask);
   std::vector<int64_t> types = toVector(env, tokenTypeIds);
+  if (mask.size() != ids.size() || types.size() != ids.size()) {
+    throwRuntime(env, "input_ids, attention_mask and token_type_ids differ in length");
+    return nullptr;
+  }
   const auto seq = static_cast<executorch::aten::SizesType>(ids.size());
   // Input order is the manifest's io.inputs order: input_ids, attention_mask, token_type_ids.
   auto result = module->forward({
@@ -74,8 +102,13 @@ Java_io_palkit_demo_runtime_ExecuTorchProgram_nativeForward(
       from_blob(types.data(), {1, seq}, executorch::aten::ScalarType::Long),
   });
   if (!result.ok()) {
-    throwRuntime(env, "ExecuTorch forward failed (error " +
-                          std::to_string(static_cast<int>(result.error())) + ")");
+    throwRuntime(env, "ExecuTorch forward failed with " + std::to_string(ids.size()) +
+                          " tokens: " + describe(result.error()));
+    return nullptr;
+  }
+  if (result->empty() || !result->at(0).isTensor() ||
+      result->at(0).toTensor().scalar_type() != executorch::aten::ScalarType::Float) {
+    throwRuntime(env, "the program's first output is not a float tensor of logits");
     return nullptr;
   }
   const auto& logits = result->at(0).toTensor();

@@ -4,8 +4,8 @@ import android.content.Context
 import java.io.File
 
 /**
- * Where the bundle lives: a folder pushed by `python cli.py deploy --adb` into the app's external
- * files dir wins; otherwise a bundle shipped under assets/bundle/ is copied once to internal
+ * Where the bundle lives: a folder pushed with `adb push` into the app's external files dir
+ * wins; otherwise a bundle shipped under assets/bundle/ is copied once to internal
  * storage (runtimes need real file paths to mmap).
  */
 object BundleLocator {

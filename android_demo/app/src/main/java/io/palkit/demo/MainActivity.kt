@@ -48,8 +48,8 @@ private fun App() {
         state = withContext(Dispatchers.IO) {
             val dir = BundleLocator.locate(context)
                 ?: return@withContext LoadState.Refused(
-                    "No bundle found. Push one with `python cli.py deploy --adb` to\n" +
-                        "${BundleLocator.pushedDir(context)} or ship it in assets/bundle/.")
+                    "No bundle found. Push one with `adb push BUNDLE/. " +
+                        "${BundleLocator.pushedDir(context)}/` or ship it in assets/bundle/.")
             try {
                 LoadState.Ready(BundleSession.open(dir))
             } catch (e: Exception) {

@@ -5,29 +5,15 @@ import io.palkit.core.bundle.RuntimeKind
 import io.palkit.core.bundle.TaskSpec
 import io.palkit.core.tokenizer.Encoding
 
-/**
- * One ExecuTorch program per task, each opened against the same executorch/trunk.ptd. The trunk
- * file is memory-mapped, so it is stored once on disk and its pages are shared between programs.
- */
-class ExecuTorchTaskRunner(private val bundle: Bundle, private val threads: Int) : TaskRunner {
+/** The ExecuTorch [TaskRunner]: [ExecuTorchTasks] (Java, host-tested) behind the interface. */
+class ExecuTorchTaskRunner(bundle: Bundle, threads: Int) : TaskRunner {
     override val runtime = RuntimeKind.EXECUTORCH
 
-    private val trunkData = bundle.file(bundle.manifest.trunkFiles.getValue(runtime)).path
-    private val programs = HashMap<String, ExecuTorchProgram>()
+    private val tasks = ExecuTorchTasks(bundle, threads)
 
-    override fun loadTask(task: TaskSpec) {
-        programs.getOrPut(task.name) {
-            ExecuTorchProgram(bundle.file(task.files.getValue(runtime)).path, trunkData, threads)
-        }
-    }
+    override fun loadTask(task: TaskSpec) = tasks.load(task)
 
-    override fun run(task: TaskSpec, input: Encoding): FloatArray {
-        loadTask(task)
-        return programs.getValue(task.name)
-            .forward(input.inputIds, input.attentionMask, input.tokenTypeIds)
-    }
+    override fun run(task: TaskSpec, input: Encoding): FloatArray = tasks.run(task, input)
 
-    override fun close() {
-        programs.values.forEach { it.close() }
-    }
+    override fun close() = tasks.close()
 }

@@ -8,7 +8,7 @@ public final class Encoding {
     public final long[] tokenTypeIds;
     public final long[] attentionMask;
 
-    Encoding(long[] inputIds, long[] tokenTypeIds) {
+    public Encoding(long[] inputIds, long[] tokenTypeIds) {
         this.inputIds = inputIds;
         this.tokenTypeIds = tokenTypeIds;
         this.attentionMask = new long[inputIds.length];

@@ -1,0 +1,206 @@
+package io.palkit.host;
+
+import io.palkit.core.bench.Percentiles;
+import io.palkit.core.bundle.Bundle;
+import io.palkit.core.bundle.BundleException;
+import io.palkit.core.bundle.TaskSpec;
+import io.palkit.core.json.Json;
+import io.palkit.core.json.JsonException;
+import io.palkit.core.tokenizer.BertTokenizer;
+import io.palkit.core.tokenizer.Encoding;
+import io.palkit.demo.runtime.ExecuTorchProgram;
+import io.palkit.demo.runtime.ExecuTorchTasks;
+import java.io.File;
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Paths;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * Drives the app's ExecuTorch path on the host, the way the app does: {@link Bundle#open} checks
+ * the manifest and every file, the core tokenizer encodes, {@link ExecuTorchTasks} opens each
+ * task program against trunk.ptd through the JNI library. Prints one JSON document on stdout.
+ * Exit status 3 with one line on stderr when the bundle or a program is refused.
+ *
+ * <pre>
+ * run BUNDLE THREADS TEXT PAIR TASK...      logits of each TASK in turn (pair tasks read PAIR)
+ * program PTE PTD                           load one program with that data file, run it once
+ * bench BUNDLE THREADS INPUT_JSON WARMUP RUNS   latency and resident memory of every task
+ * </pre>
+ */
+public final class HostHarness {
+    private HostHarness() {}
+
+    public static void main(String[] args) throws Exception {
+        try {
+            switch (args.length == 0 ? "" : args[0]) {
+                case "run":
+                    System.out.print(Json.write(run(args)));
+                    break;
+                case "program":
+                    System.out.print(Json.write(program(args[1], args[2])));
+                    break;
+                case "bench":
+                    System.out.print(Json.write(bench(args)));
+                    break;
+                default:
+                    System.err.println("usage: run|program|bench ... (see HostHarness.java)");
+                    System.exit(2);
+            }
+        } catch (BundleException | IllegalStateException e) {
+            System.err.println("refused: " + e.getMessage());
+            System.exit(3);
+        }
+    }
+
+    private static List<Object> run(String[] args) throws BundleException {
+        Bundle bundle = Bundle.open(new File(args[1]));
+        BertTokenizer tokenizer = bundle.tokenizer();
+        List<Object> out = new ArrayList<>();
+        try (ExecuTorchTasks tasks = new ExecuTorchTasks(bundle, Integer.parseInt(args[2]))) {
+            for (int i = 5; i < args.length; i++) {
+                TaskSpec task = task(bundle, args[i]);
+                Encoding input = task.kind.isPair
+                        ? tokenizer.encodePair(args[3], args[4]) : tokenizer.encode(args[3]);
+                Map<String, Object> row = new LinkedHashMap<>();
+                row.put("task", task.name);
+                row.put("input_ids", longs(input.inputIds));
+                row.put("token_type_ids", longs(input.tokenTypeIds));
+                row.put("logits", floats(tasks.run(task, input)));
+                out.add(row);
+            }
+        }
+        return out;
+    }
+
+    private static Map<String, Object> program(String pte, String ptd) {
+        long[] ids = {2, 5, 3};
+        long[] ones = {1, 1, 1};
+        try (ExecuTorchProgram program = new ExecuTorchProgram(pte, ptd, 1)) {
+            return Map.of("logits", floats(program.forward(ids, ones, new long[ids.length])));
+        }
+    }
+
+    private static Map<String, Object> bench(String[] args) throws BundleException, IOException,
+            JsonException, ClassNotFoundException {
+        Bundle bundle = Bundle.open(new File(args[1]));
+        int threads = Integer.parseInt(args[2]);
+        Encoding input = readInput(args[3]);
+        int warmup = Integer.parseInt(args[4]);
+        int runs = Integer.parseInt(args[5]);
+        // Load the JNI library (and ExecuTorch with it) before the first reading.
+        Class.forName(ExecuTorchProgram.class.getName(), true, HostHarness.class.getClassLoader());
+        Map<String, Object> rss = new LinkedHashMap<>();
+        rss.put("runtime_loaded", residentBytes());
+        Map<String, Object> swapMs = new LinkedHashMap<>();
+        double loadMs = 0;
+        try (ExecuTorchTasks tasks = new ExecuTorchTasks(bundle, threads)) {
+            for (TaskSpec task : bundle.manifest.tasks) {
+                long start = System.nanoTime();
+                tasks.run(task, input); // loads the program on first use
+                double ms = (System.nanoTime() - start) / 1e6;
+                if (task == bundle.manifest.tasks.get(0)) {
+                    loadMs = ms;
+                    rss.put("one_task", residentBytes());
+                } else {
+                    swapMs.put(task.name, ms);
+                }
+            }
+            rss.put("all_tasks", residentBytes());
+            Map<String, Object> out = new LinkedHashMap<>();
+            out.put("threads", threads);
+            out.put("seq_len", input.length());
+            out.put("tasks", bundle.manifest.tasks.stream().map(t -> t.name).toList());
+            out.put("first_load_and_run_ms", loadMs);
+            out.put("swap_and_run_ms", swapMs);
+            out.put("rows", time(bundle.manifest.tasks, tasks, input, warmup, runs));
+            rss.put("after_runs", residentBytes());
+            out.put("rss_bytes", rss);
+            return out;
+        }
+    }
+
+    /** Timed in rounds, one call of each configuration per round, as bench/worker.py does. */
+    private static List<Object> time(List<TaskSpec> taskList, ExecuTorchTasks tasks, Encoding input,
+            int warmup, int runs) {
+        int configs = taskList.size() + 1; // each task, then all tasks in turn
+        double[][] samples = new double[configs][runs];
+        for (int round = -warmup; round < runs; round++) {
+            for (int c = 0; c < configs; c++) {
+                long start = System.nanoTime();
+                for (TaskSpec task : c < taskList.size() ? List.of(taskList.get(c)) : taskList) {
+                    tasks.run(task, input);
+                }
+                if (round >= 0) {
+                    samples[c][round] = (System.nanoTime() - start) / 1e6;
+                }
+            }
+        }
+        List<Object> rows = new ArrayList<>();
+        for (int c = 0; c < configs; c++) {
+            Map<String, Object> row = new LinkedHashMap<>();
+            if (c < taskList.size()) {
+                row.put("config", "task:" + taskList.get(c).name);
+            } else {
+                row.put("config", "all_tasks");
+                row.put("all_tasks_mode", "sequential"); // as the app runs them: one program each
+            }
+            row.put("p50_ms", Percentiles.of(samples[c], 50));
+            row.put("p90_ms", Percentiles.of(samples[c], 90));
+            row.put("min_ms", Percentiles.of(samples[c], 0));
+            row.put("runs", runs);
+            rows.add(row);
+        }
+        return rows;
+    }
+
+    private static TaskSpec task(Bundle bundle, String name) throws BundleException {
+        for (TaskSpec task : bundle.manifest.tasks) {
+            if (task.name.equals(name)) {
+                return task;
+            }
+        }
+        throw new BundleException("the bundle has no task \"" + name + "\"");
+    }
+
+    /** {"input_ids": [...], "token_type_ids": [...]}: every token attended, as the app sends. */
+    private static Encoding readInput(String path) throws IOException, JsonException {
+        Map<?, ?> json = (Map<?, ?>) Json.parse(
+                new String(Files.readAllBytes(Paths.get(path)), StandardCharsets.UTF_8));
+        return new Encoding(toLongs(json.get("input_ids")), toLongs(json.get("token_type_ids")));
+    }
+
+    private static long[] toLongs(Object list) {
+        return ((List<?>) list).stream().mapToLong(v -> ((Number) v).longValue()).toArray();
+    }
+
+    private static List<Object> longs(long[] values) {
+        List<Object> out = new ArrayList<>();
+        for (long v : values) {
+            out.add(v);
+        }
+        return out;
+    }
+
+    private static List<Object> floats(float[] values) {
+        List<Object> out = new ArrayList<>();
+        for (float v : values) {
+            out.add((double) v);
+        }
+        return out;
+    }
+
+    /** VmRSS, read the way the app's Benchmark reads it. */
+    private static long residentBytes() throws IOException {
+        for (String line : Files.readAllLines(Paths.get("/proc/self/status"))) {
+            if (line.startsWith("VmRSS:")) {
+                return Long.parseLong(line.split("\\s+")[1]) * 1024;
+            }
+        }
+        throw new IOException("no VmRSS in /proc/self/status");
+    }
+}

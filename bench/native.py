@@ -1,0 +1,72 @@
+"""The Android app's own ExecuTorch path as a bench subject, measured on this host.
+
+The app's JNI library and Java loading path (android_demo/host/native_host.py builds them from
+the app's sources against the executorch wheel's C++ SDK) run in a child JVM: every task program
+of the bundle is opened against its trunk.ptd through Module(program, {trunk.ptd}, Mmap), timed
+in interleaved rounds on bench/worker.py's synthetic input, and the process's resident memory is
+read with one task and with all tasks loaded. Host figures, never phone figures.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench.worker import synthetic_input
+from export.manifest import read_manifest
+from trainer.errors import PalkitError
+
+SUBJECT = "executorch C++, the app's native path"
+NATIVE_HOST = Path(__file__).resolve().parents[1] / "android_demo/host/native_host.py"
+
+
+class NativePathError(PalkitError, RuntimeError):
+    """The app's native path cannot be built or run here, or refused the bundle."""
+
+
+def native_host():
+    """android_demo/host/native_host.py (the app's folder is not a Python package)."""
+    name = "palkit_native_host"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, NATIVE_HOST)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses look their module up there
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def measure_native(bundle: str | Path, seq_len: int = 128, threads: int = 1, runs: int = 20,
+                   warmup: int = 3, timeout_s: float = 600.0) -> dict[str, Any]:
+    """Latency (p50/p90/min per task and for all tasks in turn) and resident memory of the
+    app's native path on `bundle`, at `seq_len` tokens and `threads` threads."""
+    host = native_host()
+    reason = host.missing_toolchain()
+    if reason:
+        raise NativePathError(f"cannot measure {SUBJECT}: {reason}")
+    try:
+        build = host.build()
+    except host.NativeBuildError as e:
+        raise NativePathError(f"cannot build {SUBJECT}: {e}") from None
+    bundle = Path(bundle)
+    manifest = read_manifest(bundle)
+    if "executorch" not in manifest.runtimes:
+        raise NativePathError(f"{bundle}: no ExecuTorch programs; export it with --target "
+                              "android or executorch")
+    with open(bundle / manifest.tokenizer.vocab_file) as f:
+        vocab_size = sum(1 for _ in f)
+    x = synthetic_input(seq_len, vocab_size)
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as inputs:
+        json.dump({k: x[k][0].tolist() for k in ("input_ids", "token_type_ids")}, inputs)
+        inputs.flush()
+        done = subprocess.run(build.command("bench", str(bundle), str(threads), inputs.name,
+                                            str(warmup), str(runs)),
+                              capture_output=True, text=True, timeout=timeout_s)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        raise NativePathError(f"{bundle}: {SUBJECT} failed: {last}")
+    return {"subject": SUBJECT, "runtime": "executorch-cpp", "figures": "host",
+            "bundle": str(bundle), **json.loads(done.stdout)}

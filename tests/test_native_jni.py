@@ -1,0 +1,130 @@
+"""The Android app's native ExecuTorch path, built and run on this machine.
+
+android_demo/host/native_host.py compiles the app's own JNI source against the executorch wheel's
+C++ SDK, and the app's Java (core + io.palkit.demo.runtime) with a small harness. The harness
+does what the app does: the core checks the manifest and every file and tokenizes, then each
+task program is opened with the shared trunk.ptd through Module(program, {trunk.ptd}, Mmap).
+Every call runs in a child JVM, so a native crash fails a test instead of killing pytest.
+Skipped, with the reason, only where there is no C++ compiler or JDK.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bench.native import measure_native, native_host
+from export.bundle import export_run
+from export.runtime import Engine, load_bundle
+
+TEXT, PAIR = "the movie was good", "a man is running"
+TASKS = ["sst", "sts"]  # one single-text classifier, one pair regressor: both input layouts
+
+
+@pytest.fixture(scope="module")
+def host_build():
+    reason = native_host().missing_toolchain()
+    if reason:
+        pytest.skip(reason)
+    return native_host().build()
+
+
+@pytest.fixture(scope="module")
+def et_bundle(tiny_pal_run, tiny_data, tmp_path_factory) -> Path:
+    """Two task programs over one trunk.ptd. No all-tasks program: the app does not use one."""
+    out = tmp_path_factory.mktemp("native") / "bundle"
+    export_run(tiny_pal_run, out, target="executorch", quant="fp32", tasks=TASKS,
+               data_dir=tiny_data, all_tasks=False, log=lambda *a: None)
+    return out
+
+
+@pytest.fixture(scope="module")
+def other_trunk(tiny_pal_run, tmp_path_factory) -> Path:
+    """sst.pte + trunk.ptd exported from the same run with a different trunk (weights moved)."""
+    from export.bundle import calibration_inputs, default_max_len
+    from export.executorch_export import lower_task
+    from trainer.checkpoint import load_model, resolve_model_dir
+
+    model, tokenizer, _ = load_model(resolve_model_dir(tiny_pal_run), ["sst"])
+    with torch.no_grad():
+        for p in model.trunk.parameters():
+            p.add_(0.01)
+    out = tmp_path_factory.mktemp("other-trunk")
+    max_len = default_max_len(model)
+    lower_task(model, "sst", out, False, max_len, calibration_inputs(model, max_len, tokenizer))
+    return out
+
+
+def harness(build, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(build.command(*map(str, args)), capture_output=True, text=True,
+                          timeout=120)
+
+
+def refusal(done: subprocess.CompletedProcess) -> str:
+    """The one-line refusal; a crash (signal, abort) or a success fails the test here."""
+    assert done.returncode == 3, (f"expected a refusal (exit 3), got {done.returncode}:\n"
+                                  f"{done.stdout[-2000:]}{done.stderr[-3000:]}")
+    return done.stderr.strip().splitlines()[-1]
+
+
+def test_jni_logits_equal_the_python_runtime_for_every_task_and_swap(host_build, et_bundle):
+    order = ["sst", "sts", "sst", "sts", "sts"]  # a swap each way, and a repeat
+    done = harness(host_build, "run", et_bundle, 1, TEXT, PAIR, *order)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads(done.stdout)
+    assert [r["task"] for r in rows] == order
+    # The thread count reached the real threadpool library (ExecuTorch logs the reset): the
+    # declarations that stand in for the header the wheel lacks link to its symbols.
+    assert "Resetting threadpool to 1 threads" in done.stderr
+    engine = Engine(load_bundle(et_bundle), "executorch")
+    for row in rows:
+        task = engine.bundle.tasks[row["task"]]
+        ids, mask, types = engine.tokenizer(TEXT, PAIR if task.is_pair else None)
+        assert row["input_ids"] == ids[0].tolist() and row["token_type_ids"] == types[0].tolist()
+        expected, _, _ = engine.run_ids(task.name, ids, mask, types)
+        assert len(row["logits"]) == task.num_outputs
+        # Same program, same kernels: the C++ Module and the Python bindings agree exactly.
+        np.testing.assert_array_equal(np.float32(row["logits"]), expected)
+    sst = [r["logits"] for r in rows if r["task"] == "sst"]
+    assert sst[0] == sst[1]  # swapping away and back changes nothing
+
+
+def test_program_with_another_trunks_data_is_refused(host_build, et_bundle, other_trunk):
+    ok = harness(host_build, "program", other_trunk / "sst.pte", other_trunk / "trunk.ptd")
+    assert ok.returncode == 0, ok.stderr[-3000:]  # the other trunk's own pair loads
+    message = refusal(harness(host_build, "program", et_bundle / "executorch/sst.pte",
+                              other_trunk / "trunk.ptd"))
+    assert message.startswith("refused: ExecuTorch could not load forward() of")
+    assert "trunk.ptd" in message and "Error::" in message
+
+
+def test_truncated_trunk_data_is_refused_by_the_runtime_and_by_the_core(host_build, et_bundle,
+                                                                       tmp_path):
+    bundle = tmp_path / "bundle"
+    shutil.copytree(et_bundle, bundle)
+    trunk = bundle / "executorch/trunk.ptd"
+    data = trunk.read_bytes()
+    for keep in (len(data) // 2, 16):  # the data cut short; the header itself cut short
+        trunk.write_bytes(data[:keep])
+        message = refusal(harness(host_build, "program", bundle / "executorch/sst.pte", trunk))
+        assert "could not load forward()" in message and "Error::" in message, message
+    # Through the app's own path the core refuses first, naming the file, before any native code.
+    message = refusal(harness(host_build, "run", bundle, 1, TEXT, PAIR, "sst"))
+    assert "executorch/trunk.ptd is 16 bytes, manifest says" in message
+
+
+def test_bench_reports_latency_and_memory_of_every_task(host_build, et_bundle, tmp_path):
+    result = measure_native(et_bundle, seq_len=16, threads=1, runs=3, warmup=1)
+    assert result["subject"] == "executorch C++, the app's native path"
+    assert (result["seq_len"], result["threads"], result["tasks"]) == (16, 1, TASKS)
+    assert [r["config"] for r in result["rows"]] == ["task:sst", "task:sts", "all_tasks"]
+    for row in result["rows"]:
+        assert 0 < row["min_ms"] <= row["p50_ms"] <= row["p90_ms"] and row["runs"] == 3
+    assert all(v > 0 for v in result["rss_bytes"].values())
+    assert set(result["rss_bytes"]) == {"runtime_loaded", "one_task", "all_tasks", "after_runs"}
+    assert result["first_load_and_run_ms"] > 0 and set(result["swap_and_run_ms"]) == {"sts"}
