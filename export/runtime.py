@@ -32,10 +32,10 @@ class Bundle:
     manifest: Manifest
     verify_seconds: float = 0.0                        # time spent checking files
     checked: set[str] = field(default_factory=set)    # files whose size and SHA-256 matched
+    tasks: dict[str, TaskEntry] = field(init=False)    # by name, in manifest order
 
-    @property
-    def tasks(self) -> dict[str, TaskEntry]:
-        return {t.name: t for t in self.manifest.tasks}
+    def __post_init__(self) -> None:
+        self.tasks = {t.name: t for t in self.manifest.tasks}
 
     @property
     def runtimes(self) -> list[str]:

@@ -29,7 +29,8 @@ def read_hub_examples(task: TaskSpec, split: str) -> list[Example]:
     try:
         from datasets import load_dataset
     except ImportError:
-        raise DataError("--data-source hub needs the `datasets` package: pip install datasets") from None
+        raise DataError("--data-source hub needs the `datasets` package: "
+                        "pip install 'palkit[hub]'") from None
     rows = load_dataset(name, config, split=splits[split])
     return [Example(tuple(str(r[f]).strip() for f in text_fields), float(r[label_field]))
             for r in rows if all(str(r[f]).strip() for f in text_fields)]
