@@ -15,7 +15,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, 
 
 T = TypeVar("T")
 
-_stderr = Console(stderr=True, highlight=False)
+_stderr = Console(stderr=True, highlight=False, soft_wrap=True)  # log lines stay whole
 
 
 def say(message: str) -> None:
