@@ -1,0 +1,278 @@
+"""Signed bundles (export/signing.py): the OpenSSF Model Signing format, palkit's own verifier
+against the model-signing package's, the app's golden vectors, and the host loading paths:
+no runtime is reached with bytes the manifest, or the trusted signature, does not vouch for.
+
+The bundles here are the golden layout (placeholder files): every loading path must refuse them
+before a runtime opens a file, and a runtime stub records whether it was reached."""
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from export.manifest import BundleError, FileEntry, read_manifest, write_manifest
+from export.signing import (SIGNATURE_FILE, TRUST_KEY_ENV, SignatureError, generate_keypair,
+                            golden_verdicts, resolve_trust_key, sign_bundle,
+                            verify_bundle_signature, write_golden)
+from trainer.fileio import file_digest
+
+GOLDEN = Path(__file__).parents[1] / "android_demo/core/src/test/resources/signing"
+KEYS = GOLDEN / "keys"
+TRUSTED = KEYS / "signer.pub.pem"
+
+
+def refusal(folder: Path, key: Path = TRUSTED, check_files: bool = True) -> SignatureError:
+    with pytest.raises(SignatureError) as e:
+        verify_bundle_signature(folder, key, check_files)
+    assert "\n" not in str(e.value) and str(e.value.file) in str(e.value)
+    return e.value
+
+
+@pytest.fixture
+def signed(tmp_path) -> Path:
+    """A copy of the golden valid bundle, signed with the test signer key."""
+    folder = tmp_path / "bundle"
+    shutil.copytree(GOLDEN / "valid", folder)
+    return folder
+
+
+def flip_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def swap_and_repin(folder: Path, rel: str, data: bytes) -> None:
+    """Replace a file and rewrite the manifest to match: every hash check then passes."""
+    (folder / rel).write_bytes(data)
+    manifest = read_manifest(folder)
+    files = {**manifest.files, rel: FileEntry(*file_digest(folder / rel))}
+    write_manifest(folder, dataclasses.replace(manifest, files=files))
+    read_manifest(folder)
+
+
+def reference_accepts(folder: Path, key: Path) -> bool:
+    """The model-signing package's own verifier (every file hashed, extra files refused)."""
+    from cryptography.exceptions import InvalidSignature
+    import model_signing
+
+    try:
+        (model_signing.verifying.Config().use_elliptic_key_verifier(public_key=key)
+         .verify(folder, folder / SIGNATURE_FILE))
+        return True
+    except (ValueError, InvalidSignature, FileNotFoundError):
+        return False
+
+
+# ---- signing and verifying -------------------------------------------------------------------
+
+def test_signed_bundle_verifies_here_and_with_the_reference_verifier(tmp_path, signed):
+    priv, pub = generate_keypair(tmp_path / "keys")
+    (signed / SIGNATURE_FILE).unlink()
+    assert sign_bundle(signed, priv) == signed / SIGNATURE_FILE
+    verify_bundle_signature(signed, pub)
+    verify_bundle_signature(signed, pub, check_files=False)
+    assert reference_accepts(signed, pub)
+    assert oct((tmp_path / "keys" / "palkit.key.pem").stat().st_mode & 0o777) == "0o600"
+
+
+def test_signature_lists_every_file_and_only_the_signature_is_written(tmp_path, signed):
+    before = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in signed.rglob("*")
+              if p.is_file() and p.name != SIGNATURE_FILE}
+    sign_bundle(signed, KEYS / "signer.key.pem")        # as add_adapter re-signs a bundle
+    after = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in before}
+    assert after == before
+    doc = json.loads((signed / SIGNATURE_FILE).read_bytes())
+    statement = json.loads(base64.b64decode(doc["dsseEnvelope"]["payload"]))
+    names = {r["name"] for r in statement["predicate"]["resources"]}
+    assert names == {p.relative_to(signed).as_posix() for p in before}
+    assert statement["predicate"]["serialization"]["ignore_paths"] == [SIGNATURE_FILE]
+
+
+def test_unsigned_bundle(signed):
+    (signed / SIGNATURE_FILE).unlink()
+    e = refusal(signed)
+    assert e.reason == "unsigned" and "not signed" in str(e)
+
+
+def test_bundle_signed_by_another_key(tmp_path, signed):
+    _, other_pub = generate_keypair(tmp_path / "keys", "other")
+    e = refusal(signed, other_pub)
+    assert e.reason == "wrong_key" and e.file == signed / SIGNATURE_FILE
+    assert not reference_accepts(signed, other_pub)
+
+
+def test_hint_swapped_to_the_trusted_key_is_caught_by_ecdsa(tmp_path, signed):
+    other_priv, _ = generate_keypair(tmp_path / "keys", "other")
+    sign_bundle(signed, other_priv)
+    doc = json.loads((signed / SIGNATURE_FILE).read_bytes())
+    trusted_doc = json.loads((GOLDEN / "valid" / SIGNATURE_FILE).read_bytes())
+    doc["verificationMaterial"] = trusted_doc["verificationMaterial"]
+    (signed / SIGNATURE_FILE).write_text(json.dumps(doc))
+    assert refusal(signed).reason == "bad_signature"
+
+
+def test_manifest_rewritten_to_match_a_swapped_file(signed):
+    """The attack hashes alone cannot stop: a file swapped and the manifest updated to match."""
+    swap_and_repin(signed, "executorch/sst-program.bin", b"another program\n")
+    for check_files in (True, False):
+        e = refusal(signed, check_files=check_files)
+        assert e.reason == "manifest_changed" and e.file == signed / "manifest.json"
+
+
+def test_tampered_file_named(signed):
+    flip_byte(signed / "onnx" / "sst-adapter.bin")
+    e = refusal(signed)
+    assert e.reason == "file_changed" and e.file == signed / "onnx" / "sst-adapter.bin"
+    verify_bundle_signature(signed, TRUSTED, check_files=False)  # the loader's hash check's job
+
+
+def test_missing_and_added_files(signed):
+    (signed / "extra.txt").write_text("added later")
+    e = refusal(signed)
+    assert e.reason == "file_unsigned" and e.file == signed / "extra.txt"
+    (signed / "extra.txt").unlink()
+    (signed / "vocab.txt").unlink()
+    e = refusal(signed)
+    assert e.reason == "file_missing" and e.file == signed / "vocab.txt"
+
+
+@pytest.mark.parametrize("edit", [
+    lambda d: "{",
+    lambda d: json.dumps({**d, "mediaType": "application/json"}),
+    lambda d: json.dumps({**d, "dsseEnvelope": {**d["dsseEnvelope"], "payload": "%%%"}}),
+    lambda d: json.dumps({**d, "dsseEnvelope": {**d["dsseEnvelope"], "signatures": []}}),
+    lambda d: json.dumps([d]),
+])
+def test_malformed_signature_file(signed, edit):
+    path = signed / SIGNATURE_FILE
+    path.write_text(edit(json.loads(path.read_bytes())))
+    assert refusal(signed).reason == "bad_format"
+
+
+def test_trusted_key_must_be_a_p256_public_key(tmp_path, signed):
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    p384 = tmp_path / "p384.pub.pem"
+    p384.write_bytes(ec.generate_private_key(ec.SECP384R1()).public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a key")
+    for key in (p384, garbage, tmp_path / "absent.pem", KEYS / "signer.key.pem"):
+        assert refusal(signed, key).reason == "bad_key"
+
+
+def test_trust_key_from_option_then_environment(monkeypatch, tmp_path):
+    monkeypatch.delenv(TRUST_KEY_ENV, raising=False)
+    assert resolve_trust_key(None) is None
+    monkeypatch.setenv(TRUST_KEY_ENV, str(tmp_path / "env.pem"))
+    assert resolve_trust_key(None) == tmp_path / "env.pem"
+    assert resolve_trust_key(tmp_path / "opt.pem") == tmp_path / "opt.pem"
+
+
+# ---- golden vectors for the app --------------------------------------------------------------
+
+def test_committed_golden_vectors_give_their_verdicts():
+    expected = json.loads((GOLDEN / "expected.json").read_text())
+    assert set(expected) == {"valid", "unsigned", "wrong_key", "tampered_manifest",
+                             "tampered_file", "tampered_signature"}
+    for name, verdict in expected.items():
+        assert golden_verdicts(GOLDEN / name, TRUSTED) == verdict, name
+        assert reference_accepts(GOLDEN / name, TRUSTED) == (verdict["full"] == "ok"), name
+
+
+def test_regenerated_golden_vectors_give_the_same_verdicts(tmp_path):
+    shutil.copytree(KEYS, tmp_path / "keys")
+    regenerated = write_golden(tmp_path, tmp_path / "keys")
+    assert regenerated == json.loads((GOLDEN / "expected.json").read_text())
+    # same files and manifests; only the ECDSA signatures (random nonce) differ
+    for name in regenerated:
+        assert (tmp_path / name / "manifest.json").read_bytes() == \
+            (GOLDEN / name / "manifest.json").read_bytes()
+
+
+# ---- no runtime reads unverified bytes (host paths) ------------------------------------------
+
+@pytest.fixture
+def runtimes_stubbed(monkeypatch):
+    """ONNX Runtime's and ExecuTorch's file loaders replaced by stubs that record each call."""
+    import onnxruntime
+
+    opened: list[str] = []
+
+    class Session:
+        def __init__(self, path, *args, **kwargs):
+            opened.append(str(path))
+
+    class Adapter:
+        def Load(self, path):
+            opened.append(str(path))
+
+    class Options:
+        def add_active_adapter(self, adapter):
+            pass
+
+    monkeypatch.setattr(onnxruntime, "InferenceSession", Session)
+    monkeypatch.setattr(onnxruntime, "LoraAdapter", Adapter)
+    monkeypatch.setattr(onnxruntime, "RunOptions", Options)
+    return opened
+
+
+def runtime_bundle(tmp_path: Path) -> Path:
+    """A copy of the golden valid bundle (its files are placeholders: only stubs open them)."""
+    folder = tmp_path / "bundle"
+    shutil.copytree(GOLDEN / "valid", folder)
+    return folder
+
+
+def test_engine_opens_only_checked_files(tmp_path, runtimes_stubbed):
+    """predict / demo / evaluate: load_bundle + Engine. Intact: the runtime is reached (the stub
+    can fail this test); a task file altered after loading: refused before the runtime."""
+    from export.runtime import Engine, load_bundle
+
+    folder = runtime_bundle(tmp_path)
+    bundle = load_bundle(folder, runtime="onnxruntime", tasks=[])
+    engine = Engine(bundle, "onnxruntime")
+    assert runtimes_stubbed == [str(folder / "onnx" / "trunk-graph.bin")]
+    flip_byte(folder / "onnx" / "sst-adapter.bin")  # checked on first use: not yet
+    with pytest.raises(BundleError, match="sst-adapter.bin: SHA-256 differs"):
+        engine.swap("sst")
+    assert runtimes_stubbed == [str(folder / "onnx" / "trunk-graph.bin")]
+
+
+def test_load_bundle_with_trusted_key_refuses_before_reading_the_manifest(
+        tmp_path, runtimes_stubbed, monkeypatch):
+    """A swapped file with a manifest rewritten to match passes every hash check; only the
+    signature stops it, and it must stop it before a runtime (or the manifest parser) runs."""
+    import export.runtime as runtime_module
+
+    folder = runtime_bundle(tmp_path)
+    load = runtime_module.load_bundle
+    load(folder, runtime="onnxruntime", trust_key=TRUSTED)             # intact: accepted
+    swap_and_repin(folder, "onnx/sst-adapter.bin", b"another adapter\n")
+    load(folder, runtime="onnxruntime")                                  # hashes agree
+    monkeypatch.setattr(runtime_module, "read_manifest",
+                        lambda *a: pytest.fail("manifest parsed before the signature check"))
+    with pytest.raises(SignatureError, match="manifest.json: not the signed manifest"):
+        load(folder, runtime="onnxruntime", trust_key=TRUSTED)
+    monkeypatch.setenv(TRUST_KEY_ENV, str(TRUSTED))
+    with pytest.raises(SignatureError, match="manifest.json: not the signed manifest"):
+        load(folder, runtime="onnxruntime")                              # key from the env
+    assert runtimes_stubbed == []
+
+
+def test_bench_worker_checks_files_before_the_runtime(tmp_path, runtimes_stubbed):
+    """bench's worker loads bundle files itself: it must check them as load_bundle does."""
+    from bench.worker import OrtRunner
+
+    folder = runtime_bundle(tmp_path)
+    flip_byte(folder / "onnx" / "sst-adapter.bin")
+    runner = OrtRunner(1)
+    with pytest.raises(BundleError, match="sst-adapter.bin"):
+        runner.load("sst", {"format": "bundle", "bundle": str(folder), "task": "sst"})
+    assert str(folder / "onnx" / "sst-adapter.bin") not in runtimes_stubbed
