@@ -41,8 +41,8 @@ def test_add_builtin_task_keeps_trunk_bit_identical(run_copy: Path, tiny_data: P
 
 def test_add_described_pair_task(run_copy: Path, tiny_data: Path):
     assert cli.main(["add-task", str(run_copy), "--task", "dup", "--data-dir", str(tiny_data),
-                     "--kind", "pair_classification", "--text-columns", "sentence1", "sentence2",
-                     "--label-column", "is_duplicate", "--labels", "no", "yes",
+                     "--kind", "pair_classification", "--text-columns", "sentence1,sentence2",
+                     "--label-column", "is_duplicate", "--labels", "no,yes",
                      "--train-file", "quora/quora-train.csv", "--dev-file", "quora/quora-dev.csv",
                      "--epochs", "1", "--steps-per-epoch", "2"]) == 0
     assert (run_copy / "model" / "tasks" / "dup" / "adapter.safetensors").is_file()

@@ -375,18 +375,13 @@ def test_concurrent_predictions(onnx_fp32):
 
 def test_cli_predict_and_demo(onnx_fp32, capsys, monkeypatch):
     import io
-    import argparse
-    from export.commands import register
-    parser = argparse.ArgumentParser()
-    register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["predict", str(onnx_fp32), "--task", "sst", "a good film",
-                              "--runtime", "onnxruntime"])
-    assert args.run(args) == 0
-    assert "sst:" in capsys.readouterr().out
+    import cli
+    assert cli.main(["predict", str(onnx_fp32), "--task", "sst", "a good film",
+                     "--runtime", "onnxruntime"]) == 0
+    assert "sst" in capsys.readouterr().out
     monkeypatch.setattr("sys.stdin", io.StringIO("a good film\nhow can i cook ||| how can i run\n"
                                                  ":task sts\nnot a pair\n:quit\n"))
-    args = parser.parse_args(["demo", str(onnx_fp32)])
-    assert args.run(args) == 0
+    assert cli.main(["demo", str(onnx_fp32)]) == 0
     out = capsys.readouterr().out
     assert "first swap" in out and "score" in out and "skipped" in out
 
