@@ -126,3 +126,7 @@ def _compile(into: Path) -> None:
         done = subprocess.run(step, capture_output=True, text=True, timeout=300)
         if done.returncode != 0:
             raise NativeBuildError(f"{Path(step[0]).name} failed:\n{done.stdout}{done.stderr}")
+
+
+if __name__ == "__main__":
+    print(build().library_dir)

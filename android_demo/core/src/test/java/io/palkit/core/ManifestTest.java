@@ -47,6 +47,13 @@ public final class ManifestTest {
         Check.equal(1, Bundle.open(fixture.dir).manifest.trunkFiles.size(), "runtimes");
     }
 
+    public static void testDefaultTrunkHasNoBaseModel() throws Exception {
+        TestBundle fixture = new TestBundle();
+        fixture.section("trunk").put("base_model", null); // what export writes without --base-model
+        fixture.writeManifest();
+        Check.equal(null, Bundle.open(fixture.dir).manifest.baseModel, "base model");
+    }
+
     public static void testOptionalMaskTokenIsRead() throws Exception {
         TestBundle fixture = new TestBundle();
         fixture.section("tokenizer").put("mask_token", "[MASK]");

@@ -10,6 +10,7 @@ public final class Manifest {
     public static final long VERSION = 1;
 
     public final String trunkSha256;
+    /** What --base-model named; null for the trunk palkit embeds by default. */
     public final String baseModel;
     public final String vocabFile;
     public final TokenizerConfig tokenizer;

@@ -33,7 +33,7 @@ public final class ManifestParser {
         JsonFields io = root.object("io");
         return new Manifest(
                 trunk.string("sha256"),
-                trunk.string("base_model"),
+                trunk.has("base_model") ? trunk.string("base_model") : null,
                 tokenizer.string("vocab_file"),
                 readTokenizer(tokenizer),
                 Collections.unmodifiableMap(versions),
