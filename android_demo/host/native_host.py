@@ -109,10 +109,11 @@ def build() -> HostBuild:
         staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=BUILD_ROOT))
         try:
             _compile(staging)
-            os.replace(staging, folder)  # atomic: a concurrent build of the same hash is equal
-        except OSError:
-            if not folder.is_dir():
-                raise
+            try:
+                os.replace(staging, folder)  # atomic: readers never see a half-built folder
+            except OSError:
+                if not folder.is_dir():  # else another process built the same sources first
+                    raise
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return HostBuild(library_dir=folder, classes=folder / "classes", java=shutil.which("java"))
