@@ -22,7 +22,7 @@ from export.manifest import (IO, AllTasksProgram, ExecuTorchSection, FileEntry, 
                              OnnxRuntimeSection, TaskEntry, TokenizerSettings, Trunk,
                              write_manifest)
 from export.programs import PAD_OUTPUTS, reference_outputs
-from export.runtime import Engine, load_bundle
+from export.runtime import Engine, load_bundle, read_bundle
 from trainer.checkpoint import (TRUNK_WEIGHTS, load_model, read_json, resolve_model_dir,
                                 separate_models)
 from trainer.errors import PalkitError
@@ -182,7 +182,7 @@ def verify_bundle(folder: Path, model, tokenizer, max_len: int, data_dir: Path |
                   int8: bool, min_agreement: float, tasks: list[str],
                   n: int = VERIFY_EXAMPLES, log: Log = say) -> dict[str, Any]:
     """Run the written bundle on every runtime and compare with PyTorch fp32."""
-    bundle = load_bundle(folder)
+    bundle = read_bundle(folder)
     report: dict[str, Any] = {"tolerance_fp32": FP32_TOLERANCE, "min_agreement": min_agreement,
                               "runtimes": {}}
     inputs = {t: verification_inputs(model.tasks[t], tokenizer, max_len, data_dir, n)

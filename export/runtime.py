@@ -72,10 +72,23 @@ class Bundle:
         return full
 
 
-def load_bundle(folder: str | Path, runtime: str | None = None,
+def load_bundle(folder: str | Path, runtime: str | None = None, tasks: list[str] | None = None,
+                trust_key: Path | None = None) -> Bundle:
+    """Read and check a bundle: with a trusted key (`trust_key`, else $PALKIT_TRUST_KEY) its
+    signature first (export/signing.py: before the manifest is parsed), then the manifest and
+    the files of `runtime` and `tasks` (None: every runtime, every task). Other files are
+    checked when first used."""
+    from export.signing import resolve_trust_key, verify_bundle_signature
+
+    key = resolve_trust_key(trust_key)
+    if key is not None:
+        verify_bundle_signature(Path(folder), key, check_files=False)
+    return read_bundle(folder, runtime, tasks)
+
+
+def read_bundle(folder: str | Path, runtime: str | None = None,
                 tasks: list[str] | None = None) -> Bundle:
-    """Read and check a bundle: the manifest, then the files of `runtime` and `tasks` (None:
-    every runtime, every task). Other files are checked when first used."""
+    """load_bundle without the signature: for a bundle this process just wrote (export)."""
     bundle = Bundle(Path(folder), read_manifest(folder))
     if runtime is not None:
         check_runtime(bundle, runtime)
