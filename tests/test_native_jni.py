@@ -10,6 +10,7 @@ Skipped, with the reason, only where there is no C++ compiler or JDK.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -18,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from bench.native import measure_native, native_host
+from bench.native import NativePathError, measure_native, native_host
 from export.bundle import export_run
 from export.runtime import Engine, load_bundle
 
@@ -118,7 +119,7 @@ def test_truncated_trunk_data_is_refused_by_the_runtime_and_by_the_core(host_bui
     assert "executorch/trunk.ptd is 16 bytes, manifest says" in message
 
 
-def test_bench_reports_latency_and_memory_of_every_task(host_build, et_bundle, tmp_path):
+def test_bench_reports_latency_and_memory_of_every_task(host_build, et_bundle):
     result = measure_native(et_bundle, seq_len=16, threads=1, runs=3, warmup=1)
     assert result["subject"] == "executorch C++, the app's native path"
     assert (result["seq_len"], result["threads"], result["tasks"]) == (16, 1, TASKS)
@@ -128,3 +129,13 @@ def test_bench_reports_latency_and_memory_of_every_task(host_build, et_bundle, t
     assert all(v > 0 for v in result["rss_bytes"].values())
     assert set(result["rss_bytes"]) == {"runtime_loaded", "one_task", "all_tasks", "after_runs"}
     assert result["first_load_and_run_ms"] > 0 and set(result["swap_and_run_ms"]) == {"sts"}
+
+
+@pytest.mark.parametrize("gone, reason", [({"javac"}, "needs a JDK"),
+                                          ({"c++", "g++"}, "no C++ compiler")])
+def test_without_a_jdk_or_compiler_the_reason_is_named(monkeypatch, tmp_path, gone, reason):
+    real_which = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda name: None if name in gone else real_which(name))
+    assert reason in native_host().missing_toolchain()
+    with pytest.raises(NativePathError, match=re.escape(reason)):
+        measure_native(tmp_path)

@@ -78,7 +78,7 @@ public final class HostHarness {
     }
 
     private static Map<String, Object> program(String pte, String ptd) {
-        long[] ids = {2, 5, 3};
+        long[] ids = {2, 5, 3}; // three ids that exist in any BERT vocabulary
         long[] ones = {1, 1, 1};
         try (ExecuTorchProgram program = new ExecuTorchProgram(pte, ptd, 1)) {
             return Map.of("logits", floats(program.forward(ids, ones, new long[ids.length])));
