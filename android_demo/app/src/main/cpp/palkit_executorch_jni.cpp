@@ -19,8 +19,10 @@
 #include <executorch/extension/threadpool/threadpool.h>
 #else
 // The executorch wheel's SDK ships libexecutorch_threadpool.so but not this header (nor the
-// pthreadpool.h it includes). Declare the two functions this file calls, exactly as the header
-// does; they link to the library's real symbols. The Android build has the header.
+// pthreadpool.h it includes). Declare the two functions this file calls with the header's
+// signatures; they link to the library's real symbols. ThreadPool is only used through the
+// pointer the library returns, never constructed or sized here, so no other member is needed.
+// The Android build has the header.
 namespace executorch::extension::threadpool {
 class ThreadPool final {
  public:
