@@ -40,8 +40,9 @@ def crash_signature(e: BaseException) -> str:
 
 
 class Counts:
-    def __init__(self, target: str, runs: int, seconds: float, out: Path):
+    def __init__(self, target: str, runs: int, seconds: float, out: Path, crash_dir: Path):
         self.target, self.runs, self.seconds, self.out = target, runs, seconds, out
+        self.crash_dir = crash_dir
         self.inputs = self.accepted = self.refused = 0
         self.crashes: dict[str, dict[str, Any]] = {}
         self.start = time.monotonic()
@@ -49,12 +50,12 @@ class Counts:
     def record_crash(self, e: BaseException, data: bytes) -> None:
         sig = crash_signature(e)
         if sig not in self.crashes:
-            folder = HERE / "crashes" / self.target
+            folder = self.crash_dir / self.target
             folder.mkdir(parents=True, exist_ok=True)
-            name = hashlib.sha256(sig.encode()).hexdigest()[:12] + ".bin"
-            (folder / name).write_bytes(data)
-            self.crashes[sig] = {"count": 0, "message": str(e)[:300],
-                                 "reproducer": f"fuzz/crashes/{self.target}/{name}"}
+            path = folder / (hashlib.sha256(sig.encode()).hexdigest()[:12] + ".bin")
+            path.write_bytes(data)
+            shown = path.relative_to(ROOT) if ROOT in path.parents else path
+            self.crashes[sig] = {"count": 0, "message": str(e)[:300], "reproducer": str(shown)}
         self.crashes[sig]["count"] += 1
 
     def done(self) -> bool:
@@ -68,7 +69,8 @@ class Counts:
             "seconds": round(time.monotonic() - self.start, 1)}, indent=2))
 
 
-def fuzz_one(target: str, runs: int, seconds: float, out: Path, timeout: int) -> None:
+def fuzz_one(target: str, runs: int, seconds: float, out: Path, timeout: int, seed: int,
+             crash_dir: Path) -> None:
     """Fuzz one target in this process; writes its counts to `out` and exits."""
     import atheris
 
@@ -76,7 +78,7 @@ def fuzz_one(target: str, runs: int, seconds: float, out: Path, timeout: int) ->
 
     with atheris.instrument_imports(include=MODULES[target]):
         fn = TARGETS[target]()
-    counts = Counts(target, runs, seconds, out)
+    counts = Counts(target, runs, seconds, out, crash_dir)
 
     def one_input(data: bytes) -> None:
         counts.inputs += 1
@@ -93,19 +95,21 @@ def fuzz_one(target: str, runs: int, seconds: float, out: Path, timeout: int) ->
 
     corpus = Path(tempfile.mkdtemp(prefix=f"palkit-corpus-{target}-"))
     seeds = HERE / "seeds" / target
-    argv = [sys.argv[0], f"-timeout={timeout}", "-rss_limit_mb=4096", "-print_final_stats=0",
+    argv = [sys.argv[0], f"-timeout={timeout}", "-rss_limit_mb=4096", f"-seed={seed}",
             str(corpus)] + ([str(seeds)] if seeds.is_dir() else [])
     atheris.Setup(argv, one_input)
     atheris.Fuzz()
 
 
-def fuzz_all(targets: list[str], runs: int, seconds: float, timeout: int) -> dict[str, Any]:
+def fuzz_all(targets: list[str], runs: int, seconds: float, timeout: int,
+             seed: int) -> dict[str, Any]:
     """Each target in its own process (under `nice`); returns {target: counts}."""
     results = {}
     for target in targets:
         out = Path(tempfile.mkstemp(suffix=".json")[1])
         cmd = [sys.executable, "-m", "fuzz.parsers", target, "--runs", str(runs),
-               "--seconds", str(seconds), "--timeout", str(timeout), "--out", str(out)]
+               "--seconds", str(seconds), "--timeout", str(timeout), "--seed", str(seed),
+               "--out", str(out)]
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         if out.stat().st_size:
             results[target] = json.loads(out.read_text())
@@ -134,13 +138,17 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=10_000, help="inputs per target")
     p.add_argument("--seconds", type=float, default=3600, help="time limit per target")
     p.add_argument("--timeout", type=int, default=10, help="seconds one input may take")
+    p.add_argument("--seed", type=int, default=1, help="libFuzzer's random seed (0: random)")
     p.add_argument("--out", type=Path, help="(one target) where to write its counts")
+    p.add_argument("--crash-dir", type=Path, default=HERE / "crashes",
+                   help="where each distinct crash's first input is saved (TARGET/...)")
     p.add_argument("--no-save", action="store_true", help="(all) do not update results.json")
     a = p.parse_args()
     if a.target != "all":
-        fuzz_one(a.target, a.runs, a.seconds, a.out or Path(os.devnull), a.timeout)
+        fuzz_one(a.target, a.runs, a.seconds, a.out or Path(os.devnull), a.timeout, a.seed,
+                 a.crash_dir.resolve())
         return
-    results = fuzz_all(list(TARGETS), a.runs, a.seconds, a.timeout)
+    results = fuzz_all(list(TARGETS), a.runs, a.seconds, a.timeout, a.seed)
     if not a.no_save:
         merge_results("parsers", {"command": " ".join(["python -m fuzz.parsers", *sys.argv[1:]]),
                                   "targets": results})

@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import sys
@@ -127,11 +128,14 @@ class Loader:
 
 def in_child(loader: Loader, root: Path, rel: str, level: str | None,
              timeout: float) -> dict[str, Any]:
-    """Fork; the child loads and runs `rel` and reports through a pipe. Returns the result."""
+    """Fork; the child loads and runs `rel` and reports through a pipe. Returns the result (a
+    crash with the last lines the runtime logged: its assertion, when it had one)."""
     read_fd, write_fd = os.pipe()
+    log = tempfile.TemporaryFile()
     pid = os.fork()
     if pid == 0:
         os.close(read_fd)
+        os.dup2(log.fileno(), 2)
         try:
             report = {"outputs": loader.run(root, rel, level)}
         except BaseException as e:  # noqa: BLE001  (a refusal of any kind is the measurement)
@@ -148,13 +152,30 @@ def in_child(loader: Loader, root: Path, rel: str, level: str | None,
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             os.close(read_fd)
+            log.close()
             return {"outcome": "hang"}
         time.sleep(0.01)
     with os.fdopen(read_fd, "rb") as f:
         raw = f.read()
+    log.seek(0)
+    lines = [line for line in log.read().decode("utf-8", "replace").splitlines()
+             if "cpuinfo" not in line][-2:]
+    log.close()
     if os.WIFSIGNALED(status):
-        return {"outcome": "crash_signal", "signal": signal.Signals(os.WTERMSIG(status)).name}
-    return json.loads(raw) if raw else {"outcome": "crash_signal", "signal": f"exit {status}"}
+        return {"outcome": "crash_signal", "signal": signal.Signals(os.WTERMSIG(status)).name,
+                "log": lines}
+    return json.loads(raw) if raw else {"outcome": "crash_signal", "signal": f"exit {status}",
+                                        "log": lines}
+
+
+def crash_kind(result: dict[str, Any]) -> str:
+    """Signal and the runtime source line it logged last: 'SIGABRT method.cpp:1788'. An abort
+    from a log line Python could not decode (pybindings) is 'SIGABRT log-decode'."""
+    text = "\n".join(result.get("log") or [])
+    if "UnicodeDecodeError" in text:
+        return f"{result['signal']} log-decode"
+    sites = re.findall(r"\[([\w.]+:\d+)\]", text)
+    return f"{result['signal']} {sites[-1] if sites else 'no log'}"
 
 
 def classify(result: dict[str, Any], baseline: list[float]) -> str:
@@ -224,7 +245,8 @@ def mutate_file(loader: Loader, root: Path, rel: str, level: str | None, n: int,
             small = shrink(loader, root, m, original, level, timeout) \
                 if outcome == "crash_signal" else m
             crashes.append({**asdict(small), "verification": level, "outcome": outcome,
-                            "signal": result.get("signal"), "original_edits": len(m.edits)})
+                            "kind": crash_kind(result) if outcome == "crash_signal" else "hang",
+                            "log": result.get("log"), "original_edits": len(m.edits)})
         (root / rel).write_bytes(original)
         print(f"{rel} {level or ''} #{i} {m.strategy}: {outcome}", file=sys.stderr)
     return counts

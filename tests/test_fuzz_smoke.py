@@ -1,0 +1,109 @@
+"""CI smoke of the fuzzers (fuzz/README.md has the long campaign): each atheris target on a few
+hundred inputs with zero crashes in palkit's code, the mutation runner's child handling
+(signal, hang, refusal, same or different outputs, shrinking) on a stub runtime, and a handful
+of real ONNX Runtime mutations of a tiny bundle. About 30 s in all with the tiny run built."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fuzz.runtimes import (Loader, Mutation, campaign, classify, in_child, mutations, shrink,
+                           STRATEGIES)
+from fuzz.targets import TARGETS
+
+ROOT = Path(__file__).parents[1]
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_parser_fuzzer_finds_no_crash(target, tmp_path):
+    out = tmp_path / "counts.json"
+    proc = subprocess.run([sys.executable, "-m", "fuzz.parsers", target, "--runs", "300",
+                           "--seed", "1", "--out", str(out), "--crash-dir", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    counts = json.loads(out.read_text())
+    assert counts["inputs"] == 300
+    assert counts["accepted"] + counts["refused"] + counts["crashes"] == 300
+    assert counts["accepted"] > 0, "no input got through: the seeds no longer parse"
+    assert counts["distinct_crashes"] == {}
+
+
+# ---- the mutation runner on a stub runtime ---------------------------------------------------
+
+class StubLoader(Loader):
+    """Behaves by the first byte of the file: 0 run, 1 raise, 2 SIGSEGV, 3 hang, else other
+    outputs. (No runtime: this checks the runner's fork / classify / shrink machinery.)"""
+
+    def __init__(self) -> None:
+        pass
+
+    def run(self, root: Path, rel: str, level: str | None) -> list[float]:
+        first = (root / rel).read_bytes()[:1] or b"\x01"
+        if first == b"\x00":
+            return [0.5, -0.5]
+        if first == b"\x01":
+            raise RuntimeError("Failed to load program, error: 0x:23")
+        if first == b"\x02":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if first == b"\x03":
+            time.sleep(60)
+        return [0.5, 0.25]
+
+
+@pytest.mark.parametrize("first, outcome", [(0, "loaded_same"), (1, "clean_error"),
+                                            (2, "crash_signal"), (3, "hang"),
+                                            (4, "loaded_different")])
+def test_child_outcomes(tmp_path, first, outcome):
+    (tmp_path / "f.bin").write_bytes(bytes([first, 9, 9]))
+    result = in_child(StubLoader(), tmp_path, "f.bin", None, timeout=1.0)
+    assert classify(result, [0.5, -0.5]) == outcome
+    if outcome == "crash_signal":
+        assert result["signal"] == "SIGSEGV"
+
+
+def test_crash_shrinks_to_the_byte_that_matters(tmp_path):
+    original = bytes(64)
+    m = Mutation("f.bin", "flip8_any", [[0, 2], [7, 1], [20, 5], [63, 9]])
+    (tmp_path / "f.bin").write_bytes(m.apply(original))
+    small = shrink(StubLoader(), tmp_path, m, original, None, timeout=5.0)
+    assert small.edits == [[0, 2]]
+    assert (tmp_path / "f.bin").read_bytes() == original
+
+
+def test_mutations_are_reproducible_and_change_the_file():
+    import random
+
+    original = bytes(range(256)) * 40
+    for strategy in STRATEGIES:
+        a = mutations("f", original, strategy, random.Random("s"))
+        assert a == mutations("f", original, strategy, random.Random("s"))
+        assert a.apply(original) != original
+    head = mutations("f", original, "flip8_head", random.Random(1))
+    assert len(head.edits) == 8 and all(o < 4096 for o, _ in head.edits)
+
+
+# ---- real ONNX Runtime mutations of a tiny bundle --------------------------------------------
+
+@pytest.fixture(scope="module")
+def onnx_bundle(tiny_pal_run, tiny_data, tmp_path_factory):
+    from export.bundle import export_run
+    out = tmp_path_factory.mktemp("fuzz") / "onnx-fp32"
+    export_run(tiny_pal_run, out, target="onnx", quant="fp32", tasks=["sst"],
+               data_dir=tiny_data, log=lambda *a: None)
+    return out
+
+
+def test_onnx_adapter_mutations_are_counted(onnx_bundle):
+    report = campaign(onnx_bundle, ["onnx/sst.onnx_adapter"], n=4, seed=0, timeout=60)
+    counts = report["files"]["onnx/sst.onnx_adapter"]
+    assert set(counts) == set(STRATEGIES)
+    assert all(sum(c.values()) == 1 for c in counts.values())
+    assert counts["truncate"]["clean_error"] == 1      # ORT refuses a cut adapter file
+    assert sum(c["hang"] for c in counts.values()) == 0
