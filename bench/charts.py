@@ -20,10 +20,11 @@ from bench.ingest import MiB, BenchInput, Measurements, machine_label
 from trainer.fileio import write_bytes
 
 DPI = 100
-ROLE_COLOR = {"pal": "#c44e52", "separate": "#4c72b0", "peer": "#8c8c8c"}
-ROLE_LEGEND = {"pal": "PAL bundle (one trunk, all tasks)", "separate": "separate models (ours)",
+ROLE_COLOR = {"pal": "#c44e52", "native": "#dd8452", "separate": "#4c72b0", "peer": "#8c8c8c"}
+ROLE_LEGEND = {"pal": "PAL bundle (one trunk, all tasks)",
+               "native": "PAL bundle, the app's C++ path", "separate": "separate models (ours)",
                "peer": "peer: separate models"}
-ROLE_ORDER = ("pal", "separate", "peer")
+ROLE_ORDER = ("pal", "native", "separate", "peer")
 RUNTIME_MARKER = {"executorch": ("o", "ExecuTorch"), "onnxruntime": ("s", "ONNX Runtime"),
                   "torch": ("D", "PyTorch")}
 STYLE = {"font.size": 14, "axes.titlesize": 15, "axes.labelsize": 14, "legend.fontsize": 13,

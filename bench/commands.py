@@ -60,9 +60,12 @@ def bench(
     max_examples: Annotated[Optional[int], typer.Option(
         metavar="N", help="score at most N examples per task and split")] = None,
     data_dir: Annotated[Optional[str], typer.Option(
-        envvar=DATA_DIR_ENV, show_envvar=False, metavar="DIR",
+        metavar="DIR",
         help=f"default ${DATA_DIR_ENV}, then ../shared/data")] = None,
     ceiling: Annotated[bool, typer.Option(help="measure the machine's matmul ceiling")] = True,
+    native: Annotated[bool, typer.Option(
+        help="also measure PAL bundles' ExecuTorch files through the Android app's own C++ path "
+        "(JNI over Module; needs a C++ compiler and a JDK)")] = True,
     work: Annotated[Path, typer.Option(help="where peers are built and cached")] =
         Path("reports/.bench-work"),
     out: Annotated[Path, typer.Option(metavar="FILE", help="palkit-bench JSON to write")] =
@@ -85,7 +88,7 @@ def bench(
               min_runs=min_runs, min_seconds=min_seconds, max_seconds=max_seconds,
               accuracy=accuracy, splits=_words([splits], ("dev", "test"), "--splits"),
               data_dir=resolve_data_dir(data_dir) if accuracy else None,
-              max_examples=max_examples, work=work, ceiling=ceiling)
+              max_examples=max_examples, work=work, ceiling=ceiling, native=native)
     typer.echo(f"wrote {out}")
 
 

@@ -67,3 +67,20 @@ def measure_native(bundle: str | Path, seq_len: int = 128, threads: int = 1, run
         raise NativePathError(f"{bundle}: {SUBJECT} failed: {last}")
     return {"subject": SUBJECT, "runtime": "executorch-cpp", "figures": "host",
             "bundle": str(bundle), **json.loads(done.stdout)}
+
+
+def native_subject_entry(pal_entry: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+    """The bench file's subject entry for the native path of a PAL bundle's ExecuTorch files:
+    the same bundle bytes, the JVM process's resident memory above the loaded runtime."""
+    rss = result["rss_bytes"]
+    base = rss["runtime_loaded"]
+    return {**{k: pal_entry[k] for k in ("precision", "pal_layers", "tasks", "bundle")},
+            "role": "native", "runtime": "executorch-cpp", "label": f"{Path(result['bundle']).name}"
+            f" (executorch C++, the app's native path)", "all_tasks_program": False,
+            "first_result_ms": {"executorch-cpp": result["first_load_and_run_ms"]},
+            "swap_ms": {"executorch-cpp": sorted(result["swap_and_run_ms"].values())[
+                len(result["swap_and_run_ms"]) // 2], "per_task": result["swap_and_run_ms"]},
+            "memory_rss_bytes": {"after_import": base, "one_task": rss["one_task"],
+                                 "all_tasks": rss["all_tasks"],
+                                 "model_one_task": rss["one_task"] - base,
+                                 "model_all_tasks": rss["all_tasks"] - base}}

@@ -42,7 +42,7 @@ class Timing:
 @dataclass(frozen=True)
 class Job:
     """One worker process: the ceiling at a thread count, a subject's load, or its latency."""
-    kind: str                    # ceiling | load | latency
+    kind: str                    # ceiling | load | latency | native
     threads: int
     seq_len: int
     subject: Subject | None = None
@@ -173,6 +173,30 @@ def measure_latency(s: Subject, job: Job, timing: Timing, data: dict[str, Any],
         else f"{row['config']}=failed" for row in rows))
 
 
+def measure_native_path(s: Subject, job: Job, timing: Timing, data: dict[str, Any],
+                        timeout: float) -> None:
+    """The app's own C++ path (JNI over ExecuTorch's Module) on a PAL bundle's ExecuTorch files:
+    its latency rows and, once, its load and memory as a subject of its own."""
+    from bench.native import NativePathError, measure_native, native_subject_entry
+
+    name = s.name.replace("/executorch", "/executorch-cpp")
+    try:
+        r = measure_native(s.extra["bundle_dir"], job.seq_len, job.threads, timing.min_runs,
+                           timing.warmup, timeout)
+    except NativePathError as e:
+        data["notes"].append(f"{name}: not measured: {e}")
+        say(f"{name}: not measured: {e}")
+        return
+    data["subjects"].setdefault(name, native_subject_entry(data["subjects"][s.name], r))
+    for row in r["rows"]:
+        row.update(subject=name, runtime="executorch-cpp", threads=job.threads,
+                   seq_len=job.seq_len, precision=s.precision)
+        row["id"] = f"latency:{name}:{row['config']}:t{job.threads}:s{job.seq_len}"
+        data["results"].append(row)
+    say(f"{name} threads={job.threads} seq={job.seq_len}: " + ", ".join(
+        f"{row['config']}={row['p50_ms']:.2f}ms" for row in r["rows"]))
+
+
 # ---- accuracy ----------------------------------------------------------------------------------
 
 def evaluate_accuracy(subjects: list[Subject], runs: list[Path], data_dir: Path,
@@ -242,7 +266,8 @@ def bench(bundles: list[Path], runs: list[Path], out: Path, *, runtimes: list[st
           peers: list[str], threads: list[int], seq_lens: list[int], warmup: int, min_runs: int,
           min_seconds: float, max_seconds: float, accuracy: bool, splits: list[str],
           data_dir: Path | None, max_examples: int | None, work: Path,
-          ceiling: bool = True, worker_timeout: float = 600) -> dict[str, Any]:
+          ceiling: bool = True, native: bool = True,
+          worker_timeout: float = 600) -> dict[str, Any]:
     started = time.time()
     machine = host_machine()
     say(f"host: {machine['model']}, {machine['cores_logical']} logical cores, "
@@ -253,12 +278,14 @@ def bench(bundles: list[Path], runs: list[Path], out: Path, *, runtimes: list[st
                          "for the peers")
     timing = Timing(warmup, min_runs, min_seconds, max_seconds)
     data = new_bench_data(machine, notes, threads, seq_lens, timing)
-    jobs = plan(subjects, threads, seq_lens, ceiling)
+    jobs = plan(subjects, threads, seq_lens, ceiling, native)
     for job in track(jobs, "bench", total=len(jobs)):
         if job.subject is None:
             measure_ceiling(job.threads, data, worker_timeout)
         elif job.kind == "load":
             measure_load(job.subject, job, data, worker_timeout)
+        elif job.kind == "native":
+            measure_native_path(job.subject, job, timing, data, worker_timeout)
         else:
             measure_latency(job.subject, job, timing, data, worker_timeout)
     if accuracy and data_dir is None:
@@ -276,13 +303,16 @@ def bench(bundles: list[Path], runs: list[Path], out: Path, *, runtimes: list[st
     return data
 
 
-def plan(subjects: list[Subject], threads: list[int], seq_lens: list[int],
-         ceiling: bool) -> list[Job]:
-    """The ceiling per thread count, then per subject its load and each latency condition."""
+def plan(subjects: list[Subject], threads: list[int], seq_lens: list[int], ceiling: bool,
+         native: bool) -> list[Job]:
+    """The ceiling per thread count, then per subject its load and each latency condition, and
+    for a PAL bundle's ExecuTorch files the app's native path in the same conditions."""
     jobs = [Job("ceiling", n, 0) for n in threads] if ceiling else []
     for s in subjects:
         jobs.append(Job("load", min(threads), max(seq_lens), s))
         jobs += [Job("latency", n, seq, s) for n in threads for seq in seq_lens]
+        if native and s.role == "pal" and s.runtime == "executorch":
+            jobs += [Job("native", n, seq, s) for n in threads for seq in seq_lens]
     return jobs
 
 

@@ -14,23 +14,14 @@ from typing import Any
 
 from export.manifest import Manifest, read_manifest
 from trainer.checkpoint import read_json, resolve_model_dir, separate_models
-from trainer.config import PAL_LAYERS
 from trainer.errors import PalkitError
 from trainer.fileio import sha256_file, write_json
-from trainer.model import pal_layer_indices
+from trainer.placement import placement_name
 from ui.progress import say
 
 
 class BenchError(PalkitError, ValueError):
     """A bundle or run given to `cli.py bench` cannot be benchmarked."""
-
-
-def placement_name(layers: list[int], num_layers: int) -> str:
-    """'all', 'top', 'bottom' where the adapted layers are one of those, else the list."""
-    for which in PAL_LAYERS:
-        if sorted(layers) == list(pal_layer_indices(num_layers, which)):
-            return which
-    return ",".join(map(str, sorted(layers)))
 
 
 @dataclass

@@ -63,7 +63,7 @@ def export(
         "bundle --out; its trunk files stay untouched")] = None,
     replace: Annotated[bool, typer.Option(help="with --adapter: overwrite a task")] = False,
     data_dir: Annotated[Optional[str], typer.Option(
-        envvar=DATA_DIR_ENV, show_envvar=False, metavar="DIR",
+        metavar="DIR",
         help=f"dev data for verification (default ${DATA_DIR_ENV}, then ../shared/data; "
         "built-in sentences when none)")] = None,
     all_tasks: Annotated[bool, typer.Option(

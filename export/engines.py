@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from export.manifest import BundleError, TaskEntry
+from ui.quiet import native_stderr_filtered
 
 if TYPE_CHECKING:
     from export.runtime import Bundle
@@ -53,9 +54,10 @@ class ExecuTorchRunner(TaskRunner):
         from executorch.runtime import Runtime
 
         super().__init__(bundle, threads)
-        if threads:
-            set_executorch_threads(threads)
-        self.runtime = Runtime.get()
+        with native_stderr_filtered():  # the threadpool's start-up lines
+            if threads:
+                set_executorch_threads(threads)
+            self.runtime = Runtime.get()
         self.trunk = bundle.path(bundle.manifest.trunk_file("executorch"))
         self.methods: dict[str, Any] = {}
 
@@ -63,8 +65,9 @@ class ExecuTorchRunner(TaskRunner):
         if key not in self.methods:
             pte = self.bundle.path(rel)
             try:
-                program = self.runtime.load_program(str(pte), data_path=str(self.trunk))
-                self.methods[key] = program.load_method("forward")
+                with native_stderr_filtered():
+                    program = self.runtime.load_program(str(pte), data_path=str(self.trunk))
+                    self.methods[key] = program.load_method("forward")
             except RuntimeError as e:  # the pybindings' errors carry an error code
                 raise BundleError(f"{pte}: ExecuTorch cannot load it with {self.trunk.name} "
                                   f"({e}); re-export the bundle") from None

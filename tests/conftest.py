@@ -132,3 +132,14 @@ def tiny_pal_run(tmp_path_factory: pytest.TempPathFactory, tiny_bert: Path, tiny
     from trainer.train import train
     out = tmp_path_factory.mktemp("runs") / "pals"
     return train(tiny_config(tiny_bert, tiny_data, out))
+
+
+@pytest.fixture(scope="session")
+def et_fp32(tiny_pal_run: Path, tiny_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An fp32 bundle for both runtimes with sst (one text) and sts (a pair): two task programs
+    over one trunk.ptd plus the all-tasks program. Read-only: tests that change it copy it."""
+    from export.bundle import export_run
+    out = tmp_path_factory.mktemp("b") / "et-fp32"
+    export_run(tiny_pal_run, out, target="android", quant="fp32", tasks=["sst", "sts"],
+               data_dir=tiny_data, log=lambda *a: None)
+    return out

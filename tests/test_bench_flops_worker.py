@@ -37,7 +37,8 @@ def test_flops_match_torch_flop_counter_on_a_tiny_palbert(tiny_bert: Path):
     from torch.utils.flop_counter import FlopCounterMode
 
     from trainer.checkpoint import load_trunk
-    from trainer.model import PalBert, PalConfig, pal_layer_indices
+    from trainer.model import PalBert, PalConfig
+    from trainer.placement import pal_layer_indices
     from trainer.tasks import BUILTIN_TASKS
 
     trunk, _ = load_trunk(tiny_bert)

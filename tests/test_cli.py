@@ -126,13 +126,9 @@ def test_console_script_is_declared():
 # --- commands on a real (tiny) bundle ------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def et_bundle(tiny_pal_run, tiny_data, tmp_path_factory) -> Path:
-    """ExecuTorch + ONNX Runtime, fp32, every task: what `predict` and `demo` load."""
-    from export.bundle import export_run
-    out = tmp_path_factory.mktemp("cli") / "bundle"
-    export_run(tiny_pal_run, out, target="android", quant="fp32", data_dir=tiny_data,
-               all_tasks=False, log=lambda *a: None)
-    return out
+def et_bundle(et_fp32: Path) -> Path:
+    """ExecuTorch + ONNX Runtime, fp32, sst (one text) and sts (a pair)."""
+    return et_fp32
 
 
 def _palkit(*args: str) -> subprocess.CompletedProcess:
@@ -155,7 +151,7 @@ def test_predict_all_says_which_texts_each_task_read(et_bundle):
                    "how can i learn to cook", "how can i learn to run")
     assert proc.returncode == 0, proc.stderr
     read = {p["task"]: p["read"] for p in json.loads(proc.stdout)["predictions"]}
-    assert read == {"sst": "text 1", "quora": "text 1 + text 2", "sts": "text 1 + text 2"}
+    assert read == {"sst": "text 1", "sts": "text 1 + text 2"}
 
 
 def test_predict_needs_one_of_task_and_all(et_bundle, capsys):
@@ -169,7 +165,7 @@ def test_demo_confirms_task_switches(et_bundle, capsys, monkeypatch):
         ":all\n:quit\n"))
     assert cli.main(["demo", str(et_bundle), "--runtime", "onnxruntime"]) == 0
     out = capsys.readouterr().out
-    assert "sst:" in out and "quora:" in out
+    assert "sst:" in out and "sts:" in out
     assert "running only sts" in out and "sts: skipped, needs two texts" in out
     assert "no task 'nope'" in out and "running every task" in out
 
@@ -193,6 +189,6 @@ def test_export_refuses_an_existing_bundle_without_overwrite(et_bundle, tiny_pal
     err = capsys.readouterr().err
     assert str(et_bundle) in err and "--overwrite" in err
     assert cli.main(["export", str(tiny_pal_run), "--tasks", "nope", "--out",
-                     str(et_bundle.parent / "new")]) == 2
+                     str(et_bundle.parent / "new-bundle")]) == 2
     err = capsys.readouterr().err
     assert "nope" in err and all(t in err for t in ("sst", "quora", "sts"))

@@ -39,14 +39,6 @@ def onnx_fp32(tiny_pal_run, tiny_data, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def et_fp32(tiny_pal_run, tiny_data, tmp_path_factory):
-    out = tmp_path_factory.mktemp("b") / "et-fp32"
-    export_run(tiny_pal_run, out, target="android", quant="fp32", tasks=["sst", "sts"],
-               data_dir=tiny_data, **QUIET)
-    return out
-
-
-@pytest.fixture(scope="module")
 def android_int8(tiny_pal_run, tiny_data, tmp_path_factory):
     out = tmp_path_factory.mktemp("b") / "android-int8"
     export_run(tiny_pal_run, out, target="android", quant="int8", tasks=["quora"],
@@ -525,5 +517,12 @@ def test_bench_and_report_on_a_pal_bundle(et_fp32, tiny_pal_run, tiny_data, tmp_
     assert rows[("et-fp32/executorch", "all_tasks")]["all_tasks_mode"] == "program"
     assert rows[("et-fp32/onnxruntime", "all_tasks")]["all_tasks_mode"] == "sequential"
     assert set(data["accuracy"]) == {"et-fp32/executorch", "et-fp32/onnxruntime", "fp32:pals"}
+    # The app's own C++ path is a subject of its own, timed in the same condition.
+    from bench.native import native_host
+    if native_host().missing_toolchain() is None:
+        native = data["subjects"]["et-fp32/executorch-cpp"]
+        assert native["role"] == "native" and native["memory_rss_bytes"]["model_one_task"] > 0
+        assert rows[("et-fp32/executorch-cpp", "task:sst")]["p50_ms"] > 0
+        assert rows[("et-fp32/executorch-cpp", "all_tasks")]["all_tasks_mode"] == "sequential"
     summary = build_report([out], [], tmp_path / "r", tmp_path / "summary.json")["summary"]
     assert summary["all_tasks_ratio_all_layers"] > 0 and summary["memory_ratio_all_vs_one"] > 0

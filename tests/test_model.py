@@ -4,8 +4,8 @@ from __future__ import annotations
 import torch
 from transformers import BertConfig, BertModel
 
-from trainer.model import (PalBert, PalConfig, TaskAdapter, additive_mask, default_pal_size,
-                           pal_layer_indices)
+from trainer.model import PalBert, PalConfig, TaskAdapter, additive_mask, default_pal_size
+from trainer.placement import pal_layer_indices
 from trainer.tasks import BUILTIN_TASKS
 
 TASKS = [BUILTIN_TASKS["sst"], BUILTIN_TASKS["quora"], BUILTIN_TASKS["sts"]]
@@ -86,7 +86,8 @@ def test_task_gradients_stay_in_that_task():
 def test_forward_all_matches_per_task_forward():
     # forward_all batches the tasks (a padded row included); each slice must be that task alone.
     shared = PalBert(tiny_trunk(4), TASKS, None).eval()
-    for model in (pal_model("all"), pal_model("top"), pal_model("bottom"), shared):
+    for model in (pal_model("all"), pal_model("top"), pal_model("bottom"), pal_model("top-1"),
+                  pal_model("1,3"), shared):
         ids, mask, types = inputs()
         with torch.no_grad():
             together = model.forward_all(ids, mask, types)

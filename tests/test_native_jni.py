@@ -20,7 +20,6 @@ import pytest
 import torch
 
 from bench.native import NativePathError, measure_native, native_host
-from export.bundle import export_run
 from export.runtime import Engine, load_bundle
 
 TEXT, PAIR = "the movie was good", "a man is running"
@@ -36,12 +35,10 @@ def host_build():
 
 
 @pytest.fixture(scope="module")
-def et_bundle(tiny_pal_run, tiny_data, tmp_path_factory) -> Path:
-    """Two task programs over one trunk.ptd. No all-tasks program: the app does not use one."""
-    out = tmp_path_factory.mktemp("native") / "bundle"
-    export_run(tiny_pal_run, out, target="executorch", quant="fp32", tasks=TASKS,
-               data_dir=tiny_data, all_tasks=False, log=lambda *a: None)
-    return out
+def et_bundle(et_fp32: Path) -> Path:
+    """Two task programs (sst, sts) over one trunk.ptd; the app does not use its all-tasks
+    program."""
+    return et_fp32
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ app = typer.Typer()
 TRAINING, SCORING = "Training", "Scoring and results"
 
 DataDirOption = Annotated[Optional[str], typer.Option(
-    "--data-dir", envvar=DATA_DIR_ENV, show_envvar=False, metavar="DIR",
+    "--data-dir", metavar="DIR",
     help=f"folder with one sub-folder per task (default ${DATA_DIR_ENV}, then ../shared/data)")]
 
 # The Python type a flag parses into, by the dataclass field's declared type.

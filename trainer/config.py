@@ -12,11 +12,12 @@ from dataclasses import MISSING, Field, asdict, dataclass, field, fields, replac
 from pathlib import Path
 from typing import Any
 
+from trainer import placement
+
 DATA_DIR_ENV = "PALKIT_DATA_DIR"
 MODES = ("pals", "shared", "separate")
 SAMPLINGS = ("round-robin", "proportional", "sqrt", "annealed")
 GRAD_SURGERIES = ("none", "pcgrad", "gradvac")
-PAL_LAYERS = ("all", "top", "bottom")
 STS_LOSSES = ("mse", "bce")
 DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("fp32", "bf16")
@@ -65,8 +66,8 @@ class TrainConfig:
                                   "rounded to a multiple of the heads: 108 for MiniLM)", MODEL)
     pal_heads: int | None = option(None, "attention heads in each PAL (default: the trunk's)",
                                    MODEL)
-    pal_layers: str = option("all", "adapt all layers, or only the top or bottom half (with "
-                             "top, the bottom half is identical for all tasks)", MODEL, PAL_LAYERS)
+    pal_layers: str = option("all", f"adapted layers: {placement.HELP}", MODEL,
+                             metavar="all|top|bottom|top-N|I,J,..")
     pal_share_projections: bool = option(True, "one V^E/V^D per task shared by all layers (as in "
                                          "the paper), or one pair per layer", MODEL)
     grad_surgery: str = option("none", "de-conflict task gradients on the shared trunk: pcgrad "
@@ -116,6 +117,7 @@ class TrainConfig:
             if allowed and getattr(self, f.name) not in allowed:
                 raise ValueError(f"{f.name} must be one of {', '.join(allowed)}, "
                                  f"got '{getattr(self, f.name)}'")
+        placement.check_placement(self.pal_layers)
         for name in ("epochs", "steps_per_epoch", "batch_size", "max_len", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import torch
 
+from trainer.config import DATA_DIR_ENV
 from trainer.errors import PalkitError
 from trainer.tasks import TaskSpec
 
-DATA_DIR_ENV = "PALKIT_DATA_DIR"
 # The repository sits next to shared/ in this workplace; users point elsewhere with the flag/env.
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

@@ -58,15 +58,6 @@ def default_pal_size(hidden_size: int, heads: int) -> int:
     return heads * max(1, per_head)
 
 
-def pal_layer_indices(num_layers: int, which: str) -> tuple[int, ...]:
-    """'all', or the 'top' / 'bottom' half of the trunk's layers."""
-    half = num_layers // 2
-    table = {"all": range(num_layers), "top": range(half, num_layers), "bottom": range(half)}
-    if which not in table:
-        raise ValueError(f"--pal-layers must be one of {', '.join(table)}, got '{which}'")
-    return tuple(table[which])
-
-
 def additive_mask(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """[B, S] 1/0 mask -> [B, 1, 1, S] additive mask (0 where attended, very negative where not)."""
     keep = attention_mask[:, None, None, :].to(dtype)

@@ -37,7 +37,7 @@ def _flags(cfg: dict[str, Any], defaults: dict[str, Any], skip: set[str]) -> lis
         if isinstance(value, bool):
             parts.append(flag if value else f"--no-{key.replace('_', '-')}")
         elif isinstance(value, list):
-            parts += [flag, *map(str, value)]
+            parts += [flag, ",".join(map(str, value))]
         else:
             parts += [flag, str(value)]
     return parts

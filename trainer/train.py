@@ -31,7 +31,8 @@ from trainer.data import EncodedSplit, collate, encode, read_examples, resolve_d
 from trainer.errors import PalkitError
 from trainer.evaluate import evaluate_model
 from trainer.metrics import average_score, primary_score
-from trainer.model import PalBert, PalConfig, default_pal_size, pal_layer_indices, regression_score
+from trainer.model import PalBert, PalConfig, default_pal_size, regression_score
+from trainer.placement import pal_layer_indices
 from trainer.sampling import TaskStream, epoch_task_schedule, sampling_alpha, task_probabilities
 from trainer.surgery import GradVac, pcgrad
 from trainer.tasks import TaskSpec, resolve_tasks

@@ -48,8 +48,9 @@ def targets_table(targets: dict[str, dict[str, Any]], title: str) -> None:
     """The report's headline: each target, its measured value and whether it is met."""
     table = Table(title=title, title_justify="left")
     for heading, justify in (("target", "left"), ("measured", "right"), ("bound", "right"),
-                             ("met", "center"), ("what", "left")):
-        table.add_column(heading, justify=justify, overflow="fold")
+                             ("met", "center")):
+        table.add_column(heading, justify=justify, no_wrap=True)
+    table.add_column("what", overflow="fold")
     verdict = {True: "[green]yes[/]", False: "[red]no[/]", None: "[dim]–[/]"}
     for key, t in targets.items():
         value = "–" if t["value"] is None else f"{t['value']:.3g}"
