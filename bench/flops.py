@@ -37,13 +37,15 @@ def pal_flops(hidden: int, size: int, seq: int) -> dict[str, int]:
 
 def model_flops(bert: dict[str, Any], pal: dict[str, Any] | None, num_outputs: list[int] | int,
                 seq: int, all_tasks: bool = False) -> dict[str, int]:
-    """FLOPs for one task (num_outputs an int) or every task on one input (a list; the layers
-    below the first PAL run once, as PalBert.forward_all does)."""
+    """FLOPs for one task (num_outputs an int) or every task on one input (a list; as
+    PalBert.forward_all does, the layers below the first PAL and that layer's attention and
+    feed-forward run once, only its PALs per task)."""
     hidden, inter = int(bert["hidden_size"]), int(bert["intermediate_size"])
     layers = int(bert["num_hidden_layers"])
     outs = num_outputs if isinstance(num_outputs, list) else [num_outputs]
     pal_layers = sorted(pal["layers"]) if pal else []
-    split = min(pal_layers) if (pal_layers and all_tasks) else (layers if all_tasks else 0)
+    # trunk layers computed once for all tasks; the rest run once per task
+    shared = (min(pal_layers) + 1 if pal_layers else layers) if all_tasks else 0
     if not all_tasks:
         outs = outs[:1]
     total = {"matmul": 0, "elementwise": 3 * seq * hidden + 8 * seq * hidden}  # embed sum + LN
@@ -53,9 +55,9 @@ def model_flops(bert: dict[str, Any], pal: dict[str, Any] | None, num_outputs: l
             total[k] += part[k] * times
 
     one_layer = layer_flops(hidden, inter, seq)
-    add(one_layer, split)  # the shared bottom, once
+    add(one_layer, shared)
     for n_out in outs:
-        add(one_layer, layers - split)
+        add(one_layer, layers - shared)
         if pal:
             add(pal_flops(hidden, int(pal["size"]), seq), len(pal_layers))
         # pooler on [CLS] (dense + tanh) and the head

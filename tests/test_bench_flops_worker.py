@@ -28,9 +28,10 @@ def test_flops_hand_count_pals_and_all_tasks():
     one_pal = 2 * s * 32 * d + 2 * s * d * 32 + 3 * 2 * s * d * d + 2 * 2 * s * s * d
     head = lambda n: 2 * 32 * 32 + 2 * 32 * n  # noqa: E731
     assert model_flops(BERT, pal, 5, s)["matmul"] == 2 * layer + one_pal + head(5)
-    # all three tasks: layer 0 once, then layer 1 + its PAL + pooler + head per task
+    # all three tasks: layer 0 and layer 1's trunk part once (layer 1 is the first adapted
+    # layer: its input is the same for every task), then its PAL + pooler + head per task
     got = model_flops(BERT, pal, [5, 2, 1], s, all_tasks=True)["matmul"]
-    assert got == layer + 3 * (layer + one_pal) + head(5) + head(2) + head(1)
+    assert got == 2 * layer + 3 * one_pal + head(5) + head(2) + head(1)
 
 
 def test_flops_match_torch_flop_counter_on_a_tiny_palbert(tiny_bert: Path):

@@ -177,10 +177,9 @@ class PalBert(nn.Module):
         h = h + emb.position_embeddings(positions)[None]
         return emb.dropout(emb.LayerNorm(h))
 
-    def layer(self, index: int, h: torch.Tensor, mask: torch.Tensor,
-              task: str | list[str] | None) -> torch.Tensor:
-        """One BERT layer, plus the task's PAL in parallel when this layer is adapted. `task` may
-        list one task per equal slice of the batch (forward_all runs every task as one batch)."""
+    def trunk_sublayers(self, index: int, h: torch.Tensor,
+                        mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A BERT layer's two halves before its output LayerNorm: a = LN1(h + SA(h)), FFN(a)."""
         block = self.trunk.encoder.layer[index]
         attn = block.attention
         cfg = self.trunk.config
@@ -190,13 +189,32 @@ class PalBert(nn.Module):
         a = attn.output.LayerNorm(attn.output.dropout(attn.output.dense(ctx)) + h)
         ffn = block.output.dropout(block.output.dense(ACT2FN[cfg.hidden_act](
             block.intermediate.dense(a))))
+        return a, ffn
+
+    def layer(self, index: int, h: torch.Tensor, mask: torch.Tensor,
+              task: str | list[str] | None) -> torch.Tensor:
+        """One BERT layer, plus the task's PAL in parallel when this layer is adapted. `task` may
+        list one task per equal slice of the batch (forward_all runs every task as one batch)."""
+        a, ffn = self.trunk_sublayers(index, h, mask)
         if task is not None and self.adapted(index):
             if isinstance(task, list):
                 slices = zip(task, h.chunk(len(task)), mask.chunk(len(task)))
                 ffn = ffn + torch.cat([self.adapters[t](index, x, m) for t, x, m in slices])
             elif task in self.adapters:
                 ffn = ffn + self.adapters[task](index, h, mask)
-        return block.output.LayerNorm(ffn + a)
+        return self.trunk.encoder.layer[index].output.LayerNorm(ffn + a)
+
+    def fork_layer(self, index: int, h: torch.Tensor, mask: torch.Tensor,
+                   tasks: list[str]) -> torch.Tensor:
+        """The first adapted layer for every task at once: its input is the same for all tasks,
+        so attention and feed-forward run once and only the PALs and the join run per task.
+        Returns the tasks' states as one batch (slice t is task t)."""
+        a, ffn = self.trunk_sublayers(index, h, mask)
+        n = len(tasks)
+        pals = torch.cat([self.adapters[t](index, h, mask) for t in tasks])
+        # Same order of additions as layer(), so each slice equals the task run alone.
+        joined = (ffn.repeat(n, 1, 1) + pals) + a.repeat(n, 1, 1)
+        return self.trunk.encoder.layer[index].output.LayerNorm(joined)
 
     def adapted(self, index: int) -> bool:
         return self.pal is not None and index in self.pal.layers
@@ -221,9 +239,10 @@ class PalBert(nn.Module):
 
     def forward_all(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                     token_type_ids: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Every task on one input. The layers below the first PAL run once for all tasks; above
-        it the tasks run as one batch (slice t is task t), so the trunk's weights are read once
-        per layer and its matrix multiplies get T times the rows."""
+        """Every task on one input. The layers below the first PAL, and that layer's attention and
+        feed-forward, run once for all tasks; above it the tasks run as one batch (slice t is
+        task t), so the trunk's weights are read once per layer and its matrix multiplies get T
+        times the rows."""
         mask = additive_mask(attention_mask, self.trunk.embeddings.word_embeddings.weight.dtype)
         h = self.embed(input_ids, token_type_ids)
         split_at = self.first_adapted_layer()
@@ -232,8 +251,9 @@ class PalBert(nn.Module):
         names = list(self.tasks)
         if split_at == len(self.trunk.encoder.layer):  # no PALs: every task reads the same state
             return {t: self.head(t, h) for t in names}
-        h, mask = h.repeat(len(names), 1, 1), mask.repeat(len(names), 1, 1, 1)
-        for i in range(split_at, len(self.trunk.encoder.layer)):
+        h = self.fork_layer(split_at, h, mask, names)
+        mask = mask.repeat(len(names), 1, 1, 1)
+        for i in range(split_at + 1, len(self.trunk.encoder.layer)):
             h = self.layer(i, h, mask, names)
         return {t: self.head(t, x) for t, x in zip(names, h.chunk(len(names)))}
 
