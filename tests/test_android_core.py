@@ -1,13 +1,15 @@
 """The Android demo's pure-Java core (tokenizer, manifest, bundle checks) and its generated data.
 
 The Gradle/Android build cannot run on this machine; this compiles android_demo/core and its
-self-contained test runner with javac and runs them, and checks the files generated from the
+self-contained test runner with javac and runs them (the signature verifier against the golden
+vectors of export/signing.py included), runs a short smoke of the core's fuzzer, and checks the files generated from the
 Hugging Face tokenizer are not stale. Without a JDK the Java tests are skipped, with the reason:
 a JDK is needed only for the app's core (and tests/test_native_jni.py), not for palkit itself.
 """
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -18,6 +20,7 @@ ANDROID_DEMO = Path(__file__).resolve().parents[1] / "android_demo"
 CORE = ANDROID_DEMO / "core"
 GOLDEN = CORE / "src/test/resources/tokenizer_golden.json"
 CHAR_TABLES = CORE / "src/main/java/io/palkit/core/tokenizer/BertCharTables.java"
+SIGNING = CORE / "src/test/resources/signing"  # golden vectors from export/signing.py
 
 
 def _load_tool(name: str):
@@ -41,21 +44,50 @@ def test_without_a_jdk_the_java_tests_skip_with_the_reason(monkeypatch):
         _jdk_tool("javac")
 
 
-def test_java_core_tests_pass(tmp_path):
-    javac, java = _jdk_tool("javac"), _jdk_tool("java")
+@pytest.fixture(scope="module")
+def core_classes(tmp_path_factory) -> Path:
+    """android_demo/core (main and test sources, the fuzzer included) compiled once."""
+    javac = _jdk_tool("javac")
     sources = sorted(str(p) for p in CORE.glob("src/*/java/**/*.java"))
-    classes = tmp_path / "classes"
+    classes = tmp_path_factory.mktemp("core-classes")
     compiled = subprocess.run([javac, "-encoding", "UTF-8", "-d", str(classes), *sources],
                               capture_output=True, text=True, timeout=120)
     assert compiled.returncode == 0, f"javac failed:\n{compiled.stdout}{compiled.stderr}"
+    return classes
 
+
+def _java(classes: Path, main: str, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
     vocab = _load_tool("make_golden").model_dir() / "vocab.txt"
-    run = subprocess.run(
-        [java, f"-Dpalkit.golden={GOLDEN}", f"-Dpalkit.vocab={vocab}",
-         "-cp", str(classes), "io.palkit.core.TestMain"],
-        capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [_jdk_tool("java"), f"-Dpalkit.golden={GOLDEN}", f"-Dpalkit.vocab={vocab}",
+         f"-Dpalkit.signing={SIGNING}", "-cp", str(classes), main, *args],
+        capture_output=True, text=True, timeout=timeout)
+
+
+def test_java_core_tests_pass(core_classes):
+    """Includes SignatureGoldenTest: every signature golden vector gives export/signing.py's
+    verdict (expected.json), full and manifest-only, naming the same file."""
+    run = _java(core_classes, "io.palkit.core.TestMain")
     assert run.returncode == 0, f"Java core tests failed:\n{run.stdout[-6000:]}{run.stderr[-2000:]}"
     assert " 0 failed" in run.stdout
+    assert "PASS SignatureGoldenTest.testEveryGoldenCaseGivesPythonsVerdicts" in run.stdout
+
+
+def test_fuzz_smoke_finds_no_crash_in_the_core_parsers(core_classes, tmp_path):
+    """2.5 s at most of CoreFuzz per target (the long campaign: android_demo/README.md)."""
+    run = _java(core_classes, "io.palkit.core.fuzz.CoreFuzz", "--inputs", "1000", "--seconds",
+                "2.5", "--hang-ms", "5000", "--out", str(tmp_path), timeout=90)
+    assert run.returncode == 0, f"fuzz crash or hang:\n{run.stdout[-3000:]}{run.stderr[-3000:]}"
+    rows = {row["target"]: row for row in json.loads(run.stdout)}
+    assert set(rows) == {"json", "manifest", "signature", "tokenizer"}
+    for name, row in rows.items():
+        assert row["crashes"] == 0 and row["hangs"] == 0, row
+        assert row["inputs"] >= 100, row  # it really ran (2.5 s caps the slow signature target)
+        assert row["inputs"] == row["accepted"] + row["refused"], row
+    # Each target both accepted and refused inputs: the mutations reach past the first check.
+    assert all(row["accepted"] > 0 for row in rows.values())
+    assert all(row["refused"] > 0 for name, row in rows.items() if name != "tokenizer")
+    assert not list(tmp_path.iterdir())  # no reproducer written
 
 
 def test_golden_vectors_are_fresh():

@@ -91,4 +91,16 @@ public final class BundleRefusalTest {
         Files.write(new File(fixture.dir, "manifest.json").toPath(), "{\"format\": ".getBytes());
         Check.failsMentioning(BundleException.class, "not valid JSON", () -> Bundle.open(fixture.dir));
     }
+
+    // Found by the fuzzer (CoreFuzz manifest): max_length 3 opened, then every encode threw.
+    public static void testTokenizerSettingsThatCannotEncodeAreRefused() throws Exception {
+        for (long maxLength : new long[] {3L, 4294967300L}) { // the second wrapped to 4
+            TestBundle fixture = new TestBundle();
+            fixture.section("tokenizer").put("max_length", maxLength);
+            refused(fixture, "tokenizer.max_length is " + maxLength + "; it must be 4 or more");
+        }
+        TestBundle fixture = new TestBundle();
+        fixture.task(0).put("num_outputs", 0L);
+        refused(fixture, "tasks[0].num_outputs is 0");
+    }
 }

@@ -43,4 +43,12 @@ public final class JsonTest {
         m.put("empty", new LinkedHashMap<>());
         Check.equal(m, Json.parse(Json.write(m)), "round trip");
     }
+
+    // Found by the fuzzer (CoreFuzz json): deep nesting overflowed the stack.
+    public static void testDeepNestingIsAParseErrorNotAStackOverflow() throws Exception {
+        Check.failsMentioning(JsonException.class, "nesting deeper than 256 levels",
+                () -> Json.parse("[".repeat(100_000)));
+        String deepest = "[".repeat(Json.MAX_DEPTH) + "]".repeat(Json.MAX_DEPTH);
+        Check.isTrue(Json.parse(deepest) instanceof List, "256 levels parse");
+    }
 }

@@ -10,12 +10,13 @@ import java.util.Comparator;
  * A tiny test runner (no JUnit jar offline): runs every public static void test*() method of the
  * listed classes, prints one line per test, exits non-zero on any failure.
  *
- * <p>System properties: palkit.golden (tokenizer_golden.json), palkit.vocab (MiniLM vocab.txt).
+ * <p>System properties: palkit.golden (tokenizer_golden.json), palkit.vocab (MiniLM vocab.txt),
+ * palkit.signing (the signature golden vectors' folder).
  */
 public final class TestMain {
     private static final Class<?>[] TEST_CLASSES = {
         JsonTest.class, TokenizerGoldenTest.class, ManifestTest.class, BundleRefusalTest.class,
-        BenchReportTest.class,
+        BenchReportTest.class, SignatureGoldenTest.class,
     };
 
     public static void main(String[] args) {

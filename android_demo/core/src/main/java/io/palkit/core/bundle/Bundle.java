@@ -8,8 +8,7 @@ import java.io.IOException;
 import java.io.InputStream;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
-import java.security.MessageDigest;
-import java.security.NoSuchAlgorithmException;
+import java.security.PublicKey;
 import java.util.LinkedHashSet;
 import java.util.Set;
 
@@ -27,24 +26,38 @@ public final class Bundle {
         this.manifest = manifest;
     }
 
+    /** A bundle whose publisher is not checked: the manifest's hashes stop corruption only. */
     public static Bundle open(File dir) throws BundleException {
-        File manifestFile = new File(dir, "manifest.json");
-        if (!manifestFile.isFile()) {
-            throw new BundleException("no manifest.json in " + dir);
-        }
-        Manifest manifest;
-        try {
-            manifest = ManifestParser.parse(
-                    new String(Files.readAllBytes(manifestFile.toPath()), StandardCharsets.UTF_8));
-        } catch (IOException e) {
-            throw new BundleException("cannot read " + manifestFile + ": " + e.getMessage(), e);
-        }
+        return open(dir, null);
+    }
+
+    /**
+     * With a trusted key, model.sig is checked first (BundleSignature steps 1-6: an unsigned,
+     * foreign or edited bundle is refused before its manifest is parsed) and the manifest bytes
+     * that were verified are the ones parsed; then every referenced file's size and SHA-256.
+     */
+    public static Bundle open(File dir, PublicKey trustedKey) throws BundleException {
+        byte[] manifestBytes = trustedKey != null
+                ? BundleSignature.verifiedManifest(dir, trustedKey) : readManifest(dir);
+        Manifest manifest = ManifestParser.parse(new String(manifestBytes, StandardCharsets.UTF_8));
         Bundle bundle = new Bundle(dir, manifest);
         bundle.checkTrunkHashes();
         for (String path : bundle.referencedFiles()) {
             bundle.verify(path);
         }
         return bundle;
+    }
+
+    private static byte[] readManifest(File dir) throws BundleException {
+        File manifestFile = new File(dir, "manifest.json");
+        if (!manifestFile.isFile()) {
+            throw new BundleException("no manifest.json in " + dir);
+        }
+        try {
+            return Files.readAllBytes(manifestFile.toPath());
+        } catch (IOException e) {
+            throw new BundleException("cannot read " + manifestFile + ": " + e.getMessage(), e);
+        }
     }
 
     /** Absolute file for a bundle-relative path that {@link #open} already checked. */
@@ -112,30 +125,10 @@ public final class Bundle {
             throw new BundleException(path + " is " + file.length() + " bytes, manifest says "
                     + expected.bytes + " (incomplete copy?)");
         }
-        String actual = sha256(file);
+        String actual = Sha256.of(file);
         if (!actual.equalsIgnoreCase(expected.sha256)) {
             throw new BundleException(path + " is corrupt: SHA-256 " + shortHash(actual)
                     + " differs from the manifest's " + shortHash(expected.sha256));
-        }
-    }
-
-    static String sha256(File file) throws BundleException {
-        try (InputStream in = new FileInputStream(file)) {
-            MessageDigest digest = MessageDigest.getInstance("SHA-256");
-            byte[] buffer = new byte[1 << 20];
-            int n;
-            while ((n = in.read(buffer)) > 0) {
-                digest.update(buffer, 0, n);
-            }
-            StringBuilder hex = new StringBuilder(64);
-            for (byte b : digest.digest()) {
-                hex.append(String.format("%02x", b));
-            }
-            return hex.toString();
-        } catch (IOException e) {
-            throw new BundleException("cannot read " + file + ": " + e.getMessage(), e);
-        } catch (NoSuchAlgorithmException e) {
-            throw new IllegalStateException("every Java platform has SHA-256", e);
         }
     }
 

@@ -1,7 +1,7 @@
 package io.palkit.core.bundle;
 
 /** A bundle the app must refuse; the message is meant for the screen. */
-public final class BundleException extends Exception {
+public class BundleException extends Exception {
     public BundleException(String message) {
         super(message);
     }

@@ -50,6 +50,16 @@ final class JsonFields {
         return cast(key, Long.class, "an integer");
     }
 
+    /** An integer from min to Integer.MAX_VALUE (a plain cast would wrap 2^32 + 4 to 4). */
+    int intAtLeast(String key, int min) throws BundleException {
+        long value = integer(key);
+        if (value < min || value > Integer.MAX_VALUE) {
+            throw new BundleException("manifest: " + where(key) + " is " + value + "; it must be "
+                    + min + " or more (and fit in 32 bits)");
+        }
+        return (int) value;
+    }
+
     JsonFields object(String key) throws BundleException {
         return new JsonFields(raw(key), where(key));
     }

@@ -59,7 +59,8 @@ public final class ManifestParser {
     private static TokenizerConfig readTokenizer(JsonFields t) throws BundleException {
         String mask = t.has("mask_token") ? t.string("mask_token") : "[MASK]";
         return new TokenizerConfig(t.bool("lowercase"), t.bool("strip_accents"),
-                (int) t.integer("max_length"), (int) t.integer("max_input_chars_per_word"),
+                // 4: [CLS] a [SEP] b [SEP] must leave room for one token of text
+                t.intAtLeast("max_length", 4), t.intAtLeast("max_input_chars_per_word", 1),
                 t.string("cls_token"), t.string("sep_token"), t.string("pad_token"),
                 t.string("unk_token"), mask);
     }
@@ -107,7 +108,7 @@ public final class ManifestParser {
 
     private static TaskSpec readTask(JsonFields t) throws BundleException {
         TaskKind kind = TaskKind.fromKey(t.string("kind"));
-        int numOutputs = (int) t.integer("num_outputs");
+        int numOutputs = t.intAtLeast("num_outputs", 1);
         List<String> labels = kind == TaskKind.PAIR_REGRESSION
                 ? Collections.<String>emptyList() : t.strings("labels");
         if (kind != TaskKind.PAIR_REGRESSION && labels.size() != numOutputs) {

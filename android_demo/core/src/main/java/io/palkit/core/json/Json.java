@@ -6,15 +6,20 @@ import java.util.List;
 import java.util.Map;
 
 /**
- * Minimal JSON reader/writer so the core module has no third-party dependency.
+ * Minimal JSON reader/writer so the core module has no third-party dependency. The reader throws
+ * only {@link JsonException} on any text (fuzzed: core/src/test/java/io/palkit/core/fuzz/).
  *
  * <p>Values map to: object → {@code Map<String, Object>} (insertion-ordered), array → {@code
  * List<Object>}, string → {@code String}, number → {@code Long} when integral and in range, else
  * {@code Double}, true/false → {@code Boolean}, null → {@code null}.
  */
 public final class Json {
+    /** Deeper documents are refused: recursion this deep would overflow a small thread stack. */
+    public static final int MAX_DEPTH = 256;
+
     private final String text;
     private int pos;
+    private int depth;
 
     private Json(String text) {
         this.text = text;
@@ -39,9 +44,9 @@ public final class Json {
         char c = text.charAt(pos);
         switch (c) {
             case '{':
-                return readObject();
+                return nested(true);
             case '[':
-                return readArray();
+                return nested(false);
             case '"':
                 return readString();
             case 't':
@@ -56,6 +61,15 @@ public final class Json {
                 }
                 throw error("unexpected character '" + c + "'");
         }
+    }
+
+    private Object nested(boolean object) throws JsonException {
+        if (++depth > MAX_DEPTH) {
+            throw error("nesting deeper than " + MAX_DEPTH + " levels");
+        }
+        Object value = object ? readObject() : readArray();
+        depth--;
+        return value;
     }
 
     private Map<String, Object> readObject() throws JsonException {

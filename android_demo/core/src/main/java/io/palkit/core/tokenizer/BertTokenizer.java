@@ -1,6 +1,7 @@
 package io.palkit.core.tokenizer;
 
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 
 /**
@@ -122,12 +123,20 @@ public final class BertTokenizer {
     /** Token ids of one text, without [CLS]/[SEP]. */
     List<Integer> tokenize(String text) {
         List<Integer> ids = new ArrayList<>();
+        // Each special's next occurrence, searched again only once passed: one scan per special
+        // and occurrence, not per special and match (text full of "[CLS]" was quadratic).
+        int[] nextAt = new int[literalSpecials.size()];
+        Arrays.fill(nextAt, -2);
         int pos = 0;
         while (pos < text.length()) {
             int specialAt = text.length();
             String special = null;
-            for (String token : literalSpecials) { // leftmost match wins, then the longest
-                int at = text.indexOf(token, pos);
+            for (int k = 0; k < nextAt.length; k++) { // leftmost match wins, then the longest
+                String token = literalSpecials.get(k);
+                if (nextAt[k] != -1 && nextAt[k] < pos) {
+                    nextAt[k] = text.indexOf(token, pos);
+                }
+                int at = nextAt[k];
                 if (at >= 0 && (at < specialAt
                         || (at == specialAt && token.length() > special.length()))) {
                     specialAt = at;
