@@ -230,19 +230,46 @@ def runtime_bundle(tmp_path: Path) -> Path:
     return folder
 
 
-def test_engine_opens_only_checked_files(tmp_path, runtimes_stubbed):
-    """predict / demo / evaluate: load_bundle + Engine. Intact: the runtime is reached (the stub
-    can fail this test); a task file altered after loading: refused before the runtime."""
+@pytest.fixture
+def executorch_stubbed(monkeypatch, runtimes_stubbed):
+    """ExecuTorch's Runtime replaced by a stub recording each program it is asked to load."""
+    import executorch.runtime
+
+    class Program:
+        def load_method(self, name):
+            return name
+
+    class Runtime:
+        def load_program(self, path, data_path=None, **kwargs):
+            runtimes_stubbed.append(str(path))
+            return Program()
+
+    monkeypatch.setattr(executorch.runtime.Runtime, "get", staticmethod(lambda: Runtime()))
+    return runtimes_stubbed
+
+
+@pytest.mark.parametrize("runtime, task_file, trunk_file", [
+    ("onnxruntime", "onnx/sst-adapter.bin", "onnx/trunk-graph.bin"),
+    ("executorch", "executorch/sst-program.bin", None)])
+def test_engine_opens_only_checked_files(tmp_path, executorch_stubbed, runtime, task_file,
+                                         trunk_file):
+    """predict / demo / evaluate: load_bundle + Engine. A task file altered after loading is
+    refused when first used, before the runtime; intact, the runtime is reached (so the stub
+    can fail this test)."""
     from export.runtime import Engine, load_bundle
 
     folder = runtime_bundle(tmp_path)
-    bundle = load_bundle(folder, runtime="onnxruntime", tasks=[])
-    engine = Engine(bundle, "onnxruntime")
-    assert runtimes_stubbed == [str(folder / "onnx" / "trunk-graph.bin")]
-    flip_byte(folder / "onnx" / "sst-adapter.bin")  # checked on first use: not yet
-    with pytest.raises(BundleError, match="sst-adapter.bin: SHA-256 differs"):
+    engine = Engine(load_bundle(folder, runtime=runtime, tasks=[]), runtime)
+    opened = [str(folder / trunk_file)] if trunk_file else []
+    assert executorch_stubbed == opened
+    original = (folder / task_file).read_bytes()
+    flip_byte(folder / task_file)
+    with pytest.raises(BundleError, match=f"{task_file.split('/')[1]}: SHA-256 differs"):
         engine.swap("sst")
-    assert runtimes_stubbed == [str(folder / "onnx" / "trunk-graph.bin")]
+    assert executorch_stubbed == opened
+    (folder / task_file).write_bytes(original)
+    engine.swap("sst")
+    assert executorch_stubbed == opened + [str(folder / task_file)]
 
 
 def test_load_bundle_with_trusted_key_refuses_before_reading_the_manifest(
@@ -276,3 +303,41 @@ def test_bench_worker_checks_files_before_the_runtime(tmp_path, runtimes_stubbed
     with pytest.raises(BundleError, match="sst-adapter.bin"):
         runner.load("sst", {"format": "bundle", "bundle": str(folder), "task": "sst"})
     assert str(folder / "onnx" / "sst-adapter.bin") not in runtimes_stubbed
+
+
+# ---- signing on export and when a task is added (export/bundle.py) ---------------------------
+
+@pytest.fixture(scope="module")
+def signed_onnx_bundle(tiny_pal_run, tiny_data, tmp_path_factory):
+    from export.bundle import export_run
+
+    keys = tmp_path_factory.mktemp("keys")
+    priv, pub = generate_keypair(keys)
+    out = tmp_path_factory.mktemp("signed") / "onnx"
+    export_run(tiny_pal_run, out, target="onnx", quant="fp32", tasks=["sst"],
+               data_dir=tiny_data, log=lambda *a: None, sign_key=priv)
+    return out, priv, pub
+
+
+def test_export_signs_the_bundle(signed_onnx_bundle):
+    folder, _, pub = signed_onnx_bundle
+    verify_bundle_signature(folder, pub)
+    assert reference_accepts(folder, pub)
+
+
+def test_adding_a_task_re_signs_and_leaves_the_trunk_alone(signed_onnx_bundle, tiny_pal_run,
+                                                           tiny_data, tmp_path):
+    from export.bundle import ExportError, add_adapter
+
+    source, priv, pub = signed_onnx_bundle
+    folder = tmp_path / "bundle"
+    shutil.copytree(source, folder)
+    trunk = folder / "onnx" / "trunk.onnx"
+    before = (trunk.stat().st_ino, trunk.stat().st_mtime_ns)
+    with pytest.raises(ExportError, match="signed"):  # re-signing needs the key
+        add_adapter(tiny_pal_run, "quora", folder, data_dir=tiny_data, log=lambda *a: None)
+    add_adapter(tiny_pal_run, "quora", folder, data_dir=tiny_data, log=lambda *a: None,
+                sign_key=priv)
+    verify_bundle_signature(folder, pub)
+    assert "onnx/quora.onnx_adapter" in read_manifest(folder).files
+    assert (trunk.stat().st_ino, trunk.stat().st_mtime_ns) == before
