@@ -121,7 +121,7 @@ def load_trusted_key(path: Path):
                              ".pub.pem file") from None
     if not isinstance(key, ec.EllipticCurvePublicKey) or key.curve.name != "secp256r1":
         raise SignatureError(path, "bad_key", "not an ECDSA P-256 public key; palkit bundles "
-                             "are signed with P-256 keys (palkit keygen)")
+                             "are signed with P-256 keys")
     return key
 
 
@@ -271,10 +271,11 @@ def check_manifest_entries(manifest_path: Path, signed: dict[str, str]) -> None:
 def check_signed_files(folder: Path, signed: dict[str, str]) -> None:
     """Step 7: the folder holds exactly the signed files, each with its signed SHA-256."""
     for rel, digest in sorted(signed.items()):
-        path = folder / Path(*PurePosixPath(rel).parts)
-        if ".." in PurePosixPath(rel).parts or PurePosixPath(rel).is_absolute():
+        parts = PurePosixPath(rel)
+        if not rel or parts.is_absolute() or ".." in parts.parts:
             raise SignatureError(folder / SIGNATURE_FILE, "bad_format", f"signs a path outside "
                                  f"the bundle ('{rel}'); refusing it")
+        path = folder / Path(*parts.parts)
         if not path.is_file():
             raise SignatureError(path, "file_missing", "signed but missing; copy the whole "
                                  "bundle again")
