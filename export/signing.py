@@ -125,6 +125,24 @@ def load_trusted_key(path: Path):
     return key
 
 
+def check_signing_key(path: Path) -> None:
+    """Refuse a private key sign_bundle cannot use (call it before a long export)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    path = Path(path)
+    if not path.is_file():
+        raise SignatureError(path, "bad_key", "signing key not found; give the .key.pem file")
+    try:
+        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    except (ValueError, TypeError):  # not PEM, or encrypted
+        raise SignatureError(path, "bad_key", "not an unencrypted PEM private key; give the "
+                             ".key.pem file") from None
+    if not isinstance(key, ec.EllipticCurvePrivateKey) or key.curve.name != "secp256r1":
+        raise SignatureError(path, "bad_key", "not an ECDSA P-256 private key; palkit bundles "
+                             "are signed with P-256 keys")
+
+
 def resolve_trust_key(option: Path | None) -> Path | None:
     """The trusted key a loader uses: the option, else $PALKIT_TRUST_KEY, else None."""
     if option is not None:
@@ -145,6 +163,7 @@ def sign_bundle(folder: Path, private_key: Path) -> Path:
         raise SignatureError(Path(private_key), "no_signer", "signing needs the model-signing "
                              "package: pip install 'palkit[sign]'") from None
     folder, private_key = Path(folder), Path(private_key)
+    check_signing_key(private_key)
     if not (folder / MANIFEST_FILE).is_file():
         raise SignatureError(folder / MANIFEST_FILE, "bad_format", "not found; sign a bundle "
                              "folder written by `palkit export`")
@@ -152,12 +171,8 @@ def sign_bundle(folder: Path, private_key: Path) -> Path:
                                                               ignore_git_paths=False)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / SIGNATURE_FILE
-        try:
-            (model_signing.signing.Config().use_elliptic_key_signer(private_key=private_key)
-             .set_hashing_config(hashing).sign(folder, out))
-        except (ValueError, TypeError) as e:  # not a PEM EC private key, or a passworded one
-            raise SignatureError(private_key, "bad_key", f"cannot sign with it ({e}); give an "
-                                 "unencrypted ECDSA P-256 private key (.key.pem)") from None
+        (model_signing.signing.Config().use_elliptic_key_signer(private_key=private_key)
+         .set_hashing_config(hashing).sign(folder, out))
         write_bytes(folder / SIGNATURE_FILE, out.read_bytes())
     return folder / SIGNATURE_FILE
 

@@ -167,6 +167,22 @@ def test_trusted_key_must_be_a_p256_public_key(tmp_path, signed):
         assert refusal(signed, key).reason == "bad_key"
 
 
+def test_signing_key_must_be_a_p256_private_key(tmp_path, signed):
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    p384 = tmp_path / "p384.key.pem"
+    p384.write_bytes(ec.generate_private_key(ec.SECP384R1()).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(b"x")))
+    for key in (p384, TRUSTED, tmp_path / "absent.pem"):
+        with pytest.raises(SignatureError) as e:
+            sign_bundle(signed, key)
+        assert e.value.reason == "bad_key" and str(key) in str(e.value)
+    assert json.loads((signed / SIGNATURE_FILE).read_bytes()) == \
+        json.loads((GOLDEN / "valid" / SIGNATURE_FILE).read_bytes())  # left as it was
+
+
 def test_trust_key_from_option_then_environment(monkeypatch, tmp_path):
     monkeypatch.delenv(TRUST_KEY_ENV, raising=False)
     assert resolve_trust_key(None) is None
