@@ -272,6 +272,7 @@ def main() -> None:
     p.add_argument("--mutations", type=int, default=30, help="per file")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=30.0, help="seconds before a child is a hang")
+    p.add_argument("--section", default="runtimes", help="results.json key to write")
     p.add_argument("--no-save", action="store_true", help="print, do not update results.json")
     a = p.parse_args()
     report = campaign(a.bundle, a.files or default_files(a.bundle), a.mutations, a.seed,
@@ -280,7 +281,7 @@ def main() -> None:
     if a.no_save:
         print(json.dumps(report, indent=2))
     else:
-        merge_results("runtimes", report)
+        merge_results(a.section, report)
 
 
 if __name__ == "__main__":
