@@ -216,3 +216,51 @@ def add_task(
                  "lr": lr, "max_len": max_len, "seed": seed}
     folder = run_add_task(run_dir, spec, data_dir, overrides, resume=resume)
     typer.echo(f"added task '{spec.name}': {folder}")
+
+
+def bench_train(**options: Any) -> None:
+    """Time training steps of a config (same options as train) and append the figures to a
+    JSON list: steps/s, tokens/s, CPU time, the share of data / forward+backward / optimizer,
+    and on a GPU the model-FLOP utilisation. Dev scoring and checkpoints are not timed."""
+    from trainer.profile import append_entry, bench_training
+    from trainer.results import _flags
+
+    steps, warmup, repeats = options.pop("steps"), options.pop("warmup"), options.pop("repeat")
+    results_file, machine = options.pop("results"), options.pop("machine")
+    config_file = options.pop("config")
+    cfg = build_config(_config_values(options), config_file)
+    entry = bench_training(cfg, steps, warmup, repeats)
+    defaults = TrainConfig().to_dict()
+    flags = _flags(cfg.to_dict(), defaults, {"out", "data_dir", "custom_tasks"})
+    entry["command"] = " ".join(["palkit", "bench-train", *flags, "--steps", str(steps),
+                                 "--warmup", str(warmup), "--repeat", str(repeats)])
+    entry["machine"] = machine or entry["device"]
+    append_entry(results_file, entry)
+    share = ", ".join(f"{k} {100 * v:.0f}%" for k, v in entry["shares"].items())
+    typer.echo(f"{entry['steps_per_s']:.2f} steps/s, {entry['tokens_per_s']:.0f} tokens/s "
+               f"({share}); appended to {results_file}")
+
+
+_BENCH_OPTIONS = [
+    ("steps", int, 50, typer.Option(metavar="N", help="timed steps per repeat")),
+    ("warmup", int, 5, typer.Option(metavar="N", help="untimed steps first (allocation, "
+                                    "compilation)")),
+    ("repeat", int, 3, typer.Option(metavar="N", help="timed passes; the entry keeps each and "
+                                    "reports the median")),
+    ("results", Path, Path("results/train-speed.json"), typer.Option(
+        metavar="FILE", help="JSON list to append the entry to")),
+    ("machine", Optional[str], None, typer.Option(
+        metavar="TEXT", help="how to name the machine in the entry (default: the device)")),
+]
+bench_train.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
+    *(_train_parameter(f) for f in config_fields()),
+    inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, default=None,
+                      annotation=Annotated[Optional[Path], typer.Option(
+                          "--config", metavar="FILE", rich_help_panel="Run",
+                          help="a .json or .toml file holding any of these options")]),
+    *(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                        annotation=Annotated[kind, option])
+      for name, kind, default, option in _BENCH_OPTIONS),
+])
+app.command("bench-train", rich_help_panel=TRAINING, epilog="Example: palkit bench-train "
+            "--steps 100 --machine '2-core AMD EPYC VM'")(bench_train)

@@ -73,6 +73,11 @@ class TrainConfig:
     grad_surgery: str = option("none", "de-conflict task gradients on the shared trunk: pcgrad "
                                "or gradvac (each step then uses one batch of every task)",
                                SCHEDULE, GRAD_SURGERIES)
+    distill_from: str | None = option(None, "a --mode separate run whose models teach: each "
+                                      "task's loss mixes the gold label with its model's output, "
+                                      "the teacher's weight falling linearly from 1 to 0 over "
+                                      "joint training (Clark et al. 2019, BAM!)", SCHEDULE,
+                                      metavar="RUN")
     tune_adapters_after: int = option(0, "after joint training, N epochs per task training only "
                                       "its adapter and head on the frozen trunk", SCHEDULE,
                                       metavar="N")
@@ -89,6 +94,9 @@ class TrainConfig:
     warmup_ratio: float = option(0.1, "fraction of steps of linear warmup", SCHEDULE)
     max_grad_norm: float = option(1.0, "clip the gradient norm to this", SCHEDULE)
     max_len: int = option(64, "max tokens per sequence (paper preset: 128)", TASKS)
+    length_buckets: int = option(0, "sort each run of N batches of a task by length before "
+                                 "batching, so that batches pad little (0: off)", SCHEDULE,
+                                 metavar="N")
     sts_loss: str = option("mse", "regression loss: mse on the score (higher STS-B Pearson than "
                            "bce in the measured runs, see README) or bce on score/5", TASKS,
                            STS_LOSSES)
@@ -110,6 +118,8 @@ class TrainConfig:
                              metavar="N")
     device: str = option("auto", "auto (cuda when visible), cpu or cuda", RUN, DEVICES)
     precision: str = option("fp32", "fp32 or bf16 autocast", RUN, PRECISIONS)
+    compile: bool = option(False, "torch.compile the model for training (batch widths rounded "
+                           "up to a multiple of 16 so that it meets few shapes)", RUN)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -118,6 +128,11 @@ class TrainConfig:
                 raise ValueError(f"{f.name} must be one of {', '.join(allowed)}, "
                                  f"got '{getattr(self, f.name)}'")
         placement.check_placement(self.pal_layers)
+        if self.length_buckets < 0:
+            raise ValueError(f"length_buckets must be 0 (off) or more, got {self.length_buckets}")
+        if self.distill_from and self.mode == "separate":
+            raise ValueError("distill_from trains a joint model from separate ones; use mode "
+                             "'pals' or 'shared'")
         for name in ("epochs", "steps_per_epoch", "batch_size", "max_len", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")

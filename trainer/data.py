@@ -135,9 +135,12 @@ def encode(examples: list[Example], tokenizer, max_len: int) -> EncodedSplit:
     return EncodedSplit(enc["input_ids"], enc["token_type_ids"], labels)
 
 
-def collate(split: EncodedSplit, indices: list[int], pad_id: int) -> dict[str, torch.Tensor]:
-    """Pad a batch to its own longest sequence (dynamic padding)."""
-    width = max(len(split.input_ids[i]) for i in indices)
+def collate(split: EncodedSplit, indices: list[int], pad_id: int,
+            pad_multiple: int = 1) -> dict[str, torch.Tensor]:
+    """Pad a batch to its own longest sequence (dynamic padding), rounded up to a multiple of
+    `pad_multiple` (a compiled model then meets few shapes)."""
+    longest = max(len(split.input_ids[i]) for i in indices)
+    width = -(-longest // pad_multiple) * pad_multiple
     ids = torch.full((len(indices), width), pad_id, dtype=torch.long)
     types = torch.zeros((len(indices), width), dtype=torch.long)
     mask = torch.zeros((len(indices), width), dtype=torch.long)

@@ -11,6 +11,7 @@ checkpoint holds the weights, AdamW's moments, the torch RNG state and the strea
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -28,19 +29,23 @@ from trainer.checkpoint import (TRUNK_WEIGHTS, Checkpoint, TrainingState, append
                                 write_run_config)
 from trainer.config import TrainConfig
 from trainer.data import EncodedSplit, collate, encode, read_examples, resolve_data_dir
+from trainer.distill import Teachers, distill_loss, teacher_weight
 from trainer.errors import PalkitError
 from trainer.evaluate import evaluate_model
 from trainer.metrics import average_score, primary_score
 from trainer.model import PalBert, PalConfig, default_pal_size, regression_score
 from trainer.placement import pal_layer_indices
-from trainer.sampling import TaskStream, epoch_task_schedule, sampling_alpha, task_probabilities
+from trainer.sampling import (LengthBuckets, TaskStream, epoch_task_schedule, sampling_alpha,
+                              task_probabilities)
 from trainer.surgery import GradVac, pcgrad
 from trainer.tasks import TaskSpec, resolve_tasks
 from ui.progress import StepBar, say
 
 
 # Options that do not change what is computed, so a resumed run may set them differently.
-RESUME_MAY_CHANGE = {"device", "precision", "data_dir", "out", "eval_batch_size"}
+RESUME_MAY_CHANGE = {"device", "precision", "data_dir", "out", "eval_batch_size", "compile"}
+# With --compile, batch widths are rounded up to this, so the graph is built for few shapes.
+COMPILE_PAD_MULTIPLE = 16
 
 
 class TrainingError(PalkitError, RuntimeError):
@@ -131,8 +136,9 @@ def make_optimizer(params: dict[str, torch.nn.Parameter], cfg: TrainConfig) -> t
     # BERT convention: no weight decay on biases and LayerNorm weights.
     decay = [p for n, p in params.items() if not (n.endswith("bias") or "LayerNorm" in n)]
     no_decay = [p for n, p in params.items() if n.endswith("bias") or "LayerNorm" in n]
+    # fused: one kernel for all parameters instead of a handful per tensor (CPU and CUDA).
     return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr)
+                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, fused=True)
 
 
 def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
@@ -181,12 +187,19 @@ class Run:
         self._examples_seen: list[str] = []  # filled under DDP only, for the rank report
         self.bar: StepBar | None = None
         self.last_dev = ""                   # the latest dev score, shown on the bar
+        self.pending_losses: list[torch.Tensor] = []   # step losses not yet read to the host
+        # Reading a loss waits for the GPU; there, read them in blocks (on a CPU it costs nothing).
+        self.loss_sync_every = 1 if self.dist.device.type == "cpu" else 50
+        # Compiled models see few distinct shapes when widths are rounded up.
+        self.pad_multiple = COMPILE_PAD_MULTIPLE if cfg.compile else 1
         torch.manual_seed(cfg.seed)
         last = self.out / "last"
         if resume and last.exists():
             self._load_checkpoint(last)
         else:
             self._fresh_model()
+        self.teachers = (Teachers(Path(cfg.distill_from), [s.name for s in self.specs],
+                                  self.tokenizer, self.dist.device) if cfg.distill_from else None)
         self._load_data()
 
     # -- construction --
@@ -247,6 +260,7 @@ class Run:
 
     def save_checkpoint(self, ctx: PhaseContext) -> None:
         """RUN/last: the model plus the optimiser's state, the RNG state and the loop's position."""
+        self._sync_losses(ctx)
         if self.dist.main:
             ckpt = Checkpoint(self.state, optimizer_tensors(ctx.opt, ctx.names),
                               torch.get_rng_state())
@@ -295,7 +309,7 @@ class Run:
         done = (sum(p.epochs for p in self.phases[:st.phase]) + st.epoch) * per_epoch + st.step
         return StepBar(f"training {self.out.name}", total, done)
 
-    def _phase_context(self, phase: Phase) -> PhaseContext:
+    def phase_context(self, phase: Phase) -> PhaseContext:
         params = trainable_parameters(self.model, phase)
         opt = make_optimizer(params, self.cfg)
         names = ordered_names(opt, params)
@@ -307,10 +321,13 @@ class Run:
             model = torch.nn.parallel.DistributedDataParallel(
                 self.model, find_unused_parameters=True,
                 device_ids=[self.dist.device.index] if self.dist.device.type == "cuda" else None)
+        if self.cfg.compile:
+            model = torch.compile(model)
         specs = [s for s in self.specs if s.name in phase.tasks]
         order = [s.name for s in self.specs]
         streams = {s.name: TaskStream(len(self.train_data[s.name]), self.cfg.seed,
-                                      order.index(s.name), self.state.streams.get(s.name, 0))
+                                      order.index(s.name), self.state.streams.get(s.name, 0),
+                                      self._buckets(s.name))
                    for s in specs}
         gradvac = GradVac(len(specs)) if self.cfg.grad_surgery == "gradvac" else None
         if gradvac is not None and self.state.gradvac_targets is not None:
@@ -318,11 +335,17 @@ class Run:
         return PhaseContext(phase, specs, [len(self.train_data[s.name]) for s in specs],
                             streams, gradvac, opt, names, model)
 
+    def _buckets(self, task: str) -> LengthBuckets | None:
+        if not self.cfg.length_buckets:
+            return None
+        lengths = [len(ids) for ids in self.train_data[task].input_ids]
+        return LengthBuckets(lengths, self.cfg.batch_size * self.dist.world, self.cfg.length_buckets)
+
     def _run_phase(self, phase: Phase) -> None:
         st = self.state
         if phase.name.startswith("tune:") and st.epoch == 0 and st.step == 0:
             self._restore_best_weights()
-        ctx = self._phase_context(phase)
+        ctx = self.phase_context(phase)
         while st.epoch < phase.epochs:
             self._run_epoch(ctx)
         if phase.name.startswith("tune:"):
@@ -349,6 +372,7 @@ class Run:
                 st.elapsed_s += time.time() - started
                 started = time.time()
                 self.save_checkpoint(ctx)
+        self._sync_losses(ctx)
         st.elapsed_s += time.time() - started
         self._end_epoch(ctx, epoch)
         st.end_epoch()
@@ -356,60 +380,80 @@ class Run:
         if self.dist.world > 1:
             dist.barrier()
 
-    def _count_step(self, ctx: PhaseContext, loss: float, epoch: int) -> None:
+    def _count_step(self, ctx: PhaseContext, loss: torch.Tensor, epoch: int) -> None:
         st = self.state
         st.step += 1
-        st.loss_sum += loss
-        st.loss_count += 1
+        self.pending_losses.append(loss)
         st.streams.update({n: s.drawn for n, s in ctx.streams.items()})
         if ctx.gradvac is not None:
             st.gradvac_targets = ctx.gradvac.targets.tolist()
+        if len(self.pending_losses) >= self.loss_sync_every:
+            self._sync_losses(ctx)
         if self.bar is not None:
             self.bar.update(1, f"{ctx.phase.name} epoch {epoch}/{ctx.phase.epochs} loss "
-                               f"{st.loss_sum / st.loss_count:.4f}{self.last_dev}")
+                               f"{st.loss_sum / max(1, st.loss_count):.4f}{self.last_dev}")
 
-    def _batch(self, spec: TaskSpec, stream: TaskStream) -> dict[str, torch.Tensor]:
+    def _sync_losses(self, ctx: PhaseContext) -> None:
+        """Fold the steps' losses into the running mean with one host transfer, and stop at the
+        first non-finite one. Called before anything is saved, so no checkpoint holds weights
+        trained on a bad loss."""
+        if not self.pending_losses:
+            return
+        st = self.state
+        values = torch.stack(self.pending_losses).tolist()
+        first_step = st.step - len(values) + 1
+        self.pending_losses = []
+        for offset, value in enumerate(values):
+            if not math.isfinite(value):
+                raise TrainingError(
+                    f"loss became {value} in phase {ctx.phase.name} at epoch {st.epoch + 1}, "
+                    f"step {first_step + offset}; the last good checkpoint is "
+                    f"{self.out / 'last'} — lower --lr or check the data, then --resume")
+            st.loss_sum += value
+            st.loss_count += 1
+
+    def batch(self, spec: TaskSpec, stream: TaskStream) -> dict[str, torch.Tensor]:
         """This rank's share of a global batch: every rank draws the same indices, keeps its slice."""
         b = self.cfg.batch_size
         indices = stream.take(b * self.dist.world)[self.dist.rank * b:(self.dist.rank + 1) * b]
-        batch = collate(self.train_data[spec.name], indices, self.pad_id)
+        batch = collate(self.train_data[spec.name], indices, self.pad_id, self.pad_multiple)
         if self.dist.world > 1:
             self._examples_seen.append(f"{spec.name}:{','.join(map(str, indices))}")
-        return {k: v.to(self.dist.device) for k, v in batch.items()}
+        return {k: v.to(self.dist.device, non_blocking=True) for k, v in batch.items()}
 
-    def _forward_loss(self, model, spec: TaskSpec, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    def forward_loss(self, ctx: PhaseContext, spec: TaskSpec,
+                     batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        distilling = self.teachers is not None and ctx.phase.name == "joint"
         with autocast(self.cfg, self.dist.device):
-            raw = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
-                        task=spec.name)
-        loss = task_loss(spec, raw, batch["labels"], self.cfg.sts_loss)
-        if not torch.isfinite(loss):
-            raise TrainingError(
-                f"loss became {loss.item()} on task '{spec.name}' at epoch "
-                f"{self.state.epoch + 1}, step {self.state.step + 1}; the last good checkpoint "
-                f"is {self.out / 'last'} — lower --lr or check the data, then --resume")
-        return loss
+            raw = ctx.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
+                            task=spec.name)
+            teacher = self.teachers.outputs(spec.name, batch) if distilling else None
+        if teacher is None:
+            return task_loss(spec, raw, batch["labels"], self.cfg.sts_loss)
+        st, per_epoch = self.state, self.cfg.steps_per_epoch
+        weight = teacher_weight(st.epoch * per_epoch + st.step, ctx.phase.epochs * per_epoch)
+        return distill_loss(spec, raw, batch["labels"], teacher, weight, self.cfg.sts_loss)
 
-    def _plain_step(self, ctx: PhaseContext, spec: TaskSpec) -> float:
-        loss = self._forward_loss(ctx.model, spec, self._batch(spec, ctx.streams[spec.name]))
+    def _plain_step(self, ctx: PhaseContext, spec: TaskSpec) -> torch.Tensor:
+        loss = self.forward_loss(ctx, spec, self.batch(spec, ctx.streams[spec.name]))
         ctx.opt.zero_grad(set_to_none=True)
         loss.backward()
-        self._clip_and_step(ctx.opt)
-        return loss.item()
+        self.optimizer_step(ctx.opt)
+        return loss.detach()
 
-    def _surgery_step(self, ctx: PhaseContext) -> float:
+    def _surgery_step(self, ctx: PhaseContext) -> torch.Tensor:
         """One batch of every task; de-conflict the trunk's per-task gradients, then step."""
         shared = [p for p in self.model.trunk.parameters() if p.requires_grad]
         ctx.opt.zero_grad(set_to_none=True)
         per_task, losses = [], []
         for spec in ctx.specs:
-            loss = self._forward_loss(ctx.model, spec,
-                                      self._batch(spec, ctx.streams[spec.name]))
+            loss = self.forward_loss(ctx, spec, self.batch(spec, ctx.streams[spec.name]))
             loss.backward()
             per_task.append(torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p))
                                        .flatten() for p in shared]))
             for p in shared:
                 p.grad = None
-            losses.append(loss.item())
+            losses.append(loss.detach())
         if shared:
             gen = torch.Generator().manual_seed(self.cfg.seed * 31 + self.state.step)
             combined = (ctx.gradvac(per_task, gen) if ctx.gradvac is not None
@@ -418,10 +462,10 @@ class Run:
             for p in shared:
                 p.grad = combined[offset:offset + p.numel()].view_as(p).clone()
                 offset += p.numel()
-        self._clip_and_step(ctx.opt)
-        return sum(losses) / len(losses)
+        self.optimizer_step(ctx.opt)
+        return torch.stack(losses).mean()
 
-    def _clip_and_step(self, opt: torch.optim.AdamW) -> None:
+    def optimizer_step(self, opt: torch.optim.AdamW) -> None:
         params = [p for g in opt.param_groups for p in g["params"] if p.grad is not None]
         if self.cfg.max_grad_norm:
             torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)

@@ -1,0 +1,99 @@
+"""The trainer's speed levers: bench-train's entry, length-bucketed batches, padding for a
+compiled model, the FLOP count behind the GPU utilisation figure."""
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+import cli
+from tests.conftest import tiny_config
+from trainer.checkpoint import load_trunk
+from trainer.data import EncodedSplit, collate
+from trainer.model import PalBert
+from trainer.profile import bench_training, step_flops
+from trainer.sampling import LengthBuckets, TaskStream
+from trainer.tasks import resolve_tasks
+
+
+def test_bench_training_entry_on_a_tiny_run(tmp_path, tiny_bert, tiny_data):
+    entry = bench_training(tiny_config(tiny_bert, tiny_data, tmp_path / "unused"), steps=4,
+                           warmup=1, repeats=2)
+    assert len(entry["repeats"]) == 2 and entry["steps"] == 4
+    for r in entry["repeats"]:
+        assert r["steps_per_s"] == pytest.approx(4 / r["wall_s"], rel=1e-2)
+        assert 0 < r["tokens_per_s"] <= r["padded_tokens_per_s"]
+        assert r["cpu_s"] > 0 and r["mfu"] is None          # no peak is defined for a CPU
+    assert set(entry["shares"]) == {"data", "forward_backward", "optimizer"}
+    assert sum(entry["shares"].values()) == pytest.approx(1.0, abs=2e-3)
+    assert entry["device"].startswith("cpu (") and entry["precision"] == "fp32"
+    assert (entry["batch_size"], entry["max_len"]) == (8, 32)
+    assert not (tmp_path / "unused").exists()             # benchmarking writes no run
+
+
+def test_bench_train_command_appends_entries(tmp_path, tiny_bert, tiny_data, capsys):
+    results = tmp_path / "speed.json"
+    args = ["bench-train", "--base-model", str(tiny_bert), "--data-dir", str(tiny_data),
+            "--device", "cpu", "--batch-size", "4", "--max-len", "16", "--pal-size", "8",
+            "--pal-heads", "2", "--steps", "2", "--warmup", "1", "--repeat", "1", "--results",
+            str(results)]
+    assert cli.main(args) == 0
+    assert cli.main([*args, "--length-buckets", "2", "--machine", "test box"]) == 0
+    entries = json.loads(results.read_text())
+    assert [e["machine"] for e in entries] == [entries[0]["device"], "test box"]
+    assert [e["length_buckets"] for e in entries] == [0, 2]
+    for e in entries:
+        assert {"machine", "device", "precision", "batch_size", "max_len", "steps_per_s",
+                "tokens_per_s", "command"} <= set(e)
+        assert e["command"].startswith("palkit bench-train ") and "--batch-size 4" in e["command"]
+    assert "--length-buckets 2" in entries[1]["command"]
+    assert "steps/s" in capsys.readouterr().out
+
+
+def _drain(stream: TaskStream, n: int, batch: int) -> list[list[int]]:
+    return [stream.take(batch) for _ in range(n)]
+
+
+def test_length_buckets_keep_every_pass_a_permutation_and_pad_less():
+    rng = random.Random(0)
+    lengths = [rng.randint(3, 60) for _ in range(50)]      # 50: passes do not end on a batch
+    buckets = LengthBuckets(lengths, batch=4, group=3)
+    stream = TaskStream(50, seed=1, task_index=0, buckets=buckets)
+    batches = _drain(stream, 50, 4)                          # four passes
+    flat = [i for b in batches for i in b]
+    for p in range(4):
+        assert sorted(flat[p * 50:(p + 1) * 50]) == list(range(50))
+    # Every batch within a pass comes from one length-sorted run, also in passes that start
+    # mid-batch (only the batch that straddles two passes mixes them).
+    inside = [b for k, b in enumerate(batches) if (4 * k) // 50 == (4 * k + 3) // 50]
+    assert len(inside) == 48
+    assert all([lengths[i] for i in b] == sorted(lengths[i] for i in b) for b in inside)
+    plain = _drain(TaskStream(50, seed=1, task_index=0), 50, 4)
+    padded = lambda bs: sum(len(b) * max(lengths[i] for i in b) for b in bs)  # noqa: E731
+    assert padded(batches) < 0.9 * padded(plain)
+    # A stream resumed from its count continues exactly (what --resume relies on).
+    resumed = TaskStream(50, seed=1, task_index=0, drawn=4 * 17, buckets=buckets)
+    assert _drain(resumed, 33, 4) == batches[17:]
+
+
+def test_collate_rounds_the_width_up_for_a_compiled_model():
+    split = EncodedSplit([[2, 5, 3], [2, 5, 6, 7, 3]], [[0] * 3, [0] * 5], torch.zeros(2))
+    assert collate(split, [0, 1], pad_id=0)["input_ids"].shape == (2, 5)
+    batch = collate(split, [0, 1], pad_id=0, pad_multiple=16)
+    assert batch["input_ids"].shape == (2, 16)
+    assert batch["attention_mask"].sum().item() == 8
+
+
+def test_step_flops_counts_weights_and_attention(tiny_bert: Path):
+    trunk, _ = load_trunk(tiny_bert)
+    sst = resolve_tasks(["sst"], [])
+    model = PalBert(trunk, sst, None)
+    encoder = sum(p.numel() for p in trunk.encoder.parameters())
+    pooler = sum(p.numel() for p in trunk.pooler.parameters())
+    head = 32 * 5 + 5
+    batch, width, d, layers = 3, 10, 32, 2
+    forward = 2 * (encoder + pooler + head) * batch * width + 4 * batch * width * width * d * layers
+    assert step_flops(model, "sst", batch, width) == 3 * forward
