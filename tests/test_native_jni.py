@@ -5,11 +5,15 @@ C++ SDK, and the app's Java (core + io.palkit.demo.runtime) with a small harness
 does what the app does: the core checks the manifest and every file and tokenizes, then each
 task program is opened with the shared trunk.ptd through Module(program, {trunk.ptd}, Mmap).
 Every call runs in a child JVM, so a native crash fails a test instead of killing pytest.
+With a trusted key (PALKIT_TRUST_KEY, as the app's assets/trusted_key.pem) the signature is
+checked first: an untrusted bundle is refused and the JNI library is never loaded.
 Skipped, with the reason, only where there is no C++ compiler or JDK.
 """
 from __future__ import annotations
 
+import base64
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -21,6 +25,7 @@ import torch
 
 from bench.native import NativePathError, measure_native, native_host
 from export.runtime import Engine, load_bundle
+from export.signing import SIGNATURE_FILE, TRUST_KEY_ENV, generate_keypair, sign_bundle
 
 TEXT, PAIR = "the movie was good", "a man is running"
 TASKS = ["sst", "sts"]  # one single-text classifier, one pair regressor: both input layouts
@@ -58,9 +63,13 @@ def other_trunk(tiny_pal_run, tmp_path_factory) -> Path:
     return out
 
 
-def harness(build, *args: str) -> subprocess.CompletedProcess:
+def harness(build, *args: str, trust_key: Path | None = None) -> subprocess.CompletedProcess:
+    """The harness in a child JVM; `trust_key` is given as the app's trusted key would be."""
+    env = {k: v for k, v in os.environ.items() if k != TRUST_KEY_ENV}
+    if trust_key is not None:
+        env[TRUST_KEY_ENV] = str(trust_key)
     return subprocess.run(build.command(*map(str, args)), capture_output=True, text=True,
-                          timeout=120)
+                          timeout=120, env=env)
 
 
 def refusal(done: subprocess.CompletedProcess) -> str:
@@ -136,3 +145,80 @@ def test_without_a_jdk_or_compiler_the_reason_is_named(monkeypatch, tmp_path, go
     assert reason in native_host().missing_toolchain()
     with pytest.raises(NativePathError, match=re.escape(reason)):
         measure_native(tmp_path)
+
+
+# ---- signature first: a bundle the trusted key does not vouch for never reaches native code ----
+
+@pytest.fixture(scope="module")
+def signing_keys(tmp_path_factory) -> dict[str, Path]:
+    keys = tmp_path_factory.mktemp("keys")
+    (signer_key, signer_pub), (other_key, _) = (generate_keypair(keys, "signer"),
+                                                generate_keypair(keys, "other"))
+    return {"signer": signer_key, "trusted": signer_pub, "other": other_key}
+
+
+def _signed_copy(et_bundle: Path, folder: Path, key: Path | None) -> Path:
+    shutil.copytree(et_bundle, folder)
+    if key is not None:
+        sign_bundle(folder, key)
+    return folder
+
+
+def _flip_one_byte(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def _edit_signed_payload(sig: Path) -> None:
+    doc = json.loads(sig.read_bytes())
+    payload = base64.b64decode(doc["dsseEnvelope"]["payload"]).replace(b"sst.pte", b"sst.ptx")
+    doc["dsseEnvelope"]["payload"] = base64.b64encode(payload).decode()
+    sig.write_text(json.dumps(doc))
+
+
+def test_signed_bundle_runs_through_the_jni_path_with_the_trusted_key(host_build, et_bundle,
+                                                                      signing_keys, tmp_path):
+    bundle = _signed_copy(et_bundle, tmp_path / "signed", signing_keys["signer"])
+    done = harness(host_build, "run", bundle, 1, TEXT, PAIR, "sst",
+                   trust_key=signing_keys["trusted"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [r["task"] for r in json.loads(done.stdout)] == ["sst"]
+    # The probe that the refusals below rely on does see the library when it is loaded.
+    assert "native runtime loaded: yes" in done.stderr
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("unsigned", "{bundle}/model.sig: missing: the bundle is not signed"),
+    ("wrong_key", "{bundle}/model.sig: signed by another key than the trusted one"),
+    ("tampered_signature", "{bundle}/model.sig: the signature does not verify with the trusted"),
+    ("tampered_manifest", "{bundle}/manifest.json: not the signed manifest"),
+    # The signed manifest is authentic and pins the file's SHA-256: the core's hash check.
+    ("tampered_file", "refused: executorch/sst.pte is corrupt: SHA-256"),
+])
+def test_untrusted_bundle_is_refused_before_the_native_library_loads(
+        host_build, et_bundle, signing_keys, tmp_path, case, expected):
+    key = {"unsigned": None, "wrong_key": signing_keys["other"]}.get(case, signing_keys["signer"])
+    bundle = _signed_copy(et_bundle, tmp_path / case, key)
+    if case == "tampered_signature":
+        _edit_signed_payload(bundle / SIGNATURE_FILE)
+    elif case == "tampered_manifest":
+        manifest = bundle / "manifest.json"
+        manifest.write_bytes(manifest.read_bytes().replace(b'"sst"', b'"sst2"', 1))
+    elif case == "tampered_file":  # same size: the SHA-256 catches it
+        _flip_one_byte(bundle / "executorch/sst.pte", 200)
+    done = harness(host_build, "run", bundle, 1, TEXT, PAIR, "sst",
+                   trust_key=signing_keys["trusted"])
+    message = refusal(done)
+    assert message.startswith("refused: ") and expected.format(bundle=bundle) in message, message
+    assert "native runtime loaded: no" in done.stderr.splitlines()[-2]
+
+
+def test_unsigned_bundle_loads_without_a_trusted_key_and_raw_probes_need_none(
+        host_build, et_bundle, signing_keys):
+    done = harness(host_build, "run", et_bundle, 1, TEXT, PAIR, "sst")
+    assert done.returncode == 0, done.stderr[-3000:]
+    probe = harness(host_build, "program", et_bundle / "executorch/sst.pte",
+                    et_bundle / "executorch/trunk.ptd", trust_key=signing_keys["trusted"])
+    assert "program loads files no signed manifest vouches for" in refusal(probe)
+    assert "native runtime loaded: no" in probe.stderr

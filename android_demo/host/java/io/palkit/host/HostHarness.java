@@ -3,6 +3,8 @@ package io.palkit.host;
 import io.palkit.core.bench.Percentiles;
 import io.palkit.core.bundle.Bundle;
 import io.palkit.core.bundle.BundleException;
+import io.palkit.core.bundle.BundleSignature;
+import io.palkit.core.bundle.BundleSignatureException;
 import io.palkit.core.bundle.TaskSpec;
 import io.palkit.core.json.Json;
 import io.palkit.core.json.JsonException;
@@ -11,10 +13,13 @@ import io.palkit.core.tokenizer.Encoding;
 import io.palkit.demo.runtime.ExecuTorchProgram;
 import io.palkit.demo.runtime.ExecuTorchTasks;
 import java.io.File;
+import java.io.FileInputStream;
 import java.io.IOException;
+import java.io.InputStream;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Paths;
+import java.security.PublicKey;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -26,6 +31,13 @@ import java.util.Map;
  * task program against trunk.ptd through the JNI library. Prints one JSON document on stdout.
  * Exit status 3 with one line on stderr when the bundle or a program is refused.
  *
+ * <p>With {@code PALKIT_TRUST_KEY} set (the variable palkit's Python loaders read) to the
+ * signer's .pub.pem, as the app with its assets/trusted_key.pem: run and bench refuse a bundle
+ * without that key's valid model.sig before the manifest is parsed, and program, which loads
+ * files no manifest vouches for, is refused. Before exiting, one stderr line says whether the
+ * JNI library was ever loaded into the process ("native runtime loaded: yes|no", read from
+ * /proc/self/maps), so tests can tell that a refused bundle never reached native code.
+ *
  * <pre>
  * run BUNDLE THREADS TEXT PAIR TASK...      logits of each TASK in turn (pair tasks read PAIR)
  * program PTE PTD                           load one program with that data file, run it once
@@ -33,32 +45,63 @@ import java.util.Map;
  * </pre>
  */
 public final class HostHarness {
+    private static final String TRUST_KEY_ENV = "PALKIT_TRUST_KEY";
+
     private HostHarness() {}
 
     public static void main(String[] args) throws Exception {
         try {
+            PublicKey trustedKey = trustedKey();
             switch (args.length == 0 ? "" : args[0]) {
                 case "run":
-                    System.out.print(Json.write(run(args)));
+                    System.out.print(Json.write(run(args, trustedKey)));
                     break;
                 case "program":
+                    if (trustedKey != null) {
+                        throw new BundleException("program loads files no signed manifest vouches "
+                                + "for; unset " + TRUST_KEY_ENV + " to probe the runtime directly");
+                    }
                     System.out.print(Json.write(program(args[1], args[2])));
                     break;
                 case "bench":
-                    System.out.print(Json.write(bench(args)));
+                    System.out.print(Json.write(bench(args, trustedKey)));
                     break;
                 default:
                     System.err.println("usage: run|program|bench ... (see HostHarness.java)");
                     System.exit(2);
             }
+            System.err.println(nativeStatus());
         } catch (BundleException | IllegalStateException e) {
+            System.err.println(nativeStatus());
             System.err.println("refused: " + e.getMessage());
             System.exit(3);
         }
     }
 
-    private static List<Object> run(String[] args) throws BundleException {
-        Bundle bundle = Bundle.open(new File(args[1]));
+    /** The signer's public key named by PALKIT_TRUST_KEY, or null when it is not set. */
+    private static PublicKey trustedKey() throws BundleException, IOException {
+        String path = System.getenv(TRUST_KEY_ENV);
+        if (path == null || path.isEmpty()) {
+            return null;
+        }
+        File pem = new File(path);
+        if (!pem.isFile()) {
+            throw new BundleSignatureException(pem, "bad_key", "trusted key not found; give the "
+                    + "signer's public key (a .pub.pem file)");
+        }
+        try (InputStream in = new FileInputStream(pem)) {
+            return BundleSignature.readTrustedKey(in, pem);
+        }
+    }
+
+    private static String nativeStatus() throws IOException {
+        boolean loaded = Files.readAllLines(Paths.get("/proc/self/maps")).stream()
+                .anyMatch(line -> line.endsWith("/" + System.mapLibraryName("palkit_executorch")));
+        return "native runtime loaded: " + (loaded ? "yes" : "no");
+    }
+
+    private static List<Object> run(String[] args, PublicKey trustedKey) throws BundleException {
+        Bundle bundle = Bundle.open(new File(args[1]), trustedKey);
         BertTokenizer tokenizer = bundle.tokenizer();
         List<Object> out = new ArrayList<>();
         try (ExecuTorchTasks tasks = new ExecuTorchTasks(bundle, Integer.parseInt(args[2]))) {
@@ -85,9 +128,9 @@ public final class HostHarness {
         }
     }
 
-    private static Map<String, Object> bench(String[] args) throws BundleException, IOException,
-            JsonException, ClassNotFoundException {
-        Bundle bundle = Bundle.open(new File(args[1]));
+    private static Map<String, Object> bench(String[] args, PublicKey trustedKey)
+            throws BundleException, IOException, JsonException, ClassNotFoundException {
+        Bundle bundle = Bundle.open(new File(args[1]), trustedKey);
         int threads = Integer.parseInt(args[2]);
         Encoding input = readInput(args[3]);
         int warmup = Integer.parseInt(args[4]);

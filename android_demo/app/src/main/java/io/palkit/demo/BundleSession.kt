@@ -5,6 +5,7 @@ import io.palkit.core.bundle.RuntimeKind
 import io.palkit.core.tokenizer.BertTokenizer
 import io.palkit.demo.runtime.TaskRunner
 import java.io.File
+import java.security.PublicKey
 
 /** A verified bundle, its tokenizer, and the runners opened so far (one per runtime). */
 class BundleSession private constructor(val bundle: Bundle, val tokenizer: BertTokenizer) : AutoCloseable {
@@ -37,9 +38,14 @@ class BundleSession private constructor(val bundle: Bundle, val tokenizer: BertT
     }
 
     companion object {
-        /** Verifies every file (sizes, SHA-256, trunk hashes); throws BundleException to show. */
-        fun open(dir: File): BundleSession {
-            val bundle = Bundle.open(dir)
+        /**
+         * With a trusted key, model.sig first (an unsigned, foreign or edited bundle is refused
+         * before its manifest is parsed); then every file's size and SHA-256 and the trunk hashes.
+         * Only then may a runner (ONNX Runtime, the ExecuTorch JNI) open a file: runners take a
+         * Bundle, and a Bundle exists only once verified. Throws BundleException to show.
+         */
+        fun open(dir: File, trustedKey: PublicKey?): BundleSession {
+            val bundle = Bundle.open(dir, trustedKey)
             return BundleSession(bundle, bundle.tokenizer())
         }
     }

@@ -51,7 +51,7 @@ private fun App() {
                     "No bundle found. Push one with `adb push BUNDLE/. " +
                         "${BundleLocator.pushedDir(context)}/` or ship it in assets/bundle/.")
             try {
-                LoadState.Ready(BundleSession.open(dir))
+                LoadState.Ready(BundleSession.open(dir, TrustedKey.load(context)))
             } catch (e: Exception) {
                 LoadState.Refused("This bundle was refused:\n${e.message}")
             }
