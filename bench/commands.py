@@ -70,6 +70,9 @@ def bench(
         Path("reports/.bench-work"),
     out: Annotated[Path, typer.Option(metavar="FILE", help="palkit-bench JSON to write")] =
         DEFAULT_BENCH_OUT,
+    trust_key: Annotated[Optional[Path], typer.Option(
+        metavar="PUB", help="bundles must carry this public key's signature, checked before "
+        "any runtime loads them (default $PALKIT_TRUST_KEY)")] = None,
 ) -> None:
     """Measure bundles, separate models and peers on this machine.
 
@@ -79,8 +82,10 @@ def bench(
     accuracy of the exported artifacts. Host CPU figures, never phone figures.
     """
     from bench.run import bench as run_bench
+    from export.commands import trust
     from trainer.data import resolve_data_dir
 
+    trust(trust_key)
     run_bench(bundles or [], runs or [], out,
               runtimes=_words([runtimes], ("executorch", "onnxruntime"), "--runtimes"),
               peers=[] if peers == "none" else _words([peers], PEERS, "--peers"),

@@ -23,6 +23,7 @@ from export.manifest import (IO, AllTasksProgram, ExecuTorchSection, FileEntry, 
                              write_manifest)
 from export.programs import PAD_OUTPUTS, reference_outputs
 from export.runtime import Engine, load_bundle, read_bundle
+from export.signing import SIGNATURE_FILE, check_signing_key, sign_bundle
 from trainer.checkpoint import (TRUNK_WEIGHTS, load_model, read_json, resolve_model_dir,
                                 separate_models)
 from trainer.errors import PalkitError
@@ -231,19 +232,23 @@ def calibration_inputs(model, max_len: int, tokenizer) -> list[tuple[torch.Tenso
 def export_run(run: Path, out: Path, target: str = "android", quant: str = "int8",
                tasks: list[str] | None = None, max_len: int | None = None, onnx: bool = True,
                data_dir: Path | None = None, min_agreement: float = DEFAULT_MIN_AGREEMENT,
-               all_tasks: bool = True, log: Log = say, overwrite: bool = False) -> list[Path]:
-    """Export a run (or a --mode separate run: one bundle per model under `out`)."""
+               all_tasks: bool = True, log: Log = say, overwrite: bool = False,
+               sign_key: Path | None = None) -> list[Path]:
+    """Export a run (or a --mode separate run: one bundle per model under `out`); with
+    `sign_key`, each bundle is signed (model.sig, export/signing.py) before it is published."""
     run, out = Path(run), Path(out)
+    if sign_key is not None:
+        check_signing_key(sign_key)  # before minutes of lowering
     models = separate_models(run)
     if models:
         outs = []
         for sub in models:
             log(f"separate-mode model {sub.name} -> {out / sub.name}")
             outs += export_run(sub, out / sub.name, target, quant, tasks, max_len, onnx,
-                               data_dir, min_agreement, all_tasks, log, overwrite)
+                               data_dir, min_agreement, all_tasks, log, overwrite, sign_key)
         return outs
     return [export_bundle(resolve_model_dir(run), out, target, quant, tasks, max_len, onnx,
-                          data_dir, min_agreement, all_tasks, log, overwrite)]
+                          data_dir, min_agreement, all_tasks, log, overwrite, sign_key)]
 
 
 def check_export_target(out: Path, target: str, quant: str, overwrite: bool) -> None:
@@ -260,7 +265,7 @@ def check_export_target(out: Path, target: str, quant: str, overwrite: bool) -> 
 def export_bundle(model_dir: Path, out: Path, target: str, quant: str, tasks: list[str] | None,
                   max_len: int | None, onnx: bool, data_dir: Path | None,
                   min_agreement: float, all_tasks: bool = True, log: Log = say,
-                  overwrite: bool = False) -> Path:
+                  overwrite: bool = False, sign_key: Path | None = None) -> Path:
     """Write, verify and publish one bundle of the model folder `model_dir`."""
     out = Path(out)
     check_export_target(out, target, quant, overwrite)
@@ -291,6 +296,8 @@ def export_bundle(model_dir: Path, out: Path, target: str, quant: str, tasks: li
         if not report["passed"]:
             raise ExportError("verification failed: " + "; ".join(report["failures"]) +
                               f" (nothing written to {out}; lower --min-agreement to accept)")
+        if sign_key is not None:
+            sign_bundle(build, sign_key)
         replace_dir(build, out)
         log(f"wrote {out} in {time.time() - t0:.0f} s")
         return out
@@ -392,11 +399,17 @@ def build_manifest(build: Path, model, model_dir: Path, trunk_sha: str, tokenize
 
 def add_adapter(run: Path, task: str, bundle_dir: Path, replace: bool = False,
                 data_dir: Path | None = None, min_agreement: float = DEFAULT_MIN_AGREEMENT,
-                log: Log = say) -> Path:
+                log: Log = say, sign_key: Path | None = None) -> Path:
     """Write only `task`'s files into an existing bundle and update its manifest; the trunk
     files are reused unchanged (refused when the run's trunk is not the bundle's). The new
-    bundle is staged beside the old one (unchanged files hard-linked) and swapped in."""
+    bundle is staged beside the old one (unchanged files hard-linked), re-signed when the old
+    one was signed, and swapped in."""
     bundle_dir = Path(bundle_dir)
+    if (bundle_dir / SIGNATURE_FILE).is_file() and sign_key is None:
+        raise ExportError(f"{bundle_dir / SIGNATURE_FILE}: the bundle is signed; pass --sign-key "
+                          "to re-sign it with the task added")
+    if sign_key is not None:
+        check_signing_key(sign_key)
     old = load_bundle(bundle_dir)
     model_dir = resolve_model_dir(run)
     run_sha = check_adapter_source(run, model_dir, task, old, replace)
@@ -416,6 +429,8 @@ def add_adapter(run: Path, task: str, bundle_dir: Path, replace: bool = False,
         if (bundle_dir / "verify.json").is_file():
             write_json(build / "verify.json", merged_report(bundle_dir / "verify.json", report))
         remove_tree(build / ".new")
+        if sign_key is not None:
+            sign_bundle(build, sign_key)
         replace_dir(build, bundle_dir)
     finally:
         remove_tree(build)
@@ -489,7 +504,8 @@ def stage_bundle(bundle_dir: Path, build: Path, new: dict[str, str], skip: set[s
     the task's new files from build/.new, and without the `skip` paths."""
     for src in sorted(p for p in bundle_dir.rglob("*") if p.is_file()):
         rel = src.relative_to(bundle_dir).as_posix()
-        if rel in skip or rel in new or rel in ("manifest.json", "verify.json"):
+        # rewritten for the new bundle (model.sig too: signing must not write through a link)
+        if rel in skip or rel in new or rel in ("manifest.json", "verify.json", SIGNATURE_FILE):
             continue
         dst = build / rel
         dst.parent.mkdir(parents=True, exist_ok=True)

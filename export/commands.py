@@ -5,6 +5,7 @@ The work is in bundle.py (export) and runtime.py (running a bundle), imported in
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Annotated, Literal, Optional
@@ -15,10 +16,13 @@ from trainer.config import DATA_DIR_ENV
 from trainer.errors import PalkitError
 
 app = typer.Typer()
-EXPORT, RUN = "Export", "Run a bundle"
+EXPORT, RUN, TRUST = "Export", "Run a bundle", "Trust"
 PAIR_SEPARATOR = "|||"
 RuntimeName = Literal["executorch", "onnxruntime"]
 
+TrustKeyOption = Annotated[Optional[Path], typer.Option(
+    metavar="PUB", help="refuse the bundle unless it carries this public key's signature "
+    "(model.sig), checked before any runtime reads a byte (default $PALKIT_TRUST_KEY)")]
 RuntimeOption = Annotated[Optional[RuntimeName], typer.Option(
     help="default: the bundle's first (executorch when present)")]
 ThreadsOption = Annotated[int, typer.Option(help="CPU threads the runtime may use")]
@@ -71,6 +75,9 @@ def export(
         "one call with the trunk loaded once")] = True,
     min_agreement: Annotated[float, typer.Option(
         help="int8: fail when fewer predictions than this agree with PyTorch fp32")] = 0.9,
+    sign_key: Annotated[Optional[Path], typer.Option(
+        metavar="KEY", help="sign the bundle (model.sig, OpenSSF Model Signing) with this "
+        "ECDSA P-256 private key (PEM); with --adapter, re-sign it")] = None,
 ) -> None:
     """Quantize and export a run to a verified bundle (ExecuTorch and/or ONNX Runtime).
 
@@ -86,11 +93,11 @@ def export(
     if adapter:
         if not out:
             raise PalkitError("--adapter needs --out EXISTING_BUNDLE")
-        add_adapter(run_dir, adapter, out, replace, data, min_agreement)
+        add_adapter(run_dir, adapter, out, replace, data, min_agreement, sign_key=sign_key)
         return
     out = out or Path("bundles") / f"{run_dir.resolve().name}-{quant}"
     for path in export_run(run_dir, out, target, quant, _comma_list(tasks), max_len, onnx, data,
-                           min_agreement, all_tasks, overwrite=overwrite):
+                           min_agreement, all_tasks, overwrite=overwrite, sign_key=sign_key):
         typer.echo(f"bundle: {path}")
         summarize(path)
 
@@ -111,14 +118,23 @@ def summarize(path: Path) -> None:
                            f"{x['max_abs_diff']:.2e} ({x['source']})")
 
 
+def trust(key: Path | None) -> None:
+    """--trust-key sets $PALKIT_TRUST_KEY for this process and the workers it starts: every
+    bundle loader checks the signature against the key the variable names."""
+    from export.signing import TRUST_KEY_ENV
+    if key is not None:
+        os.environ[TRUST_KEY_ENV] = str(key)
+
+
 def _engine(bundle: Path, runtime: str | None, threads: int, tasks: list[str] | None):
-    """Load the bundle on one runtime, checking only the files that runtime and `tasks` use."""
-    from export.manifest import read_manifest
+    """Load the bundle on one runtime: its signature first when a key is trusted, then only
+    the files that runtime and `tasks` use."""
     from export.runtime import Engine, load_bundle
 
     t0 = time.perf_counter()
-    runtime = runtime or read_manifest(bundle).runtime_names[0]
-    engine = Engine(load_bundle(bundle, runtime=runtime, tasks=tasks), runtime, threads)
+    loaded = load_bundle(bundle, runtime=runtime, tasks=tasks)
+    runtime = runtime or loaded.runtimes[0]
+    engine = Engine(loaded, runtime, threads)
     return engine, (time.perf_counter() - t0) * 1000
 
 
@@ -133,11 +149,13 @@ def predict(
     runtime: RuntimeOption = None,
     threads: ThreadsOption = 1,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    trust_key: TrustKeyOption = None,
 ) -> None:
     """Classify text with a bundle: one task, or every task (--all)."""
     from export.runtime import BundleError
     from ui.tables import predictions_table
 
+    trust(trust_key)
     if (task is None) == (not all_):
         raise BundleError("give exactly one of --task NAME and --all")
     if len(texts) > 2:
@@ -161,6 +179,7 @@ def demo(
     bundle: Annotated[Path, typer.Argument(metavar="BUNDLE")],
     runtime: RuntimeOption = None,
     threads: ThreadsOption = 1,
+    trust_key: TrustKeyOption = None,
 ) -> None:
     """Interactive demo: type text, see every task's result.
 
@@ -169,5 +188,46 @@ def demo(
     """
     from export.demo import run_demo
 
+    trust(trust_key)
     engine, load_ms = _engine(bundle, runtime, threads, None)
     run_demo(engine, load_ms)
+
+
+@app.command(rich_help_panel=TRUST, epilog="Example: palkit verify bundles/default --trust-key "
+             "keys/palkit.pub.pem")
+def verify(
+    bundle: Annotated[Path, typer.Argument(metavar="BUNDLE")],
+    trust_key: Annotated[Optional[Path], typer.Option(
+        metavar="PUB", help="the public key the bundle must be signed with (default "
+        "$PALKIT_TRUST_KEY)")] = None,
+) -> None:
+    """Check a bundle's signature and every file in it against a trusted public key.
+
+    Refuses an unsigned bundle, one signed by another key, an edited manifest, and any file
+    added, removed or changed after signing, with one line naming the file.
+    """
+    from export.signing import SIGNATURE_FILE, resolve_trust_key, verify_bundle_signature
+
+    key = resolve_trust_key(trust_key)
+    if key is None:
+        raise PalkitError("give --trust-key PUB (or set $PALKIT_TRUST_KEY) to verify against")
+    verify_bundle_signature(bundle, key, check_files=True)
+    files = sum(1 for p in bundle.rglob("*") if p.is_file() and p.name != SIGNATURE_FILE)
+    typer.echo(f"ok: {bundle} is signed by {key}; all {files} files match the signature")
+
+
+@app.command(rich_help_panel=TRUST, epilog="Example: palkit keygen keys")
+def keygen(
+    folder: Annotated[Path, typer.Argument(metavar="DIR", help="where to write the key pair")],
+    name: Annotated[str, typer.Option(help="file name stem")] = "palkit",
+) -> None:
+    """Make an ECDSA P-256 key pair for signing bundles (NAME.key.pem private, NAME.pub.pem)."""
+    from export.signing import generate_keypair
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for existing in (folder / f"{name}.key.pem", folder / f"{name}.pub.pem"):
+        if existing.exists():
+            raise PalkitError(f"{existing} exists; pick another --name or folder")
+    private, public = generate_keypair(folder, name)
+    typer.echo(f"private key {private} (keep it secret: it signs bundles)\npublic key  {public} "
+               "(ship it in the app as assets/trusted_key.pem; verify with --trust-key)")

@@ -192,3 +192,31 @@ def test_export_refuses_an_existing_bundle_without_overwrite(et_bundle, tiny_pal
                      str(et_bundle.parent / "new-bundle")]) == 2
     err = capsys.readouterr().err
     assert "nope" in err and all(t in err for t in ("sst", "quora", "sts"))
+
+
+def test_keygen_sign_verify_and_trusted_loading(et_bundle, tmp_path, capsys, monkeypatch):
+    import shutil
+
+    from export.signing import TRUST_KEY_ENV, sign_bundle
+    monkeypatch.delenv(TRUST_KEY_ENV, raising=False)
+    assert cli.main(["keygen", str(tmp_path / "keys")]) == 0
+    private, public = tmp_path / "keys" / "palkit.key.pem", tmp_path / "keys" / "palkit.pub.pem"
+    assert cli.main(["keygen", str(tmp_path / "keys")]) == 2          # never overwrites a key
+    assert "exists" in capsys.readouterr().err
+    bundle = tmp_path / "bundle"
+    shutil.copytree(et_bundle, bundle)
+    assert cli.main(["verify", str(bundle), "--trust-key", str(public)]) == 2
+    assert "not signed" in capsys.readouterr().err
+    sign_bundle(bundle, private)
+    assert cli.main(["verify", str(bundle), "--trust-key", str(public)]) == 0
+    assert "files match the signature" in capsys.readouterr().out
+    with open(bundle / "onnx" / "sst.onnx_adapter", "r+b") as f:   # same size, other bytes
+        first = f.read(1)
+        f.seek(0)
+        f.write(bytes([first[0] ^ 0xFF]))
+    assert cli.main(["verify", str(bundle), "--trust-key", str(public)]) == 2
+    assert "sst.onnx_adapter" in capsys.readouterr().err
+    # the loaders refuse it too, naming the file, before any runtime reads it
+    assert cli.main(["predict", str(bundle), "--task", "sst", "--runtime", "onnxruntime",
+                     "--trust-key", str(public), "a good film"]) == 2
+    assert "sst.onnx_adapter" in capsys.readouterr().err

@@ -116,6 +116,9 @@ def evaluate(
         help="for a bundle: which runtime runs it (default: the first in its manifest)")] = None,
     out: Annotated[Optional[Path], typer.Option(
         metavar="FILE", help="also write the metrics (fractions) as JSON here")] = None,
+    trust_key: Annotated[Optional[Path], typer.Option(
+        metavar="PUB", help="a bundle must carry this public key's signature (default "
+        "$PALKIT_TRUST_KEY)")] = None,
 ) -> None:
     """Score a run, a model folder or an exported bundle on a split, in points.
 
@@ -129,6 +132,9 @@ def evaluate(
 
     if not target.exists():
         raise PalkitError(f"{target}: not found; give a run directory, a model folder or a bundle")
+    if trust_key is not None:
+        from export.commands import trust
+        trust(trust_key)
     result = score_target(target, resolve_data_dir(data_dir), split, max_len, max_examples, runtime)
     metrics_table(result, f"{target} · {split}" + (f" · {runtime}" if runtime else ""))
     if out:
