@@ -34,7 +34,7 @@ from typing import Any
 import psutil
 
 from bench.schema import percentile
-from export.manifest import read_manifest
+from export.runtime import Bundle, load_bundle
 
 IO_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -62,6 +62,19 @@ def synthetic_input(seq_len: int, vocab_size: int) -> dict[str, Any]:
 
 
 # ---- runners: load(task) makes a task runnable, run(task, x) runs it once ----------------------
+
+_opened: dict[tuple[str, str], Bundle] = {}
+
+
+def checked_bundle(folder: str, runtime: str) -> Bundle:
+    """A bundle as palkit's loaders open it: its signature when a key is trusted
+    ($PALKIT_TRUST_KEY), the manifest, then the runtime's shared files; task files are checked
+    by Bundle.path on first use. No runtime reads a byte that was not checked."""
+    key = (folder, runtime)
+    if key not in _opened:
+        _opened[key] = load_bundle(folder, runtime=runtime, tasks=[])
+    return _opened[key]
+
 
 class TorchRunner:
     errors: tuple[type[BaseException], ...] = (RuntimeError,)  # a refused input or shape
@@ -124,10 +137,10 @@ class ExecuTorchRunner:
         """Program and method loaded explicitly (delegate init, XNNPACK weight packing), so the
         load time is all here and the first run is an ordinary run."""
         if src["format"] == "bundle":
-            manifest = read_manifest(src["bundle"])
-            root = Path(src["bundle"])
-            pte = root / (src.get("file") or manifest.task(src["task"]).files["executorch"])
-            data = root / manifest.trunk_file("executorch")
+            bundle = checked_bundle(src["bundle"], "executorch")
+            m = bundle.manifest
+            pte = bundle.path(src.get("file") or m.task(src["task"]).files["executorch"])
+            data = bundle.path(m.trunk_file("executorch"))
             program = self.lib._load_program(str(pte), data_path=str(data))
             names = [program.get_method_name(i) for i in range(program.num_methods())]
             name = src.get("method") or (src["task"] if src.get("task") in names else "forward")
@@ -171,11 +184,12 @@ class OrtRunner:
 
     def load(self, task: str, src: dict[str, Any]) -> None:
         if src["format"] == "bundle":
-            root = Path(src["bundle"])
-            manifest = read_manifest(root)
-            sess = self._session(str(root / manifest.trunk_file("onnxruntime")))
+            bundle = checked_bundle(src["bundle"], "onnxruntime")
+            m = bundle.manifest
+            sess = self._session(str(bundle.path(m.trunk_file("onnxruntime"))))
             adapter = self.ort.LoraAdapter()
-            adapter.Load(str(root / (src.get("file") or manifest.task(src["task"]).files["onnxruntime"])))
+            rel = src.get("file") or m.task(src["task"]).files["onnxruntime"]
+            adapter.Load(str(bundle.path(rel)))
             options = self.ort.RunOptions()
             options.add_active_adapter(adapter)
             self.tasks[task] = (sess, options, adapter)
