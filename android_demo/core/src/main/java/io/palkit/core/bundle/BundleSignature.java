@@ -89,7 +89,9 @@ public final class BundleSignature {
 
     /** Steps 1-7: the whole folder is exactly what the trusted key signed. */
     public static void verify(File dir, PublicKey trusted) throws BundleException {
-        checkSignedFiles(dir, signedDigestsOfManifest(dir, trusted).signed);
+        Map<String, String> signed = signedDigests(dir, trusted);
+        checkManifest(dir, signed);
+        checkSignedFiles(dir, signed);
     }
 
     /**
@@ -97,22 +99,12 @@ public final class BundleSignature {
      * the caller to parse (no second read that a swap of the file could slip between).
      */
     public static byte[] verifiedManifest(File dir, PublicKey trusted) throws BundleException {
-        return signedDigestsOfManifest(dir, trusted).manifest;
+        return checkManifest(dir, signedDigests(dir, trusted));
     }
 
-    private static final class Verified {
-        final Map<String, String> signed;
-        final byte[] manifest;
-
-        Verified(Map<String, String> signed, byte[] manifest) {
-            this.signed = signed;
-            this.manifest = manifest;
-        }
-    }
-
-    private static Verified signedDigestsOfManifest(File dir, PublicKey trusted)
+    /** Steps 5-6: manifest.json's bytes, once they match the signature. */
+    private static byte[] checkManifest(File dir, Map<String, String> signed)
             throws BundleException {
-        Map<String, String> signed = signedDigests(dir, trusted);
         File manifestFile = new File(dir, MANIFEST_FILE);
         byte[] manifest = manifestFile.isFile() ? readAll(manifestFile) : null;
         if (manifest == null || !signed.containsKey(MANIFEST_FILE)
@@ -121,7 +113,7 @@ public final class BundleSignature {
                     + "manifest (edited or replaced after signing); get the bundle again");
         }
         checkManifestEntries(manifestFile, manifest, signed);
-        return new Verified(signed, manifest);
+        return manifest;
     }
 
     /** Steps 1-4: {relative path: hex SHA-256} as signed by the trusted key. */

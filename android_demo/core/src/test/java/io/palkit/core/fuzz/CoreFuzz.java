@@ -16,11 +16,13 @@ import java.util.Random;
  * it comes from Maven Central). Each target mutates its seed inputs (Mutator), feeds them to
  * the core, and counts as a crash any exception other than the documented one (FuzzTargets) or a
  * broken invariant; an input running longer than --hang-ms is a hang. The first input of each
- * distinct crash (exception class and core frame) is written to --out as a reproducer.
+ * distinct crash (exception class and core frame) is written to --out as a reproducer, and the
+ * slowest input of each target as TARGET-slowest.txt.
  *
  * <pre>
  * java -Dpalkit.signing=DIR -Dpalkit.golden=FILE -Dpalkit.vocab=FILE io.palkit.core.fuzz.CoreFuzz
  *      [--inputs N] [--seconds S] [--seed N] [--hang-ms MS] [--out DIR] TARGET...
+ * ... io.palkit.core.fuzz.CoreFuzz --replay FILE TARGET      one saved input, 5 timed runs
  * TARGET: json | manifest | signature | tokenizer
  * </pre>
  * Prints one JSON list (a row per target: inputs, accepted, refused, crashes, max_ms) on stdout;
@@ -48,6 +50,7 @@ public final class CoreFuzz {
         options.put("--seed", "1");
         options.put("--hang-ms", "10000");
         options.put("--out", "");
+        options.put("--replay", "");
         List<String> targets = new ArrayList<>();
         for (int i = 0; i < args.length; i++) {
             if (options.containsKey(args[i]) && i + 1 < args.length) {
@@ -59,6 +62,10 @@ public final class CoreFuzz {
                         + "[--hang-ms MS] [--out DIR] " + String.join("|", FuzzTargets.NAMES) + "...");
                 System.exit(2);
             }
+        }
+        if (!options.get("--replay").isEmpty() && targets.size() == 1) {
+            replay(FuzzTargets.create(targets.get(0), new Random(1)), new File(options.get("--replay")));
+            return;
         }
         String outDir = options.get("--out");
         CoreFuzz fuzz = new CoreFuzz(Long.parseLong(options.get("--seed")),
@@ -80,6 +87,7 @@ public final class CoreFuzz {
         long accepted = 0;
         long refused = 0;
         long maxNanos = 0;
+        String slowest = "";
         Map<String, Long> crashes = new LinkedHashMap<>();
         long start = System.nanoTime();
         watchdog.startThread();
@@ -104,7 +112,15 @@ public final class CoreFuzz {
                 }
             }
             watchdog.disarm();
-            maxNanos = Math.max(maxNanos, System.nanoTime() - began);
+            if (System.nanoTime() - began > maxNanos) {
+                maxNanos = System.nanoTime() - began;
+                slowest = input;
+            }
+        }
+        if (out != null) { // to time it alone: a slow maximum may be a GC pause, or a slow path
+            out.mkdirs();
+            Files.write(new File(out, target.name + "-slowest.txt").toPath(),
+                    slowest.getBytes(StandardCharsets.UTF_8));
         }
         Map<String, Object> row = new LinkedHashMap<>();
         row.put("target", target.name);
@@ -118,6 +134,22 @@ public final class CoreFuzz {
         row.put("seconds", (System.nanoTime() - start) / 1e9);
         row.put("seed", seed);
         return row;
+    }
+
+    /** Runs one saved input (a reproducer, a slowest input) 5 times: its outcome and times. */
+    private static void replay(FuzzTargets.Target target, File file) throws IOException {
+        String input = new String(Files.readAllBytes(file.toPath()), StandardCharsets.UTF_8);
+        for (int i = 0; i < 5; i++) {
+            long began = System.nanoTime();
+            String outcome;
+            try {
+                outcome = target.run(input) ? "accepted" : "ran";
+            } catch (Throwable thrown) {
+                outcome = (target.documents(thrown) ? "refused: " : "CRASH: ") + thrown;
+            }
+            System.out.printf("%s %.2f ms: %s%n", target.name, (System.nanoTime() - began) / 1e6,
+                    outcome);
+        }
     }
 
     /** The exception class and the innermost core frame: one reproducer per distinct bug. */
