@@ -3,8 +3,9 @@
 The Gradle/Android build cannot run on this machine; this compiles android_demo/core and its
 self-contained test runner with javac and runs them (the signature verifier against the golden
 vectors of export/signing.py included), runs a short smoke of the core's fuzzer, and checks the
-files generated from the Hugging Face tokenizer are not stale. Without a JDK the Java tests are skipped, with the reason:
-a JDK is needed only for the app's core (and tests/test_native_jni.py), not for palkit itself.
+files generated from the Hugging Face tokenizer are not stale. Without a JDK the Java tests are
+skipped, with the reason: a JDK is needed only for the app's core (and tests/test_native_jni.py),
+not for palkit itself.
 """
 from __future__ import annotations
 
