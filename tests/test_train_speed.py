@@ -97,3 +97,30 @@ def test_step_flops_counts_weights_and_attention(tiny_bert: Path):
     batch, width, d, layers = 3, 10, 32, 2
     forward = 2 * (encoder + pooler + head) * batch * width + 4 * batch * width * width * d * layers
     assert step_flops(model, "sst", batch, width) == 3 * forward
+
+
+def test_losses_read_in_blocks_give_the_same_log_and_stop_at_the_bad_step(
+        tmp_path, tiny_bert, tiny_data, monkeypatch):
+    """The GPU path reads losses every few steps: same train_loss as every step, and a
+    non-finite loss still stops the run, naming its step, before any later checkpoint."""
+    import trainer.train as tt
+    from trainer.train import TrainingError, train
+    every_step = train(tiny_config(tiny_bert, tiny_data, tmp_path / "a"))
+    monkeypatch.setattr(tt, "loss_sync_interval", lambda device: 3)
+    blocks = train(tiny_config(tiny_bert, tiny_data, tmp_path / "b"))
+    read = lambda run: [json.loads(x)["train_loss"]  # noqa: E731
+                        for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert read(blocks) == read(every_step)
+
+    real, calls = tt.task_loss, {"n": 0}
+
+    def poisoned(*args, **kwargs):
+        calls["n"] += 1
+        loss = real(*args, **kwargs)
+        return loss * float("nan") if calls["n"] == 6 else loss
+
+    monkeypatch.setattr(tt, "task_loss", poisoned)
+    with pytest.raises(TrainingError, match=r"loss became nan .* epoch 2, step 2;"):
+        train(tiny_config(tiny_bert, tiny_data, tmp_path / "nan"))
+    state = json.loads((tmp_path / "nan" / "last" / "state.json").read_text())
+    assert state["global_epoch"] == 1                     # epoch 1's checkpoint, nothing later

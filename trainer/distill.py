@@ -8,7 +8,8 @@ annealing"), so the student starts by imitating the teachers and ends on the gol
 
 Mixing targets is mixing losses: cross-entropy and squared error are linear in the target (up
 to a term that does not depend on the student), so
-    CE(student, w·softmax(teacher) + (1-w)·onehot(gold)) = w·CE(student, teacher) + (1-w)·CE(student, gold)
+    CE(student, w·softmax(teacher) + (1-w)·onehot(gold))
+        = w·CE(student, softmax(teacher)) + (1-w)·CE(student, gold)
 and the gradients of the squared error to w·teacher + (1-w)·gold equal those of the w-mixture
 of the two squared errors. The teachers run in eval mode (no dropout) and use no RNG, so a
 resumed run computes exactly what an uninterrupted one does.

@@ -102,6 +102,12 @@ def setup_distributed(cfg: TrainConfig) -> Dist:
     return Dist(rank, world, device)
 
 
+def loss_sync_interval(device: torch.device) -> int:
+    """Steps between reads of the loss to the host. A read waits for the GPU to finish, so there
+    losses are read in blocks; on a CPU it costs nothing, so every step."""
+    return 1 if device.type == "cpu" else 50
+
+
 def autocast(cfg: TrainConfig, device: torch.device):
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16")
 
@@ -188,8 +194,7 @@ class Run:
         self.bar: StepBar | None = None
         self.last_dev = ""                   # the latest dev score, shown on the bar
         self.pending_losses: list[torch.Tensor] = []   # step losses not yet read to the host
-        # Reading a loss waits for the GPU; there, read them in blocks (on a CPU it costs nothing).
-        self.loss_sync_every = 1 if self.dist.device.type == "cpu" else 50
+        self.loss_sync_every = loss_sync_interval(self.dist.device)
         # Compiled models see few distinct shapes when widths are rounded up.
         self.pad_multiple = COMPILE_PAD_MULTIPLE if cfg.compile else 1
         torch.manual_seed(cfg.seed)
@@ -339,7 +344,8 @@ class Run:
         if not self.cfg.length_buckets:
             return None
         lengths = [len(ids) for ids in self.train_data[task].input_ids]
-        return LengthBuckets(lengths, self.cfg.batch_size * self.dist.world, self.cfg.length_buckets)
+        per_step = self.cfg.batch_size * self.dist.world   # every rank slices one global batch
+        return LengthBuckets(lengths, per_step, self.cfg.length_buckets)
 
     def _run_phase(self, phase: Phase) -> None:
         st = self.state
