@@ -17,6 +17,7 @@ from trainer.model import PalBert
 from trainer.profile import bench_training, step_flops
 from trainer.sampling import LengthBuckets, TaskStream
 from trainer.tasks import resolve_tasks
+from trainer.train import TrainingError
 
 
 def test_bench_training_entry_on_a_tiny_run(tmp_path, tiny_bert, tiny_data):
@@ -32,6 +33,9 @@ def test_bench_training_entry_on_a_tiny_run(tmp_path, tiny_bert, tiny_data):
     assert entry["device"].startswith("cpu (") and entry["precision"] == "fp32"
     assert (entry["batch_size"], entry["max_len"]) == (8, 32)
     assert not (tmp_path / "unused").exists()             # benchmarking writes no run
+    with pytest.raises(TrainingError, match="--mode shared --tasks TASK"):
+        bench_training(tiny_config(tiny_bert, tiny_data, tmp_path / "unused", mode="separate"),
+                       steps=1, warmup=0, repeats=1)
 
 
 def test_bench_train_command_appends_entries(tmp_path, tiny_bert, tiny_data, capsys):
@@ -104,7 +108,7 @@ def test_losses_read_in_blocks_give_the_same_log_and_stop_at_the_bad_step(
     """The GPU path reads losses every few steps: same train_loss as every step, and a
     non-finite loss still stops the run, naming its step, before any later checkpoint."""
     import trainer.train as tt
-    from trainer.train import TrainingError, train
+    from trainer.train import train
     every_step = train(tiny_config(tiny_bert, tiny_data, tmp_path / "a"))
     monkeypatch.setattr(tt, "loss_sync_interval", lambda device: 3)
     blocks = train(tiny_config(tiny_bert, tiny_data, tmp_path / "b"))

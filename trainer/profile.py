@@ -157,6 +157,9 @@ def shares(timing: Timing) -> dict[str, float]:
 
 def bench_training(cfg: TrainConfig, steps: int, warmup: int, repeats: int) -> dict[str, Any]:
     """Time `repeats` passes of `steps` training steps after `warmup` untimed ones."""
+    if cfg.mode == "separate":
+        raise TrainingError("bench-train times one model; for --mode separate time --mode "
+                            "shared --tasks TASK, which is what each separate model trains")
     run = Run(cfg, resume=False)
     ctx = run.phase_context(run.phases[0])
     device = run.dist.device
