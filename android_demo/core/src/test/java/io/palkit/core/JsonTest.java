@@ -44,7 +44,7 @@ public final class JsonTest {
         Check.equal(m, Json.parse(Json.write(m)), "round trip");
     }
 
-    // Found by the fuzzer (CoreFuzz json): deep nesting overflowed the stack.
+    // Found by the fuzzer (CoreFuzz manifest, seed 11): deep nesting overflowed the stack.
     public static void testDeepNestingIsAParseErrorNotAStackOverflow() throws Exception {
         Check.failsMentioning(JsonException.class, "nesting deeper than 256 levels",
                 () -> Json.parse("[".repeat(100_000)));
