@@ -28,6 +28,8 @@ def _changed_value(f, tmp_path: Path, data: Path):
     default, choices = field_default(f), f.metadata["choices"]
     if f.name == "data_dir":
         return [str(data)], str(data)
+    if f.name == "pal_layers":
+        return ["top-2"], "top-2"
     if choices:
         value = next(c for c in choices if c != default)
         return [value], value
