@@ -19,9 +19,26 @@ from fuzz.runtimes import (Loader, Mutation, campaign, classify, in_child, mutat
 from fuzz.targets import TARGETS
 
 ROOT = Path(__file__).parents[1]
+# Crashes the 200k-input campaign found in other modules' parsers (fuzz/README.md), open when
+# this was written; strict, so the marker goes as soon as the parser refuses these inputs.
+OPEN_FINDINGS = {
+    "config": "trainer/config.py, trainer/tasks.py: a value of the wrong JSON type raises "
+              "TypeError/AttributeError/IndexError, not a one-line ValueError",
+    "task_spec": "trainer/tasks.py: TaskSpec.from_dict takes wrongly typed fields",
+    "manifest": "export/manifest.py: a path or list of the wrong JSON type raises TypeError in "
+                "files_for/check_manifest, not a BundleError",
+    "tokenizer": "export/tokenizer.py: max_length 2 cannot hold two texts; the ids come back "
+                 "untruncated",
+}
 
 
-@pytest.mark.parametrize("target", sorted(TARGETS))
+def marked(targets, open_targets: set[str]) -> list:
+    """The targets, those in `open_targets` marked as expected to fail (an open finding)."""
+    return [pytest.param(t, marks=pytest.mark.xfail(reason=OPEN_FINDINGS[t], strict=True))
+            if t in open_targets else t for t in sorted(targets)]
+
+
+@pytest.mark.parametrize("target", marked(TARGETS, {"config", "tokenizer"}))  # 300 reach these
 def test_parser_fuzzer_finds_no_crash(target, tmp_path):
     out = tmp_path / "counts.json"
     proc = subprocess.run([sys.executable, "-m", "fuzz.parsers", target, "--runs", "300",
@@ -33,6 +50,28 @@ def test_parser_fuzzer_finds_no_crash(target, tmp_path):
     assert counts["accepted"] + counts["refused"] + counts["crashes"] == 300
     assert counts["accepted"] > 0, "no input got through: the seeds no longer parse"
     assert counts["distinct_crashes"] == {}
+
+
+def replay_crashes(target: str) -> list[str]:
+    """Every saved crash input of `target` (fuzz/crashes/TARGET/) fed again; what still crashes."""
+    from fuzz.parsers import crash_signature
+    from fuzz.targets import REFUSALS
+
+    fn, still = TARGETS[target](), []
+    for path in sorted((ROOT / "fuzz" / "crashes" / target).glob("*.bin")):
+        try:
+            fn(path.read_bytes())
+        except REFUSALS:
+            pass
+        except Exception as e:  # noqa: BLE001  (anything else is the crash being replayed)
+            still.append(f"{path.name}: {crash_signature(e)}")
+    return still
+
+
+@pytest.mark.parametrize("target", marked(
+    (p.name for p in (ROOT / "fuzz" / "crashes").iterdir()), set(OPEN_FINDINGS)))
+def test_saved_crash_inputs_are_now_refused(target):
+    assert replay_crashes(target) == []
 
 
 # ---- the mutation runner on a stub runtime ---------------------------------------------------
