@@ -1,7 +1,8 @@
 """CI smoke of the fuzzers (fuzz/README.md has the long campaign): each atheris target on a few
-hundred inputs with zero crashes in palkit's code, the mutation runner's child handling
-(signal, hang, refusal, same or different outputs, shrinking) on a stub runtime, and a handful
-of real ONNX Runtime mutations of a tiny bundle. About 30 s in all with the tiny run built."""
+hundred inputs with zero crashes in palkit's code, every saved crash input replayed, the
+mutation runner's child handling (signal, hang, refusal, same or different outputs, shrinking)
+on a stub runtime, and a handful of real ONNX Runtime mutations of a tiny bundle. About 25 s
+in all with the tiny run built."""
 from __future__ import annotations
 
 import json
