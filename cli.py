@@ -18,6 +18,10 @@ from trainer.commands import app as trainer_app
 from trainer.errors import PalkitError
 from ui import quiet
 
+# Before any command runs: worker processes that export and bench spawn import this module
+# first, and inherit the choice made by --verbose through the environment.
+quiet.configure(quiet.is_verbose())
+
 app = typer.Typer(name="palkit", help=__doc__.splitlines()[0], no_args_is_help=True,
                   rich_markup_mode="markdown", pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]})

@@ -141,7 +141,11 @@ class ExecuTorchRunner:
             m = bundle.manifest
             pte = bundle.path(src.get("file") or m.task(src["task"]).files["executorch"])
             data = bundle.path(m.trunk_file("executorch"))
-            program = self.lib._load_program(str(pte), data_path=str(data))
+            # InternalConsistency: mutated programs are refused instead of crashing the process
+            # (docs/runtime-crashes.md); the check costs nothing measurable
+            program = self.lib._load_program(
+                str(pte), data_path=str(data),
+                program_verification=self.lib.Verification.InternalConsistency)
             names = [program.get_method_name(i) for i in range(program.num_methods())]
             name = src.get("method") or (src["task"] if src.get("task") in names else "forward")
             layout = "bundle"

@@ -255,8 +255,29 @@ def _build_runtimes(raw: Any, where: str) -> dict[str, ExecuTorchSection | OnnxR
     return out
 
 
+def check_path_types(m: Manifest, where: str) -> None:
+    """Every path the manifest names is a string (JSON can say anything)."""
+    paths = [("tokenizer.vocab_file", m.tokenizer.vocab_file)] + [
+        (f"runtimes.{r}", m.trunk_file(r)) for r in m.runtime_names]
+    for t in m.tasks:
+        if not isinstance(t.files, dict):
+            raise BundleError(f"{where}: task '{t.name}' 'files' is not an object; re-export "
+                              "the bundle")
+        paths += [(f"task '{t.name}' files", v) for v in t.files.values()]
+    program = m.all_tasks("executorch")
+    if program is not None:
+        if not isinstance(program.tasks, list):
+            raise BundleError(f"{where}: runtimes.executorch.all_tasks.tasks is not a list; "
+                              "re-export the bundle")
+        paths.append(("runtimes.executorch.all_tasks.file", program.file))
+    for key, value in paths:
+        if not isinstance(value, str):
+            raise BundleError(f"{where}: {key} is not a path string; re-export the bundle")
+
+
 def check_manifest(m: Manifest, where: str) -> None:
     """The rules between keys: known task kinds, one trunk, a file per task and runtime."""
+    check_path_types(m, where)
     for t in m.tasks:
         if t.kind not in TASK_KINDS:
             raise BundleError(f"{where}: task '{t.name}' has unknown kind '{t.kind}'")

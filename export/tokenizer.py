@@ -32,6 +32,9 @@ class Tokenizer:
         full = self.tok(text, pair, truncation=False)["input_ids"]
         enc = self.tok(text, pair, truncation="longest_first", max_length=self.max_length,
                        return_token_type_ids=True)
+        if len(enc["input_ids"]) > self.max_length:  # too short for [CLS] a [SEP] b [SEP]
+            raise BundleError(f"max_length {self.max_length} cannot hold two texts; re-export "
+                              "with --max-len 3 or more")
         if warn and len(full) > self.max_length:
             say(f"warning: input is {len(full)} tokens; truncated to the bundle's max length "
                 f"{self.max_length}")

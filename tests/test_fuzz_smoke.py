@@ -20,17 +20,10 @@ from fuzz.runtimes import (Loader, Mutation, campaign, classify, in_child, mutat
 from fuzz.targets import TARGETS
 
 ROOT = Path(__file__).parents[1]
-# Crashes the 200k-input campaign found in other modules' parsers (fuzz/README.md), open when
-# this was written; strict, so the marker goes as soon as the parser refuses these inputs.
-OPEN_FINDINGS = {
-    "config": "trainer/config.py, trainer/tasks.py: a value of the wrong JSON type raises "
-              "TypeError/AttributeError/IndexError, not a one-line ValueError",
-    "task_spec": "trainer/tasks.py: TaskSpec.from_dict takes wrongly typed fields",
-    "manifest": "export/manifest.py: a path or list of the wrong JSON type raises TypeError in "
-                "files_for/check_manifest, not a BundleError",
-    "tokenizer": "export/tokenizer.py: max_length 2 cannot hold two texts; the ids come back "
-                 "untruncated",
-}
+# Crashes the 200k-input campaign found in other modules' parsers (fuzz/README.md) that are still
+# open; strict, so a marker goes as soon as the parser refuses its inputs. All are fixed now:
+# each saved input is replayed as a regression test.
+OPEN_FINDINGS: dict[str, str] = {}
 
 
 def marked(targets, open_targets: set[str]) -> list:
@@ -39,7 +32,7 @@ def marked(targets, open_targets: set[str]) -> list:
             if t in open_targets else t for t in sorted(targets)]
 
 
-@pytest.mark.parametrize("target", marked(TARGETS, {"config", "tokenizer"}))  # 300 reach these
+@pytest.mark.parametrize("target", marked(TARGETS, set(OPEN_FINDINGS)))
 def test_parser_fuzzer_finds_no_crash(target, tmp_path):
     out = tmp_path / "counts.json"
     proc = subprocess.run([sys.executable, "-m", "fuzz.parsers", target, "--runs", "300",

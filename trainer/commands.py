@@ -229,7 +229,7 @@ def bench_train(**options: Any) -> None:
     JSON list: steps/s, tokens/s, CPU time, the share of data / forward+backward / optimizer,
     and on a GPU the model-FLOP utilisation. Dev scoring and checkpoints are not timed."""
     from trainer.profile import append_entry, bench_training
-    from trainer.results import _flags
+    from trainer.results import option_flags
 
     steps, warmup, repeats = options.pop("steps"), options.pop("warmup"), options.pop("repeat")
     results_file, machine = options.pop("results"), options.pop("machine")
@@ -237,7 +237,7 @@ def bench_train(**options: Any) -> None:
     cfg = build_config(_config_values(options), config_file)
     entry = bench_training(cfg, steps, warmup, repeats)
     defaults = TrainConfig().to_dict()
-    flags = _flags(cfg.to_dict(), defaults, {"out", "data_dir", "custom_tasks"})
+    flags = option_flags(cfg.to_dict(), defaults, {"out", "data_dir", "custom_tasks"})
     entry["command"] = " ".join(["palkit", "bench-train", *flags, "--steps", str(steps),
                                  "--warmup", str(warmup), "--repeat", str(repeats)])
     entry["machine"] = machine or entry["device"]

@@ -154,6 +154,11 @@ class TrainConfig:
         unknown = set(d) - known
         if unknown:
             raise ValueError(f"{source}: unknown option(s) {sorted(unknown)}")
+        types = {f.name: f.type for f in fields(cls)}
+        for name, value in d.items():
+            if not _holds(types[name], value):
+                raise ValueError(f"{source}: '{name}' must be {_TYPE_WORDS[types[name]]}, got "
+                                 f"{value!r:.60}")
         d = dict(d)
         if "tasks" in d:
             d["tasks"] = tuple(d["tasks"])
@@ -174,6 +179,24 @@ def field_default(f: Field) -> Any:
     return f.default if f.default is not MISSING else None
 
 
+# What a config file's value may be, by the field's declared type (JSON/TOML can give anything).
+_TYPE_WORDS = {"str": "a string", "str | None": "a string", "int": "an integer",
+               "int | None": "an integer", "float": "a number", "bool": "true or false",
+               "tuple[str, ...]": "a list of strings", "tuple[dict, ...]": "a list of tables"}
+
+
+def _holds(declared: str, value: Any) -> bool:
+    if value is None:
+        return declared.endswith("| None")
+    if declared.startswith("tuple["):
+        item = str if declared == "tuple[str, ...]" else dict
+        return isinstance(value, (list, tuple)) and all(isinstance(x, item) for x in value)
+    if isinstance(value, bool) or declared == "bool":
+        return declared == "bool" and isinstance(value, bool)
+    kinds = {"str": str, "int": int, "float": (int, float)}[declared.split(" |")[0]]
+    return isinstance(value, kinds)
+
+
 def read_config_file(path: str | Path) -> dict[str, Any]:
     """Options from a .json or .toml file, keys spelled like the flags (dashes or underscores)."""
     path = Path(path)
@@ -188,7 +211,9 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
             raise ValueError(f"{path}: config files must end in .json or .toml")
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as e:
         raise ValueError(f"{path}: cannot parse ({e})") from None
-    return {k.replace("-", "_"): v for k, v in data.items()}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a table of options, got {type(data).__name__}")
+    return {str(k).replace("-", "_"): v for k, v in data.items()}
 
 
 def build_config(cli_values: dict[str, Any], config_file: str | None = None) -> TrainConfig:
@@ -196,7 +221,7 @@ def build_config(cli_values: dict[str, Any], config_file: str | None = None) -> 
     from_file = read_config_file(config_file) if config_file else {}
     given = {k: v for k, v in cli_values.items() if v is not None}
     preset = given.get("preset", from_file.get("preset", "quick"))
-    if preset not in PRESETS:
+    if not isinstance(preset, str) or preset not in PRESETS:
         raise ValueError(f"preset must be one of {', '.join(PRESETS)}, got '{preset}'")
     merged = {**PRESETS[preset], **from_file, **given, "preset": preset}
     return TrainConfig.from_dict(merged, source=config_file or "options")

@@ -24,11 +24,11 @@ def canonical_command(cfg: dict[str, Any], out: str) -> str:
         parts = ["python", "cli.py", "add-task", str(run), "--task", cfg["tasks"][0]]
         skip |= {"tasks", "base_model", "freeze_trunk", "mode", "pal_size", "pal_heads",
                  "pal_layers", "pal_share_projections", "max_len", "seed"}
-        return " ".join(parts + _flags(cfg, {**defaults, **ADD_TASK_DEFAULTS}, skip))
-    return " ".join([*parts, *_flags(cfg, defaults, skip), "--out", out])
+        return " ".join(parts + option_flags(cfg, {**defaults, **ADD_TASK_DEFAULTS}, skip))
+    return " ".join([*parts, *option_flags(cfg, defaults, skip), "--out", out])
 
 
-def _flags(cfg: dict[str, Any], defaults: dict[str, Any], skip: set[str]) -> list[str]:
+def option_flags(cfg: dict[str, Any], defaults: dict[str, Any], skip: set[str]) -> list[str]:
     parts = []
     for key, value in cfg.items():
         if key in skip or value == defaults.get(key):

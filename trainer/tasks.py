@@ -70,6 +70,8 @@ class TaskSpec:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TaskSpec":
+        if not isinstance(d, dict):
+            raise ValueError(f"a task description must be an object of fields, got {d!r:.60}")
         known = {"name", "kind", "text_columns", "label_column", "labels", "score_range", "files"}
         unknown = set(d) - known
         if unknown:
@@ -78,6 +80,7 @@ class TaskSpec:
         missing = {"name", "kind", "text_columns", "label_column"} - set(d)
         if missing:
             raise ValueError(f"task '{d.get('name', '?')}': missing field(s) {sorted(missing)}")
+        _check_field_types(d)
         return cls(
             name=str(d["name"]),
             kind=str(d["kind"]),
@@ -87,6 +90,32 @@ class TaskSpec:
             score_range=tuple(d["score_range"]) if d.get("score_range") is not None else None,
             files=dict(d.get("files", {})),
         )
+
+
+def _check_field_types(d: dict[str, Any]) -> None:
+    """JSON/TOML can give any type: refuse what the fields cannot hold, naming the field."""
+    where = f"task '{d.get('name', '?')}'"
+
+    def strings(key: str, value: Any) -> None:
+        if not (isinstance(value, list) and all(isinstance(x, str) for x in value)):
+            raise ValueError(f"{where}: '{key}' must be a list of strings, got {value!r:.60}")
+
+    for key in ("name", "kind", "label_column"):
+        if not isinstance(d[key], str):
+            raise ValueError(f"{where}: '{key}' must be a string, got {d[key]!r:.60}")
+    strings("text_columns", d["text_columns"])
+    if d.get("labels") is not None:
+        strings("labels", d["labels"])
+    score_range = d.get("score_range")
+    if score_range is not None and not (
+            isinstance(score_range, list) and len(score_range) == 2
+            and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in score_range)):
+        raise ValueError(f"{where}: 'score_range' must be two numbers, got {score_range!r:.60}")
+    files = d.get("files", {})
+    if not (isinstance(files, dict) and all(isinstance(k, str) and isinstance(v, str)
+                                            for k, v in files.items())):
+        raise ValueError(f"{where}: 'files' must map split names to file names, got "
+                         f"{files!r:.60}")
 
 
 # The tasks of the minBERT data layout in ../shared/data (see its README).

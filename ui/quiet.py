@@ -39,7 +39,13 @@ def configure(verbose: bool) -> None:
     """Set warnings filters and library log levels for this process and its children."""
     if verbose:
         os.environ[VERBOSE_ENV] = "1"
-        logging.basicConfig(level=logging.INFO)
+        for key, value in QUIET_ENVIRONMENT.items():
+            if os.environ.get(key) == value:  # ours, from a quiet parent; a user's own stays
+                os.environ.pop(key)
+        warnings.resetwarnings()
+        logging.getLogger().setLevel(logging.INFO)
+        for name in NOISY_LOGGERS:
+            logging.getLogger(name).setLevel(logging.NOTSET)
         return
     os.environ.pop(VERBOSE_ENV, None)
     for key, value in QUIET_ENVIRONMENT.items():
