@@ -200,7 +200,10 @@ def test_keygen_sign_verify_and_trusted_loading(et_bundle, tmp_path, capsys, mon
     import shutil
 
     from export.signing import TRUST_KEY_ENV, sign_bundle
-    monkeypatch.delenv(TRUST_KEY_ENV, raising=False)
+    # --trust-key sets the variable for this process; registering it with monkeypatch (set, then
+    # delete) makes pytest remove it again after the test, whatever the CLI set.
+    monkeypatch.setenv(TRUST_KEY_ENV, "none")
+    monkeypatch.delenv(TRUST_KEY_ENV)
     assert cli.main(["keygen", str(tmp_path / "keys")]) == 0
     private, public = tmp_path / "keys" / "palkit.key.pem", tmp_path / "keys" / "palkit.pub.pem"
     assert cli.main(["keygen", str(tmp_path / "keys")]) == 2          # never overwrites a key
@@ -222,3 +225,4 @@ def test_keygen_sign_verify_and_trusted_loading(et_bundle, tmp_path, capsys, mon
     assert cli.main(["predict", str(bundle), "--task", "sst", "--runtime", "onnxruntime",
                      "--trust-key", str(public), "a good film"]) == 2
     assert "sst.onnx_adapter" in capsys.readouterr().err
+    assert os.environ[TRUST_KEY_ENV] == str(public)   # what the next loaders would check
