@@ -17,7 +17,6 @@ from trainer.errors import PalkitError
 
 app = typer.Typer()
 EXPORT, RUN, TRUST = "Export", "Run a bundle", "Trust"
-PAIR_SEPARATOR = "|||"
 RuntimeName = Literal["executorch", "onnxruntime"]
 
 TrustKeyOption = Annotated[Optional[Path], typer.Option(

@@ -20,11 +20,6 @@ def _read_line(interactive: bool) -> str | None:
     return line if line else None
 
 
-def _enable_line_editing() -> None:
-    # Importing readline is what makes input() keep history and arrow-key editing.
-    import readline  # noqa: F401
-
-
 def run_demo(engine: Engine, load_ms: float) -> None:
     tasks = list(engine.bundle.tasks)
     print(f"palkit demo: {engine.bundle.folder} on {engine.runtime}; trunk loaded in "
@@ -36,7 +31,7 @@ def run_demo(engine: Engine, load_ms: float) -> None:
           "':all', ':quit'.")
     interactive = sys.stdin.isatty()
     if interactive:
-        _enable_line_editing()
+        import readline  # noqa: F401  (importing it gives input() history and line editing)
     selected = tasks
     while (line := _read_line(interactive)) is not None:
         line = line.strip()
