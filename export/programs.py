@@ -5,9 +5,12 @@
   score_range (regression_score inside the program).
 * `AllTasksProgram`: every task on one input, one output per task (PalBert.forward_all).
 * `SwappableTrunk`: the ONNX graph. The task's PAL and head are the same modules with each
-  nn.Linear replaced by `GivenLinear` (identical F.linear) whose weight and bias come in as graph
-  inputs, so one graph serves every task; the head is padded to `PAD_OUTPUTS` rows and a per-task
-  output map (linear / sigmoid / offset vectors) turns raw outputs into logits or the score.
+  nn.Linear replaced by a `GivenLinear` (the same x·W + b) whose matrix and bias come in as graph
+  inputs, so one graph serves every task; a PAL attention's query/key/value are one GivenLinear
+  (`GivenAttention`). The head is padded to `PAD_OUTPUTS` rows and a per-task output map
+  (linear / sigmoid / offset vectors) turns raw outputs into logits or the score. What ONNX
+  Runtime runs for these (int8 matrices as they are, fused attention kernels) is in
+  export/onnx_ops.py.
 """
 from __future__ import annotations
 
@@ -16,8 +19,10 @@ import copy
 import torch
 from torch import nn
 
-from quant.weights import dequantize_rows, quantize_rows
-from trainer.model import PalBert, TaskHead, regression_score
+import trainer.model as model_code
+from export import onnx_ops
+from quant.weights import quantize_rows
+from trainer.model import PalBert, ProjectedAttention, TaskHead, regression_score
 
 # Fixed width of the ONNX output: the trunk file must not depend on which tasks a bundle holds.
 PAD_OUTPUTS = 16
@@ -73,13 +78,64 @@ def reference_outputs(model: PalBert, task: str, input_ids, attention_mask, toke
 
 
 class GivenLinear(nn.Module):
-    """F.linear with weight and bias assigned just before each call (graph inputs on export)."""
+    """A task's nn.Linear in the swappable graph: bias and matrix (`given`, graph inputs) are
+    assigned just before each call; export/onnx_ops.py says what ONNX Runtime runs."""
 
-    weight: torch.Tensor
     bias: torch.Tensor
+    given: tuple[torch.Tensor, ...]
 
     def forward(self, x):
-        return nn.functional.linear(x, self.weight, self.bias)
+        return onnx_ops.linear(x, self.bias, self.given)
+
+
+class GivenAttention(nn.Module):
+    """A PAL's ProjectedAttention in the swappable graph, with its query/key/value as one
+    GivenLinear (d_s -> 3·d_s): one matrix multiply instead of three."""
+
+    def __init__(self, heads: int, width: int):
+        super().__init__()
+        self.heads, self.width = heads, width
+        self.qkv = GivenLinear()
+
+    def forward(self, x, mask):
+        q, k, v = self.qkv(x).split(self.width, dim=-1)  # a constant split: one Split node
+        # looked up at call time: onnx_ops.fused_attention swaps it while the graph is traced
+        return model_code.multi_head_attention(q, k, v, self.heads, mask, 0.0, False)
+
+
+def given_modules(modules: dict[str, nn.Module]) -> list[tuple[str, str, nn.Module]]:
+    """(adapter tensor path, module path under its prefix, module) of each matrix a task brings
+    to the swappable graph, in a fixed order: every nn.Linear, and each PAL attention's
+    query/key/value as one matrix (path `….qkv`)."""
+    found = []
+
+    def walk(prefix: str, module: nn.Module, path: str) -> None:
+        for name, child in module.named_children():
+            sub = f"{path}.{name}" if path else name
+            if isinstance(child, ProjectedAttention):
+                found.append((f"{prefix}.{sub}.qkv", sub, child))
+            elif isinstance(child, nn.Linear):
+                found.append((f"{prefix}.{sub}", sub, child))
+            else:
+                walk(prefix, child, sub)
+
+    for prefix, root in modules.items():
+        walk(prefix, root, "")
+    return found
+
+
+def matrix_of(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    """The [out, in] weight and bias a given module runs (q/k/v stacked for an attention)."""
+    parts = (module.query, module.key, module.value) if isinstance(module, ProjectedAttention) \
+        else (module,)
+    return (torch.cat([p.weight.detach().float() for p in parts]),
+            torch.cat([p.bias.detach().float() for p in parts]))
+
+
+def given_suffixes(int8: bool) -> tuple[str, ...]:
+    """The adapter tensors of one given matrix, after its path: the bias, then the matrix
+    transposed ([in, out]), as fp32 or as int8 with one scale per output column."""
+    return ("bias", "weight_t.int8", "weight_t.scale") if int8 else ("bias", "weight_t")
 
 
 class SwappableTrunk(nn.Module):
@@ -95,37 +151,27 @@ class SwappableTrunk(nn.Module):
         m.tasks = {SLOT: model.tasks[any_task]}
         self.model = copy.deepcopy(m).eval()
         self.int8 = int8_adapters
-        # Parameter names as in model.task_parameters(): "pal.…" and "head.…".
-        self.param_names = list(model.task_parameters(any_task))
-        self.slots: dict[str, tuple[GivenLinear, str]] = {}
+        self.slots: list[tuple[str, GivenLinear]] = []  # (adapter tensor path, its module)
         for prefix, root in self.model.task_modules(SLOT).items():
-            for parent_name, parent in list(root.named_modules()):
-                for child_name, child in list(parent.named_children()):
-                    if isinstance(child, nn.Linear):
-                        given = GivenLinear()
-                        setattr(parent, child_name, given)
-                        path = ".".join(p for p in (prefix, parent_name, child_name) if p)
-                        self.slots[f"{path}.weight"] = (given, "weight")
-                        self.slots[f"{path}.bias"] = (given, "bias")
-        assert set(self.slots) == set(self.param_names), (sorted(self.slots), self.param_names)
+            for path, name, child in given_modules({prefix: root}):
+                attention = isinstance(child, ProjectedAttention)
+                given = GivenAttention(child.heads, child.query.out_features) if attention \
+                    else GivenLinear()
+                root.set_submodule(name, given)
+                self.slots.append((path, given.qkv if attention else given))
 
     def adapter_input_names(self) -> list[str]:
-        names = []
-        for p in self.param_names:
-            names += [f"{p}.int8", f"{p}.scale"] if self.int8 and p.endswith(".weight") else [p]
+        names = [f"{path}.{s}" for path, _ in self.slots for s in given_suffixes(self.int8)]
         return names + ["output.linear", "output.sigmoid", "output.offset"]
 
     def forward(self, input_ids, attention_mask, token_type_ids, *tensors):
         it = iter(tensors)
-        for p in self.param_names:
-            given, attr = self.slots[p]
-            if self.int8 and p.endswith(".weight"):
-                q, scale = next(it), next(it)
-                setattr(given, attr, dequantize_rows(q, scale))
-            else:
-                setattr(given, attr, next(it))
+        for _, given in self.slots:
+            given.bias = next(it)
+            given.given = tuple(next(it) for _ in given_suffixes(self.int8)[1:])
         linear, sigmoid, offset = next(it), next(it), next(it)
-        raw = self.model(input_ids, attention_mask, token_type_ids, SLOT)
+        with onnx_ops.fused_attention(attention_mask):
+            raw = self.model(input_ids, attention_mask, token_type_ids, SLOT)
         return linear * raw + sigmoid * torch.sigmoid(raw) + offset
 
 
@@ -136,16 +182,17 @@ def adapter_tensors(model: PalBert, task: str, int8: bool) -> dict[str, torch.Te
         raise ValueError(f"task '{task}' has {spec.num_outputs} outputs; the ONNX export "
                          f"supports at most {PAD_OUTPUTS}")
     out: dict[str, torch.Tensor] = {}
-    for name, value in model.task_parameters(task).items():
-        v = value.detach().float()
-        if name.startswith("head."):
-            padded = torch.zeros((PAD_OUTPUTS, *v.shape[1:]))
-            padded[: v.shape[0]] = v
-            v = padded
-        if int8 and name.endswith(".weight"):
-            out[f"{name}.int8"], out[f"{name}.scale"] = quantize_rows(v)
+    for path, _, module in given_modules(model.task_modules(task)):
+        w, b = matrix_of(module)
+        if path.startswith("head."):
+            w = torch.cat([w, w.new_zeros(PAD_OUTPUTS - w.shape[0], w.shape[1])])
+            b = torch.cat([b, b.new_zeros(PAD_OUTPUTS - b.shape[0])])
+        if int8:
+            q, scale = quantize_rows(w)
+            values = (b, q.t(), scale)
         else:
-            out[name] = v.contiguous()
+            values = (b, w.t())
+        out.update({f"{path}.{s}": v.contiguous() for s, v in zip(given_suffixes(int8), values)})
     linear, sigmoid, offset = (torch.zeros(PAD_OUTPUTS) for _ in range(3))
     if spec.is_regression:
         low, high = spec.score_range  # type: ignore[misc]

@@ -11,6 +11,3 @@ def quantize_rows(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
     return q, scale
 
-
-def dequantize_rows(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    return q.to(torch.float32) * scale[:, None]
