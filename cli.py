@@ -14,6 +14,7 @@ import typer
 
 from bench.commands import app as bench_app
 from export.commands import app as export_app
+from studies.commands import app as studies_app
 from trainer.commands import app as trainer_app
 from trainer.errors import PalkitError
 from ui import quiet
@@ -28,6 +29,7 @@ app = typer.Typer(name="palkit", help=__doc__.splitlines()[0], no_args_is_help=T
 app.add_typer(trainer_app)
 app.add_typer(export_app)
 app.add_typer(bench_app)
+app.add_typer(studies_app)
 
 # Failures with a message that says what to do; anything else keeps its traceback.
 KNOWN_FAILURES = (PalkitError, ValueError, FileNotFoundError)

@@ -1,9 +1,11 @@
-"""The report's two figures, each small enough to take in at once (at most 1600 x 1000 px):
+"""The report's figures, each small enough to take in at once (at most 1600 x 1000 px):
 
 - headline.png: bundle size, one-task latency and all-tasks latency of every host subject (PAL
   bundles, our three separate models, the peers) at the headline's condition, targets drawn in;
 - accuracy_vs_size.png: test (else dev) average of each benchmarked bundle against its size,
-  with the fp32 models in PyTorch and the accuracy target as reference lines.
+  with the fp32 models in PyTorch and the accuracy target as reference lines;
+- frontier.png (with `report --accuracy`): each study configuration's accuracy against its
+  all-tasks latency, bubble area = task-specific bytes, the recommended ones circled.
 
 Both come from the first host file, as the headline does; every figure is also in report.md.
 """
@@ -46,7 +48,8 @@ def save(fig, path: Path) -> None:
     _plt().close(fig)
 
 
-def write_charts(hosts: list[BenchInput], m: Measurements, out: Path) -> dict[str, str]:
+def write_charts(hosts: list[BenchInput], m: Measurements, out: Path,
+                 deployment: dict[str, Any] | None = None) -> dict[str, str]:
     """The figures written into `out`: name -> file name (none without a host file)."""
     if not hosts:
         return {}
@@ -62,6 +65,10 @@ def write_charts(hosts: list[BenchInput], m: Measurements, out: Path) -> dict[st
         if points:
             accuracy_figure(points, lines, data, out / "accuracy_vs_size.png")
             charts["accuracy_vs_size"] = "accuracy_vs_size.png"
+        timed = [p for p in (deployment or {}).get("points", []) if p.get("all_tasks_ms")]
+        if timed:
+            frontier_figure(timed, deployment["recommendation"], data, out / "frontier.png")
+            charts["frontier"] = "frontier.png"
     return charts
 
 
@@ -262,5 +269,35 @@ def accuracy_figure(points: list[dict[str, Any]], lines: list[dict[str, Any]],
         handles.append(Line2D([], [], color="black", linestyle=":",
                               label=f"target: separate fp32 − {-gap:g} point"))
     ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    fig.tight_layout()
+    save(fig, path)
+
+
+# ---- deployment frontier ------------------------------------------------------------------------
+
+def frontier_figure(points: list[dict[str, Any]], rec: dict[str, Any], data: dict[str, Any],
+                    path: Path) -> None:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(12, 6.5))
+    largest = max(p["task_specific_bytes"] for p in points)
+    for p in points:
+        area = 150 + 2500 * p["task_specific_bytes"] / largest
+        color = ROLE_COLOR["separate"] if p["name"] == "separate" else ROLE_COLOR["pal"]
+        ax.scatter(p["all_tasks_ms"], p["accuracy"], s=area, color=color, alpha=0.55,
+                   edgecolor="black", linewidth=0.8, zorder=3)
+        picked = [use for use, key in (("all tasks", "all_tasks"), ("one task", "one_task"))
+                  if rec.get(key) == p["name"]]
+        label = p["name"] + (f"  ← ship ({', '.join(picked)})" if picked else "")
+        ax.annotate(label, (p["all_tasks_ms"], p["accuracy"]), xytext=(10, 6),
+                    textcoords="offset points", fontsize=12,
+                    fontweight="bold" if picked else "normal")
+    ax.set_xlim(0, max(p["all_tasks_ms"] for p in points) * 1.45)
+    ax.margins(y=0.25)
+    split = points[0]["split"]
+    ax.set_xlabel("all three tasks on one input, ms (p50, 128 tokens, 1 thread, ExecuTorch int8)")
+    ax.set_ylabel(f"average score, {split} (points, mean over seeds)")
+    ax.set_title(f"deployment frontier · bubble area = task-specific bytes · "
+                 f"{machine_label(data['machine'])}", fontsize=14)
+    ax.grid(alpha=0.3)
     fig.tight_layout()
     save(fig, path)

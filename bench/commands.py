@@ -109,6 +109,10 @@ def report(
     out: Annotated[Path, typer.Option(metavar="DIR", help="report folder")] = DEFAULT_REPORT_OUT,
     summary: Annotated[Optional[Path], typer.Option(
         metavar="FILE", help="also write the headline here (e.g. reports/summary.json)")] = None,
+    accuracy: Annotated[Optional[Path], typer.Option(
+        metavar="FILE", help="a study's table (`palkit study-results`, e.g. "
+        "results/converged.json): adds the deployment frontier and the recommendation, joined "
+        "to bundles named after its configurations")] = None,
 ) -> None:
     """Write report.md, report.json and charts from bench results (host and phone).
 
@@ -120,7 +124,7 @@ def report(
 
     if not bench_files and not device_results:
         bench_files = [DEFAULT_BENCH_OUT]
-    result = build_report(bench_files or [], device_results or [], out, summary)
+    result = build_report(bench_files or [], device_results or [], out, summary, accuracy)
     targets_table(result["targets"], "headline against the targets")
     typer.echo(f"wrote {out / 'report.md'}, {out / 'report.json'} and "
                f"{len(result['charts'])} charts" + (f"; summary {summary}" if summary else ""))

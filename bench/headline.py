@@ -23,6 +23,7 @@ TARGETS = {
     "latency_ratio_pal_vs_best_peer": ("<=", 1.00, "one task p50 / fastest peer"),
     "all_tasks_ratio_all_layers": ("<=", 2.2, "all three tasks on one input / one task (all-layer PALs)"),
     "all_tasks_ratio_top_half": ("<=", 1.7, "all three tasks on one input / one task (top-half PALs)"),
+    "all_tasks_ratio_best_placement": ("<=", 1.5, "all three tasks / one task, best PAL placement within 1 point of all-layer PALs"),
     "swap_ms": ("<=", 10.0, "adapter swap, ms"),
     "memory_ratio_all_vs_one": ("<=", 1.3, "memory with all three resident / one"),
     "accuracy_gap_pal_int8_vs_separate_fp32": (">=", -1.0, "PAL int8 avg - three separate fp32 avg, points"),
@@ -32,7 +33,8 @@ SUMMARY_KEYS = ("machine", "size_ratio_vs_three_separate", "size_ratio_vs_one_se
                 "latency_ratio_pal_vs_plain", "latency_ratio_pal_vs_best_peer",
                 "all_tasks_ratio_all_layers", "all_tasks_ratio_top_half", "swap_ms",
                 "memory_ratio_all_vs_one", "accuracy_avg_pal_int8", "accuracy_avg_separate_fp32",
-                "accuracy_drop_int8_vs_fp32", "notes")
+                "accuracy_drop_int8_vs_fp32", "all_tasks_ratio_best_placement",
+                "best_placement_accuracy_gap", "notes")
 
 
 def ratio(a: float | None, b: float | None) -> float | None:

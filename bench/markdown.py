@@ -11,6 +11,8 @@ FIGURE_CAPTIONS = {
                 "condition; a black tick marks where a bar's target lies",
     "accuracy_vs_size": "accuracy of each benchmarked bundle against its size; dashed lines: "
                         "the same runs in fp32 (PyTorch)",
+    "frontier": "each study configuration's accuracy against the latency of all three tasks on "
+                "one input; bubble area = task-specific bytes",
 }
 
 
@@ -24,7 +26,7 @@ def fmt(v: Any, digits: int = 2) -> str:
 
 def render_markdown(report: dict[str, Any], hosts: list[BenchInput],
                     devices: list[BenchInput]) -> str:
-    lines = _machines(report) + _figures(report) + _headline(report)
+    lines = _machines(report) + _figures(report) + _headline(report) + _frontier(report)
     for host in hosts:
         lines += _host_sections(report, host)
     if report["pairwise"]:
@@ -198,4 +200,33 @@ def _device(device: BenchInput) -> list[str]:
         lines.append(f"| swap ms, {k} | {fmt(v) if not isinstance(v, dict) else v} |")
     for k, v in (data.get("memory_rss_bytes") or {}).items():
         lines.append(f"| RSS {k}, MiB | {fmt(v / MiB)} |")
+    return lines
+
+
+def _frontier(report: dict[str, Any]) -> list[str]:
+    deployment = report.get("frontier")
+    if not deployment:
+        return []
+    rec = deployment["recommendation"]
+    lines = ["", "## Which configuration to ship", "",
+             f"- **All tasks on every input: {rec['all_tasks'] or '—'}.**",
+             f"- **One task at a time: {rec['one_task'] or '—'}.**",
+             f"- Best PAL placement: {rec['best_placement'] or '—'} (all tasks / one task "
+             f"{fmt(rec['all_tasks_ratio_best_placement'])}, accuracy vs all-layer PALs "
+             f"{fmt(rec['best_placement_accuracy_gap'])} points).", ""]
+    lines += [f"From `{deployment['accuracy_file']}`; " + "; ".join(rec["notes"]) + "."]
+    sd = deployment.get("accuracy_sd_points")
+    if sd is not None:
+        lines += ["", f"Seed-to-seed standard deviation of the dev average in that study: about "
+                  f"{sd:.1f} points; differences smaller than about twice that are not evidence."]
+    lines += ["", "| configuration | accuracy | task-specific MiB | bundle MiB | one task ms, "
+              "ExecuTorch | one task ms, ONNX Runtime | all tasks ms | all / one |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for p in deployment["points"]:
+        mib = lambda v: fmt(v / MiB if v is not None else None)  # noqa: E731
+        lines.append(f"| {p['name']} | {p['accuracy']:.1f} ({p['split']}) | "
+                     f"{mib(p.get('task_specific_bytes'))} | {mib(p.get('bundle_bytes'))} | "
+                     f"{fmt(p['one_task_ms'].get('executorch'), 1)} | "
+                     f"{fmt(p['one_task_ms'].get('onnxruntime'), 1)} | "
+                     f"{fmt(p.get('all_tasks_ms'), 1)} | {fmt(p.get('all_tasks_ratio'))} |")
     return lines

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.charts import write_charts
+from bench.frontier import frontier
 from bench.headline import SUMMARY_KEYS, ceiling_fraction, check_targets, headline, pairwise
 from bench.ingest import Measurements, ReportError, machine_label, read_inputs
 from bench.markdown import render_markdown
@@ -19,13 +20,18 @@ from trainer.fileio import write_text
 
 
 def build_report(bench_files: list[Path], device_files: list[Path], out: Path,
-                 summary_path: Path | None = None) -> dict[str, Any]:
+                 summary_path: Path | None = None,
+                 accuracy_file: Path | None = None) -> dict[str, Any]:
     if not bench_files and not device_files:
         raise ReportError("nothing to report: give --bench FILE (from `cli.py bench`) and/or "
                           "--device-results FILE (from the Android app)")
     m = Measurements()
     hosts, devices = read_inputs(bench_files, device_files, m)
     summary, sources = _summary(hosts, m)
+    deployment = None
+    if accuracy_file is not None and hosts:
+        deployment = frontier(hosts[0].data, hosts[0].key, m, accuracy_file)
+        _add_frontier_summary(summary, sources, deployment)
     out.mkdir(parents=True, exist_ok=True)
     report = {"generated": time.strftime("%Y-%m-%d %H:%M:%S"),
               "inputs": {"bench": [str(f) for f in bench_files],
@@ -34,7 +40,8 @@ def build_report(bench_files: list[Path], device_files: list[Path], out: Path,
                            for _, d, f in hosts + devices],
               "summary": summary, "headline_sources": sources, "targets": check_targets(summary),
               "pairwise": pairwise(hosts, m), "ceiling_fraction": ceiling_fraction(hosts, m),
-              "charts": write_charts(hosts, m, out), "measurements": m.items,
+              "frontier": deployment,
+              "charts": write_charts(hosts, m, out, deployment), "measurements": m.items,
               "host_notes": [n for _, d, _ in hosts for n in d.get("notes", [])]}
     write_text(out / "report.json", json.dumps(report, indent=1, sort_keys=True) + "\n")
     write_text(out / "report.md", render_markdown(report, hosts, devices))
@@ -58,3 +65,18 @@ def _summary(hosts, m: Measurements) -> tuple[dict[str, Any], dict[str, Any]]:
         if summary.get(key) is not None and missing:
             raise ReportError(f"internal: headline {key} cites unknown measurements {missing}")
     return summary, sources
+
+
+def _add_frontier_summary(summary: dict[str, Any], sources: dict[str, Any],
+                          deployment: dict[str, Any]) -> None:
+    """The frontier's two summary keys, with the placement and the recommendations in notes."""
+    rec = deployment["recommendation"]
+    best = {p["name"]: p for p in deployment["points"]}.get(rec["best_placement"])
+    summary["all_tasks_ratio_best_placement"] = rec["all_tasks_ratio_best_placement"]
+    summary["best_placement_accuracy_gap"] = rec["best_placement_accuracy_gap"]
+    sources["all_tasks_ratio_best_placement"] = best["sources"] if best else []
+    summary["notes"] = [*summary["notes"], *rec["notes"],
+                        f"best placement (all tasks / one task, within the accuracy bound): "
+                        f"{rec['best_placement']}",
+                        f"recommended for all tasks on every input: {rec['all_tasks']}; for one "
+                        f"task at a time: {rec['one_task']}"]

@@ -43,6 +43,15 @@ def option_flags(cfg: dict[str, Any], defaults: dict[str, Any], skip: set[str]) 
     return parts
 
 
+def total_steps(cfg: dict[str, Any]) -> int | dict[str, int]:
+    """Optimizer steps a run's model was trained for: the joint epochs, plus one tuning phase per
+    task with --tune-adapters-after. A separate run: each task's model, by task."""
+    joint = cfg["epochs"] * cfg["steps_per_epoch"]
+    if cfg["mode"] == "separate":
+        return {task: joint for task in cfg["tasks"]}
+    return joint + cfg.get("tune_adapters_after", 0) * cfg["steps_per_epoch"] * len(cfg["tasks"])
+
+
 def run_facts(run: Path) -> dict[str, Any]:
     """Mode, sampling, parameter counts and wall time of a finished run (separate: all models)."""
     cfg = read_run_config(run)
@@ -89,6 +98,7 @@ def record(results: Path, name: str, facts: dict[str, Any], split: str,
              **{k: v for k, v in metrics.items() if k.endswith(METRIC_SUFFIXES)},
              "avg": metrics["avg"], "params_total": facts["params_total"],
              "params_task_specific": facts["params_task_specific"],
+             "total_steps": total_steps(facts["config"]),
              "wall_time_s": facts["wall_time_s"], "wall_time_note": WALL_TIME_NOTE,
              "command": command, "machine": machine_name(), **(extra or {})}
     entries = [e for e in entries if (e["name"], e["split"]) != (name, split)] + [entry]

@@ -1,0 +1,126 @@
+"""The deployment frontier: accuracy against cost for every configuration of a study.
+
+Joins a host bench file (latency and bytes of bundles named after the study's configurations,
+e.g. `bundles/pals-top-1`) with a study's accuracy table (`palkit study-results`, e.g.
+results/converged.json) and names the configuration to ship for two uses:
+
+- "all tasks on every input": the lowest all-tasks p50 (ExecuTorch all-tasks program; three
+  separate models run one after the other);
+- "one task at a time": the lowest one-task p50 on the faster runtime;
+
+each among the configurations whose accuracy is within WITHIN_POINTS of all-layer PALs. The
+accuracy is the test average when every configuration has one, else the dev average (mean over
+seeds), said in the notes.
+"""
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from bench.headline import REF_SEQ, REF_THREADS, all_tasks_id, task_p50
+from bench.ingest import Measurements, host_subjects
+from trainer.checkpoint import read_json
+
+ALL_LAYERS = "pals-annealed"     # the study's all-layer PAL configuration, the reference
+SEPARATE = "separate"
+WITHIN_POINTS = 1.0
+RUNTIMES = ("executorch", "onnxruntime")
+
+
+def _subject(subs: dict[str, dict[str, Any]], name: str, runtime: str) -> str | None:
+    for candidate in (f"{name}/{runtime}", f"{name}/{runtime}/int8"):
+        if candidate in subs:
+            return candidate
+    return None
+
+
+def _accuracy(rows: list[dict[str, Any]]) -> tuple[str, dict[str, float]]:
+    if all(r.get("test_avg") for r in rows):
+        return "test", {r["name"]: r["test_avg"]["mean"] for r in rows}
+    return "dev", {r["name"]: r["dev_avg"]["mean"] for r in rows}
+
+
+def frontier_points(data: dict[str, Any], prefix: str, m: Measurements,
+                    rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
+    """One point per configuration that has both an accuracy row and a benched bundle."""
+    subs = host_subjects(data)
+    split, accuracy = _accuracy(rows)
+    points = []
+    for row in rows:
+        name = row["name"]
+        found = {rt: _subject(subs, name, rt) for rt in RUNTIMES}
+        if not any(found.values()):
+            continue
+        point: dict[str, Any] = {"name": name, "accuracy": accuracy[name], "split": split,
+                                 "one_task_ms": {}, "sources": []}
+        for rt, subject in found.items():
+            if subject is None:
+                continue
+            s = subs[subject]
+            one, ids = task_p50(m, prefix, subject, s["tasks"], REF_THREADS, REF_SEQ)
+            point["one_task_ms"][rt] = one
+            point["sources"] += ids
+            if rt == "executorch":
+                point.update(_bytes_and_all_tasks(m, prefix, subject, s, one, ids, point))
+        points.append(point)
+    return points, split
+
+
+def _bytes_and_all_tasks(m: Measurements, prefix: str, subject: str, s: dict[str, Any],
+                         one: float | None, ids: list[str], point: dict[str, Any]) -> dict[str, Any]:
+    bundle = s["bundle"]
+    task_bytes = (bundle["total_bytes"] if s.get("role") == "separate"
+                  else sum(bundle.get("adapter_bytes", {}).values()))
+    mid = all_tasks_id(prefix, subject, REF_THREADS, REF_SEQ)
+    all_tasks, sources = m.get(mid), [mid]
+    if all_tasks is None and one is not None:   # not measured: the tasks one after the other
+        all_tasks, sources = one * len(s["tasks"]), ids
+    point["sources"] += sources
+    return {"bundle_bytes": bundle["total_bytes"], "task_specific_bytes": task_bytes,
+            "all_tasks_ms": all_tasks,
+            "all_tasks_ratio": all_tasks / one if all_tasks and one else None}
+
+
+def _fastest_one_task(p: dict[str, Any]) -> float:
+    return min((v for v in p["one_task_ms"].values() if v is not None), default=float("inf"))
+
+
+def recommend(points: list[dict[str, Any]], split: str) -> dict[str, Any]:
+    """The configurations to ship, and the summary keys of the best PAL placement."""
+    by_name = {p["name"]: p for p in points}
+    out: dict[str, Any] = {"all_tasks": None, "one_task": None, "best_placement": None,
+                           "all_tasks_ratio_best_placement": None,
+                           "best_placement_accuracy_gap": None, "notes": []}
+    reference = by_name.get(ALL_LAYERS)
+    if reference is None:
+        out["notes"].append(f"no '{ALL_LAYERS}' bundle benched: nothing to compare against")
+        return out
+    floor = reference["accuracy"] - WITHIN_POINTS
+    eligible = [p for p in points if p["accuracy"] >= floor]
+    timed = [p for p in eligible if p.get("all_tasks_ms") is not None]
+    if timed:
+        out["all_tasks"] = min(timed, key=lambda p: p["all_tasks_ms"])["name"]
+    out["one_task"] = min(eligible, key=_fastest_one_task)["name"]
+    placements = [p for p in timed if p["name"].startswith("pals-")]
+    if placements:
+        best = min(placements, key=lambda p: p["all_tasks_ratio"] or float("inf"))
+        out["best_placement"] = best["name"]
+        out["all_tasks_ratio_best_placement"] = best["all_tasks_ratio"]
+        out["best_placement_accuracy_gap"] = round(best["accuracy"] - reference["accuracy"], 2)
+    out["notes"].append(
+        f"accuracy: {split} average in points (mean over the study's seeds); eligible: within "
+        f"{WITHIN_POINTS} point of {ALL_LAYERS} ({reference['accuracy']:.1f}); latency p50 at "
+        f"{REF_SEQ} tokens, {REF_THREADS} thread")
+    return out
+
+
+def frontier(data: dict[str, Any], prefix: str, m: Measurements,
+             accuracy_file: Path) -> dict[str, Any]:
+    rows = read_json(accuracy_file)["rows"]
+    points, split = frontier_points(data, prefix, m, rows)
+    return {"accuracy_file": str(accuracy_file), "points": points,
+            "recommendation": recommend(points, split),
+            "accuracy_sd_points": statistics.fmean(
+                r["dev_avg"]["sd"] for r in rows if r["dev_avg"]["sd"] is not None)
+            if any(r["dev_avg"]["sd"] is not None for r in rows) else None}

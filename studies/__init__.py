@@ -1,0 +1,1 @@
+"""Studies: many training runs of one budget, trained side by side and scored (palkit study)."""

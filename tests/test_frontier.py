@@ -1,0 +1,65 @@
+"""`palkit report --accuracy`: the deployment frontier joins bench subjects named after a study's
+configurations with the study's accuracy, and names what to ship from the numbers."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.report import build_report
+from test_report_bench import host_bench, png_size
+
+RENAMED = {"pal/executorch": "pals-annealed/executorch", "pal-top/executorch": "pals-top-1/executorch"}
+
+
+def _row(name: str, dev: float, test: float | None = None) -> dict:
+    return {"name": name, "dev_avg": {"mean": dev, "sd": 0.3, "n": 3},
+            "test_avg": {"mean": test, "sd": None, "n": 1} if test is not None else None}
+
+
+def write_inputs(tmp_path: Path, top1_dev: float) -> tuple[Path, Path]:
+    text = json.dumps(host_bench(tmp_path))
+    for old, new in RENAMED.items():
+        text = text.replace(f'"{old}', f'"{new}').replace(f":{old}:", f":{new}:")
+    bench = tmp_path / "host.json"
+    bench.write_text(text)
+    accuracy = tmp_path / "converged.json"
+    accuracy.write_text(json.dumps({"rows": [
+        _row("pals-annealed", 74.4, 75.4), _row("pals-top-1", top1_dev),
+        _row("separate", 74.3), _row("pals-heads-4", 74.7)]}))
+    return bench, accuracy
+
+
+def test_frontier_recommends_from_the_numbers(tmp_path: Path) -> None:
+    bench, accuracy = write_inputs(tmp_path, top1_dev=74.0)
+    report = build_report([bench], [], tmp_path / "report", tmp_path / "summary.json", accuracy)
+    points = {p["name"]: p for p in report["frontier"]["points"]}
+    assert set(points) == {"pals-annealed", "pals-top-1", "separate"}   # heads-4 has no bundle
+    assert points["pals-annealed"]["all_tasks_ratio"] == pytest.approx(28.0 / 13.0)
+    assert points["separate"]["all_tasks_ms"] == pytest.approx(36.0)     # three models in a row
+    assert points["separate"]["task_specific_bytes"] == 66_300_000
+    assert points["pals-top-1"]["task_specific_bytes"] == 600_000
+    assert points["pals-annealed"]["split"] == "dev"   # not every configuration has a test score
+    rec = report["frontier"]["recommendation"]
+    assert (rec["all_tasks"], rec["one_task"], rec["best_placement"]) == \
+        ("pals-top-1", "separate", "pals-top-1")
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["all_tasks_ratio_best_placement"] == pytest.approx(20.0 / 12.5)
+    assert summary["best_placement_accuracy_gap"] == pytest.approx(-0.4)
+    assert summary["latency_ratio_pal_vs_plain"] is not None   # today's keys stay
+    assert any("pals-top-1" in n for n in summary["notes"])
+    assert report["targets"]["all_tasks_ratio_best_placement"]["met"] is False   # 1.6 > 1.5
+    markdown = (tmp_path / "report" / "report.md").read_text()
+    assert "**All tasks on every input: pals-top-1.**" in markdown
+    assert "| pals-top-1 | 74.0 (dev) | 0.57 |" in markdown
+    assert png_size(tmp_path / "report" / "frontier.png") == (1200, 650)
+
+
+def test_a_configuration_too_far_below_all_layer_pals_is_not_recommended(tmp_path: Path) -> None:
+    bench, accuracy = write_inputs(tmp_path, top1_dev=73.3)    # 1.1 points below 74.4
+    report = build_report([bench], [], tmp_path / "report", None, accuracy)
+    rec = report["frontier"]["recommendation"]
+    assert rec["all_tasks"] == "pals-annealed"        # 28 ms beats separate's 36 ms
+    assert rec["best_placement"] == "pals-annealed"
+    assert rec["best_placement_accuracy_gap"] == 0.0
