@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.fx.passes.infra.pass_base import PassResult
 
 from export.programs import TEXT_INPUTS, AllTasksProgram, TaskProgram
 from trainer.model import PalBert
@@ -51,7 +52,7 @@ def _owner_table(ep: torch.export.ExportedProgram) -> dict[str, str]:
         f = fqn.get(name, "")
         if f.startswith("model.trunk."):
             return "trunk"
-        if f.startswith(("model.adapters.", "model.heads.")):
+        if f.startswith(("model.adapters.", "model.heads.", "model.stacked.")):
             return "task"
         return None
 
@@ -155,6 +156,29 @@ def _lower_in_worker(name: str, tasks: list[str], out_dir: Path, int8: bool, max
     return lower_named(_worker_model, name, tasks, out_dir, int8, max_len, calibration)
 
 
+def infer_sequence_size(gm: torch.fx.GraphModule) -> PassResult:
+    """An edge pass: spell a reshape's one symbolic size (the sequence length) as -1,
+    view_copy(x, [1, s, 12, 32]) -> view_copy(x, [1, -1, 12, 32]). XNNPACK lowers a reshape
+    with one inferred size but not one with a symbolic size (ViewCopyConfig), so without this
+    every reshape in attention splits the delegate and runs as a portable op."""
+    from executorch.exir.dialects._ops import ops as exir_ops
+
+    changed = False
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target != exir_ops.edge.aten.view_copy.default:
+            continue
+        shape = list(node.args[1])
+        symbolic = [i for i, d in enumerate(shape) if not isinstance(d, int)]
+        if len(symbolic) == 1 and -1 not in shape:
+            shape[symbolic[0]] = -1
+            node.args = (node.args[0], shape, *node.args[2:])
+            changed = True
+    if changed:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+    return PassResult(gm, changed)
+
+
 def lower_program(program: torch.nn.Module, name: str, out_dir: Path, int8: bool, max_len: int,
                   calibration: list[tuple[torch.Tensor, ...]]) -> dict[str, Any]:
     """The lowering steps, one after the other: int8 embeddings, export with a dynamic sequence
@@ -189,7 +213,8 @@ def lower_program(program: torch.nn.Module, name: str, out_dir: Path, int8: bool
         is_trunk = node.name.startswith("p_model_trunk_") or owners.get(node.name) == "trunk"
         return TRUNK_DATA if big and is_trunk else None
 
-    edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()],
+    edge = to_edge_transform_and_lower(ep, transform_passes=[infer_sequence_size],
+                                       partitioner=[XnnpackPartitioner()],
                                        compile_config=EdgeCompileConfig(_check_ir_validity=False))
     et = edge.to_executorch(ExecutorchBackendConfig(external_constants=external,
                                                     do_quant_fusion_and_const_prop=int8))
@@ -201,7 +226,21 @@ def lower_program(program: torch.nn.Module, name: str, out_dir: Path, int8: bool
     if extra:
         raise RuntimeError(f"unexpected ExecuTorch data files {extra}: only {TRUNK_DATA}.ptd "
                            "is supported")
-    ops = sorted({_op_name(n.target) for n in edge.exported_program().graph.nodes
+    return delegation_facts(edge.exported_program().graph_module)
+
+
+def delegation_facts(gm: torch.fx.GraphModule) -> dict[str, Any]:
+    """How the lowered graph is partitioned (ExecuTorch's get_delegation_info): XNNPACK delegate
+    segments, and the ops left to portable kernels (getitem, which only unpacks a delegate's
+    outputs, is not counted)."""
+    from executorch.devtools.backend_debug import get_delegation_info
+
+    info = get_delegation_info(gm)
+    kept = {op: b.non_delegated for op, b in info.delegation_by_operator.items()
+            if b.non_delegated and op != "getitem"}
+    ops = sorted({_op_name(n.target) for n in gm.graph.nodes
                   if n.op == "call_function" and "delegate" not in _op_name(n.target)
                   and "getitem" not in _op_name(n.target)})
-    return {"non_delegated_ops": ops}
+    return {"non_delegated_ops": ops, "delegate_segments": info.num_delegated_subgraphs,
+            "delegated_nodes": info.num_delegated_nodes, "non_delegated_nodes": sum(kept.values()),
+            "non_delegated_by_op": dict(sorted(kept.items()))}

@@ -16,6 +16,7 @@ The same module is used by training, export and tests.
 """
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import asdict, dataclass
 
@@ -66,16 +67,36 @@ def additive_mask(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Ten
 
 def multi_head_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int,
                          mask: torch.Tensor, dropout_p: float, training: bool) -> torch.Tensor:
-    """Scaled dot-product attention written out (matmul/softmax), the form XNNPACK lowers best."""
+    """Scaled dot-product attention written out as 3-D batched matrix multiplies over batch x
+    heads, every reshape spelled with -1 for the sequence length: ExecuTorch's XNNPACK delegate
+    takes reshapes with one inferred size but not a symbolic one, nor a 4-D matmul's expands,
+    so in this form a layer's attention stays inside one delegate. A mask with one row
+    broadcasts over the batch."""
     b, s, width = q.shape
     head_dim = width // heads
 
-    def split(x: torch.Tensor) -> torch.Tensor:
-        return x.view(b, s, heads, head_dim).transpose(1, 2)
+    def split(x: torch.Tensor) -> torch.Tensor:  # [b, s, width] -> [b, heads, s, head_dim]
+        return x.reshape(b, -1, heads, head_dim).transpose(1, 2)
 
-    scores = (split(q) @ split(k).transpose(-1, -2)) * head_dim ** -0.5 + mask
+    # K^T made contiguous as transformers' 4-D matmul makes it: the same sums, bit for bit
+    kt = split(k).transpose(2, 3).reshape(b * heads, head_dim, -1)
+    scores = torch.bmm(split(q).reshape(b * heads, -1, head_dim), kt) * head_dim ** -0.5
+    if mask.shape[0] == 1:
+        scores = scores + mask.reshape(1, 1, -1)
+    else:
+        scores = (scores.view(b, heads, s, s) + mask).view(b * heads, s, s)
     probs = F.dropout(scores.softmax(dim=-1), dropout_p, training)
-    return (probs @ split(v)).transpose(1, 2).reshape(b, s, width)
+    ctx = torch.bmm(probs, split(v).reshape(b * heads, -1, head_dim))
+    return ctx.reshape(b, heads, -1, head_dim).transpose(1, 2).reshape(b, -1, width)
+
+
+def project_qkv(module: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Query, key and value of a self-attention (a PAL's or a trunk layer's): its three Linears,
+    or the one Linear `fuse_qkv` put in their place."""
+    fused = getattr(module, "qkv", None)
+    if fused is None:
+        return module.query(x), module.key(x), module.value(x)
+    return fused(x).chunk(3, dim=-1)
 
 
 class ProjectedAttention(nn.Module):
@@ -89,8 +110,8 @@ class ProjectedAttention(nn.Module):
         self.value = nn.Linear(size, size)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return multi_head_attention(self.query(x), self.key(x), self.value(x), self.heads, mask,
-                                    self.dropout, self.training)
+        return multi_head_attention(*project_qkv(self, x), self.heads, mask, self.dropout,
+                                    self.training)
 
 
 class TaskAdapter(nn.Module):
@@ -183,8 +204,7 @@ class PalBert(nn.Module):
         block = self.trunk.encoder.layer[index]
         attn = block.attention
         cfg = self.trunk.config
-        ctx = multi_head_attention(attn.self.query(h), attn.self.key(h), attn.self.value(h),
-                                   cfg.num_attention_heads, mask,
+        ctx = multi_head_attention(*project_qkv(attn.self, h), cfg.num_attention_heads, mask,
                                    cfg.attention_probs_dropout_prob, self.training)
         a = attn.output.LayerNorm(attn.output.dropout(attn.output.dense(ctx)) + h)
         ffn = block.output.dropout(block.output.dense(ACT2FN[cfg.hidden_act](
@@ -198,8 +218,7 @@ class PalBert(nn.Module):
         a, ffn = self.trunk_sublayers(index, h, mask)
         if task is not None and self.adapted(index):
             if isinstance(task, list):
-                slices = zip(task, h.chunk(len(task)), mask.chunk(len(task)))
-                ffn = ffn + torch.cat([self.adapters[t](index, x, m) for t, x, m in slices])
+                ffn = ffn + self.task_pals(index, h, mask, task, shared=False)
             elif task in self.adapters:
                 ffn = ffn + self.adapters[task](index, h, mask)
         return self.trunk.encoder.layer[index].output.LayerNorm(ffn + a)
@@ -211,10 +230,27 @@ class PalBert(nn.Module):
         Returns the tasks' states as one batch (slice t is task t)."""
         a, ffn = self.trunk_sublayers(index, h, mask)
         n = len(tasks)
-        pals = torch.cat([self.adapters[t](index, h, mask) for t in tasks])
+        pals = self.task_pals(index, h, mask, tasks, shared=True)
         # Same order of additions as layer(), so each slice equals the task run alone.
         joined = (ffn.repeat(n, 1, 1) + pals) + a.repeat(n, 1, 1)
         return self.trunk.encoder.layer[index].output.LayerNorm(joined)
+
+    def task_pals(self, index: int, h: torch.Tensor, mask: torch.Tensor, tasks: list[str],
+                  shared: bool) -> torch.Tensor:
+        """Every task's PAL output in layer `index`, as one batch (slice t is task t). `h` and
+        `mask` hold one equal slice per task, or (`shared`) one slice that every task reads; a
+        one-row mask serves every row. With the tasks' adapters stacked (fuse_for_inference)
+        they run as batched matrix multiplies and one softmax, otherwise one after the other."""
+        n = len(tasks)
+        stacked = self._modules.get("stacked")
+        if stacked is not None and tasks == self.stacked_tasks:
+            if shared:
+                h = h.repeat(n, 1, 1)
+                mask = mask.repeat(n, 1, 1, 1) if mask.shape[0] > 1 else mask
+            return stacked(index, h, mask)
+        hs = [h] * n if shared else h.chunk(n)
+        masks = mask.chunk(n) if not shared and mask.shape[0] > 1 else [mask] * n
+        return torch.cat([self.adapters[t](index, x, m) for t, x, m in zip(tasks, hs, masks)])
 
     def adapted(self, index: int) -> bool:
         return self.pal is not None and index in self.pal.layers
@@ -252,7 +288,8 @@ class PalBert(nn.Module):
         if split_at == len(self.trunk.encoder.layer):  # no PALs: every task reads the same state
             return {t: self.head(t, h) for t in names}
         h = self.fork_layer(split_at, h, mask, names)
-        mask = mask.repeat(len(names), 1, 1, 1)
+        if mask.shape[0] > 1:  # a one-row mask broadcasts over the tasks' rows as it is
+            mask = mask.repeat(len(names), 1, 1, 1)
         for i in range(split_at + 1, len(self.trunk.encoder.layer)):
             h = self.layer(i, h, mask, names)
         return {t: self.head(t, x) for t, x in zip(names, h.chunk(len(names)))}
@@ -277,3 +314,83 @@ class PalBert(nn.Module):
         specific = sum(p.numel() for t in self.tasks for p in self.task_parameters(t).values())
         return {"params_trunk": trunk, "params_task_specific": specific,
                 "params_total": trunk + specific}
+
+
+# ---- inference-only fusion (measured for export: docs/compute-sharing.md) ----------------------
+
+def _linear(weight: torch.Tensor, bias: torch.Tensor) -> nn.Linear:
+    out = nn.Linear(weight.shape[1], weight.shape[0])
+    out.weight, out.bias = nn.Parameter(weight.float()), nn.Parameter(bias.float())
+    return out
+
+
+def fold_encoder(module: nn.Module, encoder: nn.Linear) -> None:
+    """Compose a PAL's V^E into its query, key and value: q(h) = W_q (W_E h + b_E) + b_q, a
+    d -> d_s multiply each instead of V^E once and three d_s -> d_s (composed in float64)."""
+    w_e, b_e = encoder.weight.detach().double(), encoder.bias.detach().double()
+    for name in ("query", "key", "value"):
+        part = getattr(module, name)
+        w = part.weight.detach().double()
+        setattr(module, name, _linear(w @ w_e, w @ b_e + part.bias.detach().double()))
+
+
+def fuse_qkv(module: nn.Module) -> None:
+    """Put one Linear `qkv` ([W_q; W_k; W_v], outputs side by side) in place of the module's
+    query/key/value Linears."""
+    parts = (module.query, module.key, module.value)
+    module.qkv = _linear(torch.cat([p.weight.detach() for p in parts]),
+                         torch.cat([p.bias.detach() for p in parts]))
+    del module.query, module.key, module.value
+
+
+class StackedLinear(nn.Module):
+    """T tasks' Linears as one batched matrix multiply: the input's first dimension holds T equal
+    slices, and slice t goes through Linear t."""
+
+    def __init__(self, linears: list[nn.Linear]):
+        super().__init__()
+        self.weight = nn.Parameter(torch.stack([m.weight.detach().t() for m in linears]))
+        self.bias = nn.Parameter(torch.stack([m.bias.detach() for m in linears])[:, None])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tasks, width, out = self.weight.shape
+        y = torch.bmm(x.reshape(tasks, -1, width), self.weight) + self.bias
+        return y.reshape(x.shape[0], -1, out)  # -1 for the length: see multi_head_attention
+
+
+def stack_adapters(adapters: list[TaskAdapter]) -> TaskAdapter:
+    """One TaskAdapter running every given adapter on its own slice of the batch: the same
+    module (the one PAL implementation), with each Linear replaced by a StackedLinear."""
+    stacked = copy.deepcopy(adapters[0])
+    for name, module in list(stacked.named_modules()):
+        if isinstance(module, nn.Linear):
+            stacked.set_submodule(name, StackedLinear([a.get_submodule(name) for a in adapters]))
+    return stacked
+
+
+def fuse_for_inference(model: PalBert, qkv: bool = True, fold: bool = False,
+                       stack: bool = True) -> PalBert:
+    """An eval copy of `model` with the same outputs (within float rounding) in fewer, larger
+    matrix multiplies, for export only (its parameter names are not a checkpoint's): `qkv`, each
+    self-attention's query/key/value as one Linear (trunk and PALs); `fold`, V^E composed into
+    the PALs' query/key/value; `stack`, with several tasks, their adapters stacked so that
+    forward_all runs every task's PAL as batched matrix multiplies and one softmax. On ExecuTorch
+    int8 none of the three was faster (docs/compute-sharing.md), so its export does not use them;
+    `python -m bench.compute_sharing` measures them again."""
+    fused = copy.deepcopy(model).eval()
+    for adapter in fused.adapters.values():
+        share = adapter.cfg.share_projections
+        for slot, attn in enumerate(adapter.attentions):
+            if fold:
+                fold_encoder(attn, adapter.encoders[0 if share else slot])
+            if qkv:
+                fuse_qkv(attn)
+        if fold:
+            adapter.encoders = nn.ModuleList(nn.Identity() for _ in adapter.encoders)
+    if qkv:
+        for block in fused.trunk.encoder.layer:
+            fuse_qkv(block.attention.self)
+    if stack and len(fused.adapters) > 1:
+        fused.stacked_tasks = list(fused.adapters)
+        fused.stacked = stack_adapters([fused.adapters[t] for t in fused.stacked_tasks])
+    return fused
