@@ -28,11 +28,16 @@ WITHIN_POINTS = 1.0
 RUNTIMES = ("executorch", "onnxruntime")
 
 
+# Three separate models: our own bundles when benched, else the plain int8 classifiers built
+# from the same --mode separate run (the same models, without palkit's bundle format).
+PLAIN_PEERS = {"executorch": "peer/et-int8", "onnxruntime": "peer/ort-int8"}
+
+
 def _subject(subs: dict[str, dict[str, Any]], name: str, runtime: str) -> str | None:
-    for candidate in (f"{name}/{runtime}", f"{name}/{runtime}/int8"):
-        if candidate in subs:
-            return candidate
-    return None
+    candidates = [f"{name}/{runtime}", f"{name}/{runtime}/int8"]
+    if name == SEPARATE:
+        candidates.append(PLAIN_PEERS[runtime])
+    return next((c for c in candidates if c in subs), None)
 
 
 def _accuracy(rows: list[dict[str, Any]]) -> tuple[str, dict[str, float]]:
@@ -70,7 +75,7 @@ def frontier_points(data: dict[str, Any], prefix: str, m: Measurements,
 def _bytes_and_all_tasks(m: Measurements, prefix: str, subject: str, s: dict[str, Any],
                          one: float | None, ids: list[str], point: dict[str, Any]) -> dict[str, Any]:
     bundle = s["bundle"]
-    task_bytes = (bundle["total_bytes"] if s.get("role") == "separate"
+    task_bytes = (bundle["total_bytes"] if s.get("role") in ("separate", "peer")
                   else sum(bundle.get("adapter_bytes", {}).values()))
     mid = all_tasks_id(prefix, subject, REF_THREADS, REF_SEQ)
     all_tasks, sources = m.get(mid), [mid]

@@ -115,6 +115,6 @@ def test_study_trains_scores_and_resumes(tmp_path: Path, tiny_bert: Path, tiny_d
     assert shared["test_avg"]["n"] == 2 and shared["total_steps"] == 2
     assert len(shared["per_seed"][0]["dev_curve"]) == 1
     assert separate["total_steps"] == {"sst": 1, "quora": 1, "sts": 1}
-    assert separate["per_seed"][0]["command"].startswith("python cli.py train --mode separate")
+    assert "--mode separate --steps-per-epoch 1 --out" in separate["per_seed"][0]["command"]
     markdown = table.with_suffix(".md").read_text()
     assert "| shared | 2 |" in markdown and "1 + 1 + 1" in markdown
