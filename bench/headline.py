@@ -106,6 +106,10 @@ def pal_groups(subs: dict[str, dict[str, Any]]) -> tuple[list[str], list[str]]:
     pals = [n for n, s in subs.items() if s.get("role") == "pal"]
     pals = [n for n in pals if subs[n].get("precision") == "int8"] or pals
     all_layer = [n for n in pals if subs[n].get("pal_layers") in ("all", "unknown")] or pals
+    # The paper's PAL has the trunk's head count; a fewer-heads variant (--pal-heads) is a
+    # frontier point, not the headline's all-layer PALs.
+    most = max((subs[n].get("pal_heads") or 0 for n in all_layer), default=0)
+    all_layer = [n for n in all_layer if (subs[n].get("pal_heads") or 0) == most]
     return all_layer, [n for n in pals if subs[n].get("pal_layers") == "top"]
 
 

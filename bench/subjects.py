@@ -161,13 +161,15 @@ def _bundle_subjects(bundle: Path, m: Manifest, info: ModelInfo | None, runtimes
                          f"not all of {names}; all tasks run one after the other")
         pal_layers = info.pal_layers if info else (
             placement_name(m.trunk.pal["layers"], m.trunk.num_layers) if m.trunk.pal else "none")
+        pal = info.pal if info else m.trunk.pal
         out.append(Subject(
             name=f"{bundle.name}/{rt}", role="pal", runtime=rt, precision=prec,
             label=f"{bundle.name} ({rt}, {prec})",
             tasks={t: {"format": "bundle", "bundle": str(bundle), "task": t} for t in names},
             models={t: info for t in names} if info else {}, sizes=sizes, vocab_size=vocab,
             all_tasks=all_tasks, pal_layers=pal_layers,
-            extra={"bundle_dir": str(bundle), "quantization": m.quantization}))
+            extra={"bundle_dir": str(bundle), "quantization": m.quantization,
+                   "pal_heads": int(pal["heads"]) if pal else None}))
     return out
 
 

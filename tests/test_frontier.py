@@ -63,3 +63,16 @@ def test_a_configuration_too_far_below_all_layer_pals_is_not_recommended(tmp_pat
     assert rec["all_tasks"] == "pals-annealed"        # 28 ms beats separate's 36 ms
     assert rec["best_placement"] == "pals-annealed"
     assert rec["best_placement_accuracy_gap"] == 0.0
+
+
+def test_headline_all_layer_pals_are_the_ones_with_the_trunks_heads() -> None:
+    from bench.headline import pal_groups
+    subs = {"pals-annealed/executorch": {"role": "pal", "precision": "int8", "pal_layers": "all",
+                                         "pal_heads": 12},
+            "pals-heads-4/executorch": {"role": "pal", "precision": "int8", "pal_layers": "all",
+                                        "pal_heads": 4},
+            "pals-top-3/executorch": {"role": "pal", "precision": "int8", "pal_layers": "top",
+                                      "pal_heads": 12},
+            "shared/executorch": {"role": "pal", "precision": "int8", "pal_layers": "none",
+                                  "pal_heads": None}}
+    assert pal_groups(subs) == (["pals-annealed/executorch"], ["pals-top-3/executorch"])
