@@ -124,6 +124,8 @@ def build_et_int8(model_dir: Path, out_dir: Path, max_len: int = 128,
     from torchao.quantization.granularity import PerAxis
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
+    from export.executorch_export import infer_sequence_size
+
     model, spec = _single_task(resolve_model_dir(model_dir))
     wrapper = Mask4dClassifier(model, spec).eval()
     emb = model.trunk.embeddings
@@ -150,7 +152,10 @@ def build_et_int8(model_dir: Path, out_dir: Path, max_len: int = 128,
             prepared(*example(max(2, max_len >> (i % 3))))
         converted = convert_pt2e(prepared)
         final = torch.export.export(converted, example(max_len // 2), dynamic_shapes=dyn)
-    program = to_edge_transform_and_lower(final, partitioner=[XnnpackPartitioner()]).to_executorch(
+    # The same reshape pass palkit's own programs get, so the peer is not slowed by portable
+    # view_copy ops that palkit's export avoids.
+    program = to_edge_transform_and_lower(final, transform_passes=[infer_sequence_size],
+                                          partitioner=[XnnpackPartitioner()]).to_executorch(
         ExecutorchBackendConfig(do_quant_fusion_and_const_prop=True))
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{spec.name}.int8.pte"

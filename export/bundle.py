@@ -479,8 +479,15 @@ def write_task_files(model, tokenizer, task: str, manifest: Manifest, folder: Pa
         new[f"executorch/{task}.pte"] = f"{task}.pte"
     if "onnxruntime" in manifest.runtimes:
         from export.onnx_export import write_adapter
-        if model.tasks[task].num_outputs > manifest.runtimes["onnxruntime"].output_columns:
+        ort = manifest.runtimes["onnxruntime"]
+        if model.tasks[task].num_outputs > ort.output_columns:
             raise ExportError(f"task '{task}' has more outputs than trunk.onnx provides")
+        from export.programs import adapter_tensors
+        if ort.adapter_inputs is not None and \
+                sorted(adapter_tensors(model, task, int8)) != sorted(ort.adapter_inputs):
+            raise ExportError("this bundle's trunk.onnx takes other adapter inputs than this "
+                              "palkit writes (exported by an older palkit?); re-export the "
+                              "bundle with all its tasks")
         log(f"onnxruntime: writing {task}.onnx_adapter")
         write_adapter(model, task, folder / f"{task}.onnx_adapter", int8)
         new[f"onnx/{task}.onnx_adapter"] = f"{task}.onnx_adapter"

@@ -526,3 +526,13 @@ def test_bench_and_report_on_a_pal_bundle(et_fp32, tiny_pal_run, tiny_data, tmp_
         assert rows[("et-fp32/executorch-cpp", "all_tasks")]["all_tasks_mode"] == "sequential"
     summary = build_report([out], [], tmp_path / "r", tmp_path / "summary.json")["summary"]
     assert summary["all_tasks_ratio_all_layers"] > 0 and summary["memory_ratio_all_vs_one"] > 0
+
+
+def test_adding_a_task_to_a_bundle_with_other_adapter_inputs_is_refused(copy_of, tiny_pal_run,
+                                                                         tiny_data):
+    # A bundle from a palkit whose ONNX adapters had other tensor names (e.g. before the int8
+    # MatMulIntegerToFloat adapters): the new adapter would fail inside ONNX Runtime.
+    edit_manifest(copy_of, lambda m: m["runtimes"]["onnxruntime"].update(adapter_inputs=[
+        n.replace(".weight_t", ".weight") for n in m["runtimes"]["onnxruntime"]["adapter_inputs"]]))
+    with pytest.raises(ExportError, match="re-export the bundle"):
+        add_adapter(tiny_pal_run, "sst", copy_of, replace=True, data_dir=tiny_data, **QUIET)
