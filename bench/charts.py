@@ -18,6 +18,7 @@ from typing import Any
 
 from bench.headline import (TARGETS, Headline, accuracy_split, all_tasks_id, pal_groups,
                             plain_subjects, reference_condition, size_reference)
+from bench.frontier import ALL_LAYERS, WITHIN_POINTS
 from bench.ingest import MiB, BenchInput, Measurements, machine_label
 from trainer.fileio import write_bytes
 
@@ -279,12 +280,23 @@ def frontier_figure(points: list[dict[str, Any]], rec: dict[str, Any], data: dic
                     path: Path) -> None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(12, 6.5))
+    reference = next((p for p in points if p["name"] == ALL_LAYERS), None)
+    if reference is not None:   # the configurations the recommendation may choose from
+        floor = reference["accuracy"] - WITHIN_POINTS
+        ax.axhspan(floor, reference["accuracy"] + 2 * WITHIN_POINTS, color="#55a868", alpha=0.08)
+        ax.axhline(floor, color="#55a868", linestyle=":", linewidth=1.5)
+        ax.text(1, floor, f" {WITHIN_POINTS:g} point below {ALL_LAYERS}", va="bottom",
+                color="#3a7a48")
+        ax.set_ylim(floor - WITHIN_POINTS / 2, reference["accuracy"] + 1.5 * WITHIN_POINTS)
     largest = max(p["task_specific_bytes"] for p in points)
     for p in points:
         area = 150 + 2500 * p["task_specific_bytes"] / largest
         color = ROLE_COLOR["separate"] if p["name"] == "separate" else ROLE_COLOR["pal"]
         ax.scatter(p["all_tasks_ms"], p["accuracy"], s=area, color=color, alpha=0.55,
                    edgecolor="black", linewidth=0.8, zorder=3)
+        if p.get("accuracy_sd"):
+            ax.errorbar(p["all_tasks_ms"], p["accuracy"], yerr=p["accuracy_sd"], color="black",
+                        capsize=4, linewidth=1, zorder=4)
         picked = [use for use, key in (("all tasks", "all_tasks"), ("one task", "one_task"))
                   if rec.get(key) == p["name"]]
         label = p["name"] + (f"  ← ship ({', '.join(picked)})" if picked else "")
@@ -292,10 +304,9 @@ def frontier_figure(points: list[dict[str, Any]], rec: dict[str, Any], data: dic
                     textcoords="offset points", fontsize=12,
                     fontweight="bold" if picked else "normal")
     ax.set_xlim(0, max(p["all_tasks_ms"] for p in points) * 1.45)
-    ax.margins(y=0.25)
     split = points[0]["split"]
     ax.set_xlabel("all three tasks on one input, ms (p50, 128 tokens, 1 thread, ExecuTorch int8)")
-    ax.set_ylabel(f"average score, {split} (points, mean over seeds)")
+    ax.set_ylabel(f"average score, {split} (points; mean ± sd over seeds)")
     ax.set_title(f"deployment frontier · bubble area = task-specific bytes · "
                  f"{machine_label(data['machine'])}", fontsize=14)
     ax.grid(alpha=0.3)

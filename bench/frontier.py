@@ -40,10 +40,10 @@ def _subject(subs: dict[str, dict[str, Any]], name: str, runtime: str) -> str | 
     return next((c for c in candidates if c in subs), None)
 
 
-def _accuracy(rows: list[dict[str, Any]]) -> tuple[str, dict[str, float]]:
-    if all(r.get("test_avg") for r in rows):
-        return "test", {r["name"]: r["test_avg"]["mean"] for r in rows}
-    return "dev", {r["name"]: r["dev_avg"]["mean"] for r in rows}
+def _accuracy(rows: list[dict[str, Any]]) -> tuple[str, dict[str, dict[str, Any]]]:
+    """The split every row has, and per configuration its {mean, sd, n} on it."""
+    split = "test" if all(r.get("test_avg") for r in rows) else "dev"
+    return split, {r["name"]: r[f"{split}_avg"] for r in rows}
 
 
 def frontier_points(data: dict[str, Any], prefix: str, m: Measurements,
@@ -57,7 +57,8 @@ def frontier_points(data: dict[str, Any], prefix: str, m: Measurements,
         found = {rt: _subject(subs, name, rt) for rt in RUNTIMES}
         if not any(found.values()):
             continue
-        point: dict[str, Any] = {"name": name, "accuracy": accuracy[name], "split": split,
+        point: dict[str, Any] = {"name": name, "accuracy": accuracy[name]["mean"],
+                                 "accuracy_sd": accuracy[name]["sd"], "split": split,
                                  "one_task_ms": {}, "sources": []}
         for rt, subject in found.items():
             if subject is None:

@@ -218,7 +218,8 @@ def _frontier(report: dict[str, Any]) -> list[str]:
     sd = deployment.get("accuracy_sd_points")
     if sd is not None:
         lines += ["", f"Seed-to-seed standard deviation of the dev average in that study: about "
-                  f"{sd:.1f} points; differences smaller than about twice that are not evidence."]
+                  f"{sd:.1f} points, on top of the dev sets' own sampling error; read small "
+                  "accuracy differences as ties."]
     lines += ["", "| configuration | accuracy | task-specific MiB | bundle MiB | one task ms, "
               "ExecuTorch | one task ms, ONNX Runtime | all tasks ms | all / one |",
               "|---|---:|---:|---:|---:|---:|---:|---:|"]

@@ -76,3 +76,10 @@ def test_headline_all_layer_pals_are_the_ones_with_the_trunks_heads() -> None:
             "shared/executorch": {"role": "pal", "precision": "int8", "pal_layers": "none",
                                   "pal_heads": None}}
     assert pal_groups(subs) == (["pals-annealed/executorch"], ["pals-top-3/executorch"])
+
+
+def test_summary_notes_do_not_call_the_frontier_keys_unmeasured(tmp_path: Path) -> None:
+    bench, accuracy = write_inputs(tmp_path, top1_dev=74.0)
+    build_report([bench], [], tmp_path / "report", tmp_path / "summary.json", accuracy)
+    notes = json.loads((tmp_path / "summary.json").read_text())["notes"]
+    assert not [n for n in notes if n.startswith("all_tasks_ratio_best_placement:")]
