@@ -28,11 +28,12 @@ poll)    # the newest progress line of every job
     printf '%s: %s\n' "${f#$STUDY/}" "$(tail -c 400 "$f" | tr '\r' '\n' | grep -v '^$' | tail -1 | cut -c1-110)"
   done; tail -3 /tmp/study.log; nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader ;;
 collect) # metrics and logs (no weights), and one model's weights as fp16 in parts of 15 MB
+  # (on the host: cat the parts | tar x, convert the weights back to fp32, and point the
+  # adapters' trunk_sha256 at the restored trunk file)
   tar czf "$OUT/study.tgz" --exclude='*.safetensors' --exclude='last' -C /tmp study
-  M=$STUDY/${2:-pals-annealed/seed-0}/model
-  rm -rf /tmp/back && mkdir -p /tmp/back && cp -r "$M" /tmp/back/model
-  python -c "import sys, torch; from safetensors.torch import load_file, save_file; t = load_file(sys.argv[1]); save_file({k: v.half() if v.is_floating_point() else v for k, v in t.items()}, sys.argv[2], metadata={'format': 'pt'})" \
-    "$M/trunk/model.safetensors" /tmp/back/model/trunk/model.safetensors
+  M=$STUDY/${2:-pals-annealed/seed-0}/model      # a link to the best epoch's folder: -L
+  rm -rf /tmp/back && mkdir -p /tmp/back && cp -rL "$M" /tmp/back/model
+  find /tmp/back/model -name '*.safetensors' -exec python -c "import sys; from safetensors.torch import load_file, save_file; t = load_file(sys.argv[1]); save_file({k: v.half() if v.is_floating_point() else v for k, v in t.items()}, sys.argv[1], metadata={'format': 'pt'})" {} \;
   tar cf - -C /tmp/back model | split -b 15M - "$OUT/model.tar.part-" ;;
 bench)   # bench-train on the idle GPU: eager fp32/bf16, compiled, length-bucketed
   cd /tmp/repo
