@@ -146,7 +146,7 @@ def summarise(timing: Timing, peak: float | None) -> dict[str, Any]:
     return {"steps_per_s": round(timing.steps / wall, 3),
             "tokens_per_s": round(timing.tokens / wall, 1),
             "padded_tokens_per_s": round(timing.padded_tokens / wall, 1),
-            "wall_s": round(wall, 3), "cpu_s": round(timing.cpu_s, 3),
+            "wall_s": round(wall, 6), "cpu_s": round(timing.cpu_s, 3),
             "mfu": round(timing.flops / wall / peak, 4) if peak else None}
 
 
