@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
 
@@ -25,7 +25,8 @@ def study(
     base_model: Annotated[Optional[str], typer.Option(metavar="PATH|ID", help="BERT checkpoint "
                           "for every run (default: the embedded MiniLM)")] = None,
     data_dir: Annotated[Optional[Path], typer.Option(metavar="DIR", help="the task data")] = None,
-    device: Annotated[Optional[str], typer.Option(help="auto, cpu or cuda for every run")] = None,
+    device: Annotated[Optional[Literal["auto", "cpu", "cuda"]], typer.Option(
+        help="the device every run trains on (default: the study file's, else auto)")] = None,
 ) -> None:
     """Train every run of a study file (each seed), score each on dev and test, and keep
     DIR/study.json current. Started again, it skips what is done and resumes what stopped."""

@@ -7,22 +7,16 @@ metrics (RUN/test.json, when it was scored), optimizer steps and training time.
 """
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 from typing import Any
 
-from trainer.checkpoint import read_json, separate_models
+from trainer.checkpoint import read_json, read_metrics, separate_models
 from trainer.metrics import average_score
 from trainer.results import canonical_command, total_steps
 from trainer.tasks import resolve_tasks
 
 METRICS = ("sst_acc", "quora_acc", "quora_f1", "sts_pearson", "sts_spearman")
-
-
-def epoch_records(run: Path) -> list[dict[str, Any]]:
-    lines = (run / "metrics.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
 
 
 def seed_result(run: Path) -> dict[str, Any]:
@@ -36,7 +30,7 @@ def seed_result(run: Path) -> dict[str, Any]:
         curve, train_s = None, sum(s["train_s"] for s in subs)
     else:
         dev = read_json(run / "model" / "summary.json")["dev"]
-        records = epoch_records(run)
+        records = read_metrics(run)
         curve = [round(r["dev"]["avg"] * 100, 2) for r in records if r["phase"] == "joint"]
         train_s = records[-1]["elapsed_s"]
     test = read_json(run / "test.json") if (run / "test.json").is_file() else None

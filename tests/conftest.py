@@ -107,6 +107,19 @@ def make_tiny_data(root: Path, n: int = 48, seed: int = 0) -> Path:
     return root
 
 
+def poison_loss_at_call(monkeypatch: pytest.MonkeyPatch, call: int) -> None:
+    """Make the training loop's `call`-th task loss NaN (the trainer must stop on it)."""
+    import trainer.train as tt
+    real, calls = tt.task_loss, {"n": 0}
+
+    def poisoned(*args, **kwargs):
+        calls["n"] += 1
+        loss = real(*args, **kwargs)
+        return loss * float("nan") if calls["n"] == call else loss
+
+    monkeypatch.setattr(tt, "task_loss", poisoned)
+
+
 def tiny_config(base: Path, data: Path, out: Path, **overrides) -> TrainConfig:
     """A run that takes seconds: 2 epochs of 4 steps of batch 8 on the tiny BERT."""
     values = dict(base_model=str(base), data_dir=str(data), out=str(out), epochs=2,

@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from transformers import BertModel
 
 import cli
-from tests.conftest import tiny_config
+from tests.conftest import poison_loss_at_call, tiny_config
 from trainer.checkpoint import load_model, sha256_file
 from trainer.config import TrainConfig, build_config
 from trainer.train import TrainingError, train
@@ -157,15 +157,7 @@ def test_kill_minus_nine_then_resume_matches_uninterrupted_run(tmp_path, tiny_be
 
 def test_nan_loss_stops_with_message_and_keeps_last_checkpoint(tmp_path, tiny_bert, tiny_data,
                                                                monkeypatch):
-    import trainer.train as tt
-    real, calls = tt.task_loss, {"n": 0}
-
-    def poisoned(*args, **kwargs):
-        calls["n"] += 1
-        loss = real(*args, **kwargs)
-        return loss * float("nan") if calls["n"] == 6 else loss
-
-    monkeypatch.setattr(tt, "task_loss", poisoned)
+    poison_loss_at_call(monkeypatch, 6)
     with pytest.raises(TrainingError, match=r"loss became nan .* epoch 2, step 2.*--resume"):
         train(tiny_config(tiny_bert, tiny_data, tmp_path / "nan"))
     model, _, _ = load_model(tmp_path / "nan" / "last")     # epoch 1's checkpoint is intact

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import cli
-from tests.conftest import tiny_config
+from tests.conftest import poison_loss_at_call, tiny_config
 from trainer.checkpoint import load_trunk
 from trainer.data import EncodedSplit, collate
 from trainer.model import PalBert
@@ -116,14 +116,7 @@ def test_losses_read_in_blocks_give_the_same_log_and_stop_at_the_bad_step(
                         for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert read(blocks) == read(every_step)
 
-    real, calls = tt.task_loss, {"n": 0}
-
-    def poisoned(*args, **kwargs):
-        calls["n"] += 1
-        loss = real(*args, **kwargs)
-        return loss * float("nan") if calls["n"] == 6 else loss
-
-    monkeypatch.setattr(tt, "task_loss", poisoned)
+    poison_loss_at_call(monkeypatch, 6)
     with pytest.raises(TrainingError, match=r"loss became nan .* epoch 2, step 2;"):
         train(tiny_config(tiny_bert, tiny_data, tmp_path / "nan"))
     state = json.loads((tmp_path / "nan" / "last" / "state.json").read_text())

@@ -348,6 +348,12 @@ def append_metrics(run: Path, record: dict[str, Any]) -> None:
     append_jsonl(run / "metrics.jsonl", record)
 
 
+def read_metrics(run: Path) -> list[dict[str, Any]]:
+    """RUN/metrics.jsonl: one record per finished epoch, in order."""
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
 def write_run_config(run: Path, config: dict[str, Any]) -> None:
     """RUN/config.json, once: a resumed run keeps the config it was started with."""
     if not (run / "config.json").exists():
