@@ -35,9 +35,11 @@ collect) # metrics and logs (no weights), and one model's weights as fp16 in par
   rm -rf /tmp/back && mkdir -p /tmp/back && cp -rL "$M" /tmp/back/model
   find /tmp/back/model -name '*.safetensors' -exec python -c "import sys; from safetensors.torch import load_file, save_file; t = load_file(sys.argv[1]); save_file({k: v.half() if v.is_floating_point() else v for k, v in t.items()}, sys.argv[1], metadata={'format': 'pt'})" {} \;
   tar cf - -C /tmp/back model | split -b 15M - "$OUT/model.tar.part-" ;;
-bench)   # bench-train on the idle GPU: eager fp32/bf16, compiled, length-bucketed
+bench)   # bench-train on the idle GPU: eager fp32/bf16, compiled, CUDA graphs, length-bucketed
   cd /tmp/repo
-  for flags in "--precision fp32" "--precision bf16" "--precision fp32 --compile" "--precision bf16 --compile --length-buckets 16"; do
+  for flags in "--precision fp32" "--precision bf16" "--precision fp32 --compile" \
+      "--precision fp32 --compile --compile-mode reduce-overhead" \
+      "--precision bf16 --compile --compile-mode reduce-overhead --length-buckets 16"; do
     timeout 150 python cli.py bench-train --preset paper --device cuda --base-model /tmp/minilm \
       --data-dir .carry/data $flags --steps 100 --warmup 40 --repeat 3 \
       --results "$OUT/train-speed-gpu.json" --machine "lent GPU machine: $(nvidia-smi --query-gpu=name --format=csv,noheader), 16 vCPU" 2>&1 | tail -2

@@ -157,3 +157,32 @@ def test_shared_mode_has_heads_only():
     model = PalBert(tiny_trunk(), TASKS, None)
     assert len(model.adapters) == 0 and set(model.heads) == {"sst", "quora", "sts"}
     assert model.first_adapted_layer() == 4
+
+
+def test_training_attention_is_the_fused_kernel_with_the_same_outputs_and_gradients():
+    """Train mode runs PyTorch's fused attention, eval mode (evaluation, export) the written-out
+    bmm form; with dropout off the two agree, padded rows included, and so do the gradients."""
+    from trainer.model import multi_head_attention
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(3, 9, 8, requires_grad=True) for _ in range(3))
+    _, mask, _ = inputs()
+    am = additive_mask(mask, torch.float32)
+    fused = multi_head_attention(q, k, v, 2, am, 0.0, training=True)
+    written = multi_head_attention(q, k, v, 2, am, 0.0, training=False)
+    assert fused.shape == written.shape == (3, 9, 8)
+    assert torch.allclose(fused, written, atol=1e-6)
+    grads = [torch.autograd.grad(out.square().sum(), (q, k, v)) for out in (fused, written)]
+    for g_fused, g_written in zip(*grads):
+        assert torch.allclose(g_fused, g_written, atol=1e-5)
+    one_row = multi_head_attention(q[:1], k[:1], v[:1], 2, am[:1], 0.0, training=True)
+    assert torch.allclose(one_row, written[:1], atol=1e-6)
+
+
+def test_training_attention_drops_out_with_its_probability():
+    from trainer.model import multi_head_attention
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 16, 8) for _ in range(3))
+    am = additive_mask(torch.ones(2, 16, dtype=torch.long), torch.float32)
+    kept = multi_head_attention(q, k, v, 2, am, 0.0, training=True)
+    dropped = multi_head_attention(q, k, v, 2, am, 0.5, training=True)
+    assert not torch.allclose(kept, dropped)

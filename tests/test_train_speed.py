@@ -121,3 +121,13 @@ def test_losses_read_in_blocks_give_the_same_log_and_stop_at_the_bad_step(
         train(tiny_config(tiny_bert, tiny_data, tmp_path / "nan"))
     state = json.loads((tmp_path / "nan" / "last" / "state.json").read_text())
     assert state["global_epoch"] == 1                     # epoch 1's checkpoint, nothing later
+
+
+def test_compile_mode_is_checked_and_may_change_on_resume():
+    from trainer.config import TrainConfig
+    from trainer.train import RESUME_MAY_CHANGE
+    assert TrainConfig(compile=True, compile_mode="reduce-overhead").compile_mode == "reduce-overhead"
+    with pytest.raises(ValueError, match="compile_mode must be one of default, reduce-overhead, "
+                                         "max-autotune, got 'fast'"):
+        TrainConfig(compile_mode="fast")
+    assert "compile_mode" in RESUME_MAY_CHANGE      # how a graph is run, not what it computes

@@ -21,6 +21,7 @@ GRAD_SURGERIES = ("none", "pcgrad", "gradvac")
 STS_LOSSES = ("mse", "bce")
 DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("fp32", "bf16")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 BAD_ROWS = ("skip", "stop")
 DATA_SOURCES = ("files", "hub")
 
@@ -120,6 +121,9 @@ class TrainConfig:
     precision: str = option("fp32", "fp32 or bf16 autocast", RUN, PRECISIONS)
     compile: bool = option(False, "torch.compile the model for training (batch widths rounded "
                            "up to a multiple of 16 so that it meets few shapes)", RUN)
+    compile_mode: str = option("default", "torch.compile mode with --compile: reduce-overhead "
+                               "replays each batch width's kernels as a CUDA graph (GPU)", RUN,
+                               COMPILE_MODES)
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -66,27 +66,38 @@ def additive_mask(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Ten
 
 
 def multi_head_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int,
-                         mask: torch.Tensor, dropout_p: float, training: bool) -> torch.Tensor:
-    """Scaled dot-product attention written out as 3-D batched matrix multiplies over batch x
-    heads, every reshape spelled with -1 for the sequence length: ExecuTorch's XNNPACK delegate
-    takes reshapes with one inferred size but not a symbolic one, nor a 4-D matmul's expands,
-    so in this form a layer's attention stays inside one delegate. A mask with one row
-    broadcasts over the batch."""
+                         mask: torch.Tensor, dropout_p: float, training: bool,
+                         scale: float | None = None) -> torch.Tensor:
+    """Scaled dot-product attention. Training runs PyTorch's fused kernel (flash or
+    memory-efficient on a GPU, one fused loop on a CPU: one call where the written-out form
+    launches about eight). Evaluation and export run it written out as 3-D batched matrix
+    multiplies over batch x heads, every reshape spelled with -1 for the sequence length:
+    ExecuTorch's XNNPACK delegate takes reshapes with one inferred size but not a symbolic one,
+    nor a 4-D matmul's expands, so in this form a layer's attention stays inside one delegate.
+    A mask with one row broadcasts over the batch. `scale` multiplies the scores (default
+    1/sqrt(head_dim); 1.0 where `prescale_query` folded it into the query)."""
     b, s, width = q.shape
     head_dim = width // heads
+    scale = head_dim ** -0.5 if scale is None else scale
 
     def split(x: torch.Tensor) -> torch.Tensor:  # [b, s, width] -> [b, heads, s, head_dim]
         return x.reshape(b, -1, heads, head_dim).transpose(1, 2)
 
+    if training:
+        ctx = F.scaled_dot_product_attention(split(q), split(k), split(v),
+                                             attn_mask=mask.to(q.dtype), dropout_p=dropout_p,
+                                             scale=scale)
+        return ctx.transpose(1, 2).reshape(b, -1, width)
     # K^T made contiguous as transformers' 4-D matmul makes it: the same sums, bit for bit
     kt = split(k).transpose(2, 3).reshape(b * heads, head_dim, -1)
-    scores = torch.bmm(split(q).reshape(b * heads, -1, head_dim), kt) * head_dim ** -0.5
+    scores = torch.bmm(split(q).reshape(b * heads, -1, head_dim), kt)
+    if scale != 1.0:
+        scores = scores * scale
     if mask.shape[0] == 1:
         scores = scores + mask.reshape(1, 1, -1)
     else:
         scores = (scores.view(b, heads, s, s) + mask).view(b * heads, s, s)
-    probs = F.dropout(scores.softmax(dim=-1), dropout_p, training)
-    ctx = torch.bmm(probs, split(v).reshape(b * heads, -1, head_dim))
+    ctx = torch.bmm(scores.softmax(dim=-1), split(v).reshape(b * heads, -1, head_dim))
     return ctx.reshape(b, heads, -1, head_dim).transpose(1, 2).reshape(b, -1, width)
 
 
@@ -97,6 +108,12 @@ def project_qkv(module: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     if fused is None:
         return module.query(x), module.key(x), module.value(x)
     return fused(x).chunk(3, dim=-1)
+
+
+def score_scale(module: nn.Module) -> float | None:
+    """1.0 once `prescale_query` has folded the scores' scale into the module's query, else
+    None (the attention's own 1/sqrt(head_dim))."""
+    return getattr(module, "score_scale", None)
 
 
 class ProjectedAttention(nn.Module):
@@ -111,7 +128,7 @@ class ProjectedAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return multi_head_attention(*project_qkv(self, x), self.heads, mask, self.dropout,
-                                    self.training)
+                                    self.training, score_scale(self))
 
 
 class TaskAdapter(nn.Module):
@@ -205,7 +222,8 @@ class PalBert(nn.Module):
         attn = block.attention
         cfg = self.trunk.config
         ctx = multi_head_attention(*project_qkv(attn.self, h), cfg.num_attention_heads, mask,
-                                   cfg.attention_probs_dropout_prob, self.training)
+                                   cfg.attention_probs_dropout_prob, self.training,
+                                   score_scale(attn.self))
         a = attn.output.LayerNorm(attn.output.dropout(attn.output.dense(ctx)) + h)
         ffn = block.output.dropout(block.output.dense(ACT2FN[cfg.hidden_act](
             block.intermediate.dense(a))))
@@ -343,6 +361,19 @@ def fuse_qkv(module: nn.Module) -> None:
     del module.query, module.key, module.value
 
 
+def prescale_query(module: nn.Module, heads: int) -> None:
+    """Fold the scores' 1/sqrt(head_dim) into the query's weight and bias (the first third of
+    `qkv` when fused), so the attention skips one multiply over its [heads, S, S] scores."""
+    fused = hasattr(module, "qkv")
+    linear = module.qkv if fused else module.query
+    width = linear.out_features // 3 if fused else linear.out_features
+    factor = (width // heads) ** -0.5
+    with torch.no_grad():
+        linear.weight[:width] *= factor
+        linear.bias[:width] *= factor
+    module.score_scale = 1.0
+
+
 class StackedLinear(nn.Module):
     """T tasks' Linears as one batched matrix multiply: the input's first dimension holds T equal
     slices, and slice t goes through Linear t."""
@@ -369,14 +400,15 @@ def stack_adapters(adapters: list[TaskAdapter]) -> TaskAdapter:
 
 
 def fuse_for_inference(model: PalBert, qkv: bool = True, fold: bool = False,
-                       stack: bool = True) -> PalBert:
+                       stack: bool = True, prescale: bool = False) -> PalBert:
     """An eval copy of `model` with the same outputs (within float rounding) in fewer, larger
     matrix multiplies, for export only (its parameter names are not a checkpoint's): `qkv`, each
     self-attention's query/key/value as one Linear (trunk and PALs); `fold`, V^E composed into
     the PALs' query/key/value; `stack`, with several tasks, their adapters stacked so that
-    forward_all runs every task's PAL as batched matrix multiplies and one softmax. On ExecuTorch
-    int8 none of the three was faster (docs/compute-sharing.md), so its export does not use them;
-    `python -m bench.compute_sharing` measures them again."""
+    forward_all runs every task's PAL as batched matrix multiplies and one softmax; `prescale`,
+    the scores' scale folded into every query. On ExecuTorch int8 none of the first three was
+    faster (docs/compute-sharing.md), so its export does not use them; `python -m
+    bench.compute_sharing` measures them again."""
     fused = copy.deepcopy(model).eval()
     for adapter in fused.adapters.values():
         share = adapter.cfg.share_projections
@@ -390,6 +422,12 @@ def fuse_for_inference(model: PalBert, qkv: bool = True, fold: bool = False,
     if qkv:
         for block in fused.trunk.encoder.layer:
             fuse_qkv(block.attention.self)
+    if prescale:
+        for block in fused.trunk.encoder.layer:
+            prescale_query(block.attention.self, fused.trunk.config.num_attention_heads)
+        for adapter in fused.adapters.values():
+            for attn in adapter.attentions:
+                prescale_query(attn, attn.heads)
     if stack and len(fused.adapters) > 1:
         fused.stacked_tasks = list(fused.adapters)
         fused.stacked = stack_adapters([fused.adapters[t] for t in fused.stacked_tasks])

@@ -186,7 +186,8 @@ def bench_training(cfg: TrainConfig, steps: int, warmup: int, repeats: int) -> d
             "device": describe_device(device), "precision": cfg.precision,
             "batch_size": cfg.batch_size, "max_len": cfg.max_len, "mode": cfg.mode,
             "tasks": list(cfg.tasks), "length_buckets": cfg.length_buckets,
-            "compile": cfg.compile, "distill_from": cfg.distill_from,
+            "compile": cfg.compile, "compile_mode": cfg.compile_mode if cfg.compile else None,
+            "distill_from": cfg.distill_from,
             "torch": torch.__version__, "load_avg_1min": round(os.getloadavg()[0], 2),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "commit": git_commit()}

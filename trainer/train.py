@@ -43,7 +43,8 @@ from ui.progress import StepBar, say
 
 
 # Options that do not change what is computed, so a resumed run may set them differently.
-RESUME_MAY_CHANGE = {"device", "precision", "data_dir", "out", "eval_batch_size", "compile"}
+RESUME_MAY_CHANGE = {"device", "precision", "data_dir", "out", "eval_batch_size", "compile",
+                     "compile_mode"}
 # With --compile, batch widths are rounded up to this, so the graph is built for few shapes.
 COMPILE_PAD_MULTIPLE = 16
 
@@ -327,7 +328,7 @@ class Run:
                 self.model, find_unused_parameters=True,
                 device_ids=[self.dist.device.index] if self.dist.device.type == "cuda" else None)
         if self.cfg.compile:
-            model = torch.compile(model)
+            model = torch.compile(model, mode=self.cfg.compile_mode)
         specs = [s for s in self.specs if s.name in phase.tasks]
         order = [s.name for s in self.specs]
         streams = {s.name: TaskStream(len(self.train_data[s.name]), self.cfg.seed,
