@@ -8,7 +8,8 @@ ExecuTorch partitioned it) for each variant: `plain` (the run's trunk and the ta
 PALs), `task` (one task's program) and `all` (the all-tasks program) as export lowers them, and
 with fuse_for_inference's options: `-fused` (query/key/value as one Linear in every attention;
 for `all` also the tasks' PALs stacked), `-fold` (and V^E composed in), `task-foldsep` (V^E
-composed into separate query/key/value), `all-stacked` (stacked PALs only).
+composed into separate query/key/value), `all-stacked` (stacked PALs only), `-prescaled` (the
+scores' 1/sqrt(head_dim) folded into every query, nothing else).
 `time` loads every variant in one process and times them in interleaved rounds (int8,
 XNNPACK; every OUT/*/<name>.pte, so variants lowered by an older checkout can be timed beside
 them), so that a slow spell of a shared machine lands on all of them alike.
@@ -25,8 +26,9 @@ import numpy as np
 import torch
 from torch import nn
 
-VARIANTS = ("plain", "plain-fused", "task", "task-fused", "task-fold", "task-foldsep", "all",
-            "all-fused", "all-fold", "all-stacked")
+VARIANTS = ("plain", "plain-fused", "plain-prescaled", "task", "task-fused", "task-fold",
+            "task-foldsep", "task-prescaled", "all", "all-fused", "all-fold", "all-stacked",
+            "all-prescaled")
 
 
 def fused(program: nn.Module, **options: bool) -> nn.Module:
@@ -55,6 +57,10 @@ def programs(model, task: str, only: list[str]) -> dict[str, nn.Module]:
         "all-fused": lambda: fused(AllTasksProgram(model, tasks)),
         "all-fold": lambda: fused(AllTasksProgram(model, tasks), fold=True),
         "all-stacked": lambda: fused(AllTasksProgram(model, tasks), qkv=False),
+        "plain-prescaled": lambda: fused(TaskProgram(plain, task), qkv=False, prescale=True),
+        "task-prescaled": lambda: fused(TaskProgram(model, task), qkv=False, prescale=True),
+        "all-prescaled": lambda: fused(AllTasksProgram(model, tasks), qkv=False, stack=False,
+                                       prescale=True),
     }
     return {name: make[name]() for name in only}
 

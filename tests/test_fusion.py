@@ -1,7 +1,8 @@
 """fuse_for_inference (export-time fusion): the fused copy computes what the model computes.
 
-Query/key/value as one Linear (trunk and PALs), V^E composed into the PALs' (fold_encoder), and
-the tasks' adapters stacked into batched matrix multiplies for forward_all; for any placement and
+Query/key/value as one Linear (trunk and PALs), V^E composed into the PALs' (fold_encoder), the
+scores' scale folded into the queries (prescale_query), and the tasks' adapters stacked into
+batched matrix multiplies for forward_all; for any placement and
 with V^E/V^D shared or per layer. And an exported bundle (attention as 3-D bmm, reshapes given
 -1 for the sequence length) still passes export's verification with attention delegated.
 """
@@ -28,10 +29,11 @@ def randomize(model):
 
 @pytest.mark.parametrize("layers, share", [("all", True), ("top-1", True), ("0,2", True),
                                            ("0,2", False)])
-@pytest.mark.parametrize("fold", [False, True])
-def test_fused_equals_unfused_one_task_and_all_tasks(layers, share, fold):
+@pytest.mark.parametrize("fold, prescale", [(False, False), (True, False), (False, True),
+                                            (True, True)])
+def test_fused_equals_unfused_one_task_and_all_tasks(layers, share, fold, prescale):
     model = randomize(pal_model(layers, share))
-    fused = fuse_for_inference(model, fold=fold)
+    fused = fuse_for_inference(model, fold=fold, prescale=prescale)
     ids, mask, types = inputs()
     with torch.no_grad():
         every = fused.forward_all(ids, mask, types)
@@ -83,3 +85,16 @@ def test_exported_bundle_verifies_with_attention_inside_the_delegate(et_fp32):
         assert records and all(r["max_abs_diff"] < 1e-4 for r in records.values())
     ops = read_manifest(et_fp32).runtimes["executorch"].non_delegated_ops
     assert ops and not [op for op in ops if "view_copy" in op or "expand_copy" in op], ops
+
+
+def test_prescaled_queries_carry_the_scale_and_the_scores_skip_it():
+    model = pal_model()
+    fused = fuse_for_inference(model, qkv=False, stack=False, prescale=True)
+    trunk_q = model.trunk.encoder.layer[0].attention.self.query
+    fused_attn = fused.trunk.encoder.layer[0].attention.self
+    assert torch.equal(fused_attn.query.weight, trunk_q.weight * (32 // 4) ** -0.5)
+    assert fused_attn.score_scale == 1.0
+    pal = fused.adapters["sst"].attentions[0]
+    reference = model.adapters["sst"].attentions[0]
+    assert torch.equal(pal.query.bias, reference.query.bias * (8 // 2) ** -0.5)
+    assert not hasattr(reference, "score_scale")       # the trained model is left alone
