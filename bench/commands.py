@@ -54,6 +54,9 @@ def bench(
     min_seconds: Annotated[float, typer.Option(help="time each configuration at least this "
                                                "long")] = 0.5,
     max_seconds: Annotated[float, typer.Option(help="and at most this long")] = 4.0,
+    block: Annotated[int, typer.Option(
+        min=1, help="calls of one configuration in a row per round, the first untimed (it "
+        "brings the model's weights back into the caches after the others ran)")] = 8,
     accuracy: Annotated[bool, typer.Option(help="score the bundles (as run by their runtime) "
                                            "and the --run models on --splits")] = True,
     splits: Annotated[str, typer.Option(metavar="SPLIT[,SPLIT]")] = "dev,test",
@@ -90,7 +93,7 @@ def bench(
               runtimes=_words([runtimes], ("executorch", "onnxruntime"), "--runtimes"),
               peers=[] if peers == "none" else _words([peers], PEERS, "--peers"),
               threads=_ints(threads), seq_lens=_ints(seq_lens), warmup=warmup,
-              min_runs=min_runs, min_seconds=min_seconds, max_seconds=max_seconds,
+              min_runs=min_runs, min_seconds=min_seconds, max_seconds=max_seconds, block=block,
               accuracy=accuracy, splits=_words([splits], ("dev", "test"), "--splits"),
               data_dir=resolve_data_dir(data_dir) if accuracy else None,
               max_examples=max_examples, work=work, ceiling=ceiling, native=native)
@@ -113,6 +116,10 @@ def report(
         metavar="FILE", help="a study's table (`palkit study-results`, e.g. "
         "results/converged.json): adds the deployment frontier and the recommendation, joined "
         "to bundles named after its configurations")] = None,
+    int8_accuracy: Annotated[Optional[Path], typer.Option(
+        metavar="FILE", help="the PAL model's scores in fp32 and per runtime's int8 bundle (e.g. "
+        "results/converged-int8.json), with --accuracy: fills the headline's accuracy keys when "
+        "the bench ran with --no-accuracy")] = None,
 ) -> None:
     """Write report.md, report.json and charts from bench results (host and phone).
 
@@ -124,7 +131,8 @@ def report(
 
     if not bench_files and not device_results:
         bench_files = [DEFAULT_BENCH_OUT]
-    result = build_report(bench_files or [], device_results or [], out, summary, accuracy)
+    result = build_report(bench_files or [], device_results or [], out, summary, accuracy,
+                          int8_accuracy)
     targets_table(result["targets"], "headline against the targets")
     typer.echo(f"wrote {out / 'report.md'}, {out / 'report.json'} and "
                f"{len(result['charts'])} charts" + (f"; summary {summary}" if summary else ""))

@@ -8,9 +8,10 @@ results/converged.json) and names the configuration to ship for two uses:
   separate models run one after the other);
 - "one task at a time": the lowest one-task p50 on the faster runtime;
 
-each among the configurations whose accuracy is within WITHIN_POINTS of all-layer PALs. The
-accuracy is the test average when every configuration has one, else the dev average (mean over
-seeds), said in the notes.
+each among the configurations whose accuracy is within WITHIN_POINTS of all-layer PALs.
+Latencies within LATENCY_TIE of the fastest count as a tie (this shared host's bench runs move
+by about that much), broken by the fewer bundle bytes. The accuracy is the test average when
+every configuration has one, else the dev average (mean over seeds), said in the notes.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from trainer.checkpoint import read_json
 ALL_LAYERS = "pals-annealed"     # the study's all-layer PAL configuration, the reference
 SEPARATE = "separate"
 WITHIN_POINTS = 1.0
+LATENCY_TIE = 0.05
 RUNTIMES = ("executorch", "onnxruntime")
 
 
@@ -92,6 +94,13 @@ def _fastest_one_task(p: dict[str, Any]) -> float:
     return min((v for v in p["one_task_ms"].values() if v is not None), default=float("inf"))
 
 
+def _fastest_then_smallest(points: list[dict[str, Any]], latency) -> str:
+    """The fastest point, or among those within LATENCY_TIE of it the one with fewest bytes."""
+    best = min(latency(p) for p in points)
+    tied = [p for p in points if latency(p) <= best * (1 + LATENCY_TIE)]
+    return min(tied, key=lambda p: (p.get("bundle_bytes") or float("inf"), latency(p)))["name"]
+
+
 def recommend(points: list[dict[str, Any]], split: str) -> dict[str, Any]:
     """The configurations to ship, and the summary keys of the best PAL placement."""
     by_name = {p["name"]: p for p in points}
@@ -106,8 +115,8 @@ def recommend(points: list[dict[str, Any]], split: str) -> dict[str, Any]:
     eligible = [p for p in points if p["accuracy"] >= floor]
     timed = [p for p in eligible if p.get("all_tasks_ms") is not None]
     if timed:
-        out["all_tasks"] = min(timed, key=lambda p: p["all_tasks_ms"])["name"]
-    out["one_task"] = min(eligible, key=_fastest_one_task)["name"]
+        out["all_tasks"] = _fastest_then_smallest(timed, lambda p: p["all_tasks_ms"])
+    out["one_task"] = _fastest_then_smallest(eligible, _fastest_one_task)
     placements = [p for p in timed if p["name"].startswith("pals-")]
     if placements:
         best = min(placements, key=lambda p: p["all_tasks_ratio"] or float("inf"))
@@ -117,7 +126,8 @@ def recommend(points: list[dict[str, Any]], split: str) -> dict[str, Any]:
     out["notes"].append(
         f"accuracy: {split} average in points (mean over the study's seeds); eligible: within "
         f"{WITHIN_POINTS} point of {ALL_LAYERS} ({reference['accuracy']:.1f}); latency p50 at "
-        f"{REF_SEQ} tokens, {REF_THREADS} thread")
+        f"{REF_SEQ} tokens, {REF_THREADS} thread; latencies within {LATENCY_TIE:.0%} of the "
+        "fastest are a tie, won by the fewer bundle bytes")
     return out
 
 

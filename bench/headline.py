@@ -115,6 +115,13 @@ def pal_groups(subs: dict[str, dict[str, Any]]) -> tuple[list[str], list[str]]:
     return all_layer, [n for n in pals if subs[n].get("pal_layers") == "top"]
 
 
+def headline_pal(data: dict[str, Any], prefix: str, m: Measurements) -> str | None:
+    """The PAL subject the headline speaks for: the fastest all-layer PAL bundle at the
+    reference condition."""
+    h = Headline(data, prefix, m, *reference_condition(data))
+    return h.fastest(pal_groups(h.subs)[0])[0]
+
+
 def headline(data: dict[str, Any], prefix: str, m: Measurements) -> tuple[dict[str, Any], dict[str, Any]]:
     """summary values, and for each the measurement ids it came from."""
     threads, seq = reference_condition(data)
@@ -159,6 +166,11 @@ def _latency_ratios(h: Headline, pal: str, pal_p50: float | None, pal_ids: list[
     if plain:
         v, ids = h.task_p50(plain[0])
         h.set("latency_ratio_pal_vs_plain", ratio(pal_p50, v), pal_ids + ids)
+        floor = ratio(_one_task_flops(h, pal), _one_task_flops(h, plain[0]))
+        if floor is not None:
+            h.notes.append(f"latency_ratio_pal_vs_plain: one PAL task takes {floor:.3f}x the "
+                           "plain classifier's matrix-multiply FLOPs, the floor of this ratio "
+                           "when inference is compute-bound")
     else:
         h.notes.append(f"latency_ratio_pal_vs_plain: no separate {s['precision']} bundles on "
                        f"{s['runtime']} were benchmarked (export runs/separate and pass them)")
@@ -168,6 +180,13 @@ def _latency_ratios(h: Headline, pal: str, pal_p50: float | None, pal_ids: list[
         h.notes.append(f"fastest peer: {peer}")
     else:
         h.notes.append("latency_ratio_pal_vs_best_peer: no peers measured (pass --run runs/separate)")
+
+
+def _one_task_flops(h: Headline, name: str) -> float | None:
+    flops = [r.get("matmul_flops") for r in h.data["results"] if r.get("subject") == name
+             and r["config"].startswith("task:") and r["threads"] == h.threads
+             and r["seq_len"] == h.seq]
+    return statistics.fmean(flops) if flops and all(flops) else None
 
 
 def size_reference(subs: dict[str, dict[str, Any]], pal: str) -> str | None:

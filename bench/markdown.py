@@ -105,8 +105,11 @@ def _sizes(data: dict[str, Any], label: str) -> list[str]:
 
 def _latency(data: dict[str, Any], label: str) -> list[str]:
     subs = host_subjects(data)
+    block = (data.get("settings") or {}).get("block", 1)
+    rounds = (f"interleaved rounds of {block} calls each, the first untimed" if block > 1
+              else "interleaved rounds")
     lines = ["", f"## Latency ({label}, batch 1, fresh process per subject/threads/length, "
-             "its configurations timed in interleaved rounds)", "",
+             f"its configurations timed in {rounds})", "",
              "| subject | config | threads | tokens | p50 ms | p90 ms | runs | note |",
              "|---|---|---:|---:|---:|---:|---:|---|"]
     for row in data["results"]:

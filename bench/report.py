@@ -13,15 +13,18 @@ from typing import Any
 
 from bench.charts import write_charts
 from bench.frontier import frontier
-from bench.headline import SUMMARY_KEYS, ceiling_fraction, check_targets, headline, pairwise
-from bench.ingest import Measurements, ReportError, machine_label, read_inputs
+from bench.headline import (SUMMARY_KEYS, ceiling_fraction, check_targets, headline, headline_pal,
+                            pairwise)
+from bench.ingest import Measurements, ReportError, host_subjects, machine_label, read_inputs
 from bench.markdown import render_markdown
+from bench.study_accuracy import add_study_accuracy
 from trainer.fileio import write_text
 
 
 def build_report(bench_files: list[Path], device_files: list[Path], out: Path,
                  summary_path: Path | None = None,
-                 accuracy_file: Path | None = None) -> dict[str, Any]:
+                 accuracy_file: Path | None = None,
+                 int8_accuracy_file: Path | None = None) -> dict[str, Any]:
     if not bench_files and not device_files:
         raise ReportError("nothing to report: give --bench FILE (from `cli.py bench`) and/or "
                           "--device-results FILE (from the Android app)")
@@ -32,6 +35,13 @@ def build_report(bench_files: list[Path], device_files: list[Path], out: Path,
     if accuracy_file is not None and hosts:
         deployment = frontier(hosts[0].data, hosts[0].key, m, accuracy_file)
         _add_frontier_summary(summary, sources, deployment)
+    if int8_accuracy_file is not None:
+        if accuracy_file is None or not hosts:
+            raise ReportError("--int8-accuracy needs --accuracy (the study's table, for the "
+                              "separate models) and a host --bench file")
+        pal = headline_pal(hosts[0].data, hosts[0].key, m)
+        runtime = host_subjects(hosts[0].data)[pal]["runtime"] if pal else None
+        add_study_accuracy(summary, sources, m, accuracy_file, int8_accuracy_file, runtime)
     out.mkdir(parents=True, exist_ok=True)
     report = {"generated": time.strftime("%Y-%m-%d %H:%M:%S"),
               "inputs": {"bench": [str(f) for f in bench_files],

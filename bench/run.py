@@ -37,6 +37,7 @@ class Timing:
     min_runs: int
     min_seconds: float
     max_seconds: float
+    block: int = 8               # calls of one configuration in a row per round (worker.py)
 
 
 @dataclass(frozen=True)
@@ -149,13 +150,13 @@ def load_entry(s: Subject, load: dict[str, Any]) -> dict[str, Any]:
 
 def measure_latency(s: Subject, job: Job, timing: Timing, data: dict[str, Any],
                     timeout: float) -> None:
-    """p50/p90 of each task and of all tasks on one input, timed in interleaved rounds."""
+    """p50/p90 of each task and of all tasks on one input, timed in interleaved rounds of blocks."""
     n, seq = job.threads, job.seq_len
     configs = [f"task:{t}" for t in s.tasks] + (["all_tasks"] if len(s.tasks) > 1 else [])
     r = run_worker({"mode": "latency", "threads": n, "seq_len": seq, "configs": configs,
                     "warmup": timing.warmup, "runs": timing.min_runs,
                     "min_seconds": timing.min_seconds, "max_seconds": timing.max_seconds,
-                    "subject": s.worker_subject()}, timeout)
+                    "block": timing.block, "subject": s.worker_subject()}, timeout)
     rows = r.get("rows") or [{"config": c, "p50_ms": None, "p90_ms": None, "runs": 0,
                               "error": r.get("error", "no result")} for c in configs]
     sequential = any(row.get("all_tasks_mode") == "sequential" for row in rows) \
@@ -266,7 +267,7 @@ def bench(bundles: list[Path], runs: list[Path], out: Path, *, runtimes: list[st
           peers: list[str], threads: list[int], seq_lens: list[int], warmup: int, min_runs: int,
           min_seconds: float, max_seconds: float, accuracy: bool, splits: list[str],
           data_dir: Path | None, max_examples: int | None, work: Path,
-          ceiling: bool = True, native: bool = True,
+          ceiling: bool = True, native: bool = True, block: int = 8,
           worker_timeout: float = 600) -> dict[str, Any]:
     started = time.time()
     machine = host_machine()
@@ -276,7 +277,7 @@ def bench(bundles: list[Path], runs: list[Path], out: Path, *, runtimes: list[st
     if not subjects:
         raise BenchError("nothing to measure: give bundles, or --run a `--mode separate` run "
                          "for the peers")
-    timing = Timing(warmup, min_runs, min_seconds, max_seconds)
+    timing = Timing(warmup, min_runs, min_seconds, max_seconds, block)
     data = new_bench_data(machine, notes, threads, seq_lens, timing)
     jobs = plan(subjects, threads, seq_lens, ceiling, native)
     for job in track(jobs, "bench", total=len(jobs)):
@@ -325,9 +326,10 @@ def new_bench_data(machine: dict[str, Any], notes: list[str], threads: list[int]
         "command": ["python", "cli.py", *sys.argv[1:]] if sys.argv[0].endswith("cli.py") else None,
         "settings": {"threads": threads, "seq_lens": seq_lens, "warmup": timing.warmup,
                      "min_runs": timing.min_runs, "min_seconds": timing.min_seconds,
-                     "max_seconds": timing.max_seconds,
+                     "max_seconds": timing.max_seconds, "block": timing.block,
                      "isolation": "one process per (subject, threads, seq_len) for latency (its "
-                                  "configurations timed in interleaved rounds), one "
+                                  "configurations timed in interleaved rounds of blocks of calls, "
+                                  "each block's first call untimed), one "
                                   "per subject for load/swap/memory, one per thread count for "
                                   "the ceiling",
                      "input": "synthetic, every token attended, pair layout (types 0 then 1)"},

@@ -14,11 +14,11 @@ with SOURCE one of
     {"format": "torch", "model_dir": DIR}                 a palkit model folder, PyTorch eager
 
 The spec adds "mode": "latency" (with "threads", "seq_len", "configs", "warmup", "runs",
-"min_seconds", "max_seconds"), "load" (with "threads"), "load_program" (the all-tasks program
+"min_seconds", "max_seconds", "block"), "load" (with "threads"), "load_program" (the all-tasks program
 alone, with "threads"), or "ceiling" (with "threads").
 Timings are wall-clock around the runtime's Python call (perf_counter_ns), batch 1; the
-configurations of one latency process are timed in interleaved rounds (one call of each per
-round).
+configurations of one latency process are timed in interleaved rounds (a block of calls of
+each per round, the block's first call untimed; see time_interleaved).
 """
 from __future__ import annotations
 
@@ -270,11 +270,13 @@ def measure_program_load(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def time_interleaved(fns: dict[str, Any], warmup: int, runs: int, min_seconds: float,
-                     max_seconds: float) -> dict[str, list[float]]:
-    """Milliseconds per call of each function, timed in rounds (one call of each per round), so
-    that a slow spell of a shared machine lands on every configuration alike and ratios between
-    them hold. Stops once each has `runs` samples and `min_seconds` have passed, or at
-    `max_seconds` per configuration."""
+                     max_seconds: float, block: int = 1) -> dict[str, list[float]]:
+    """Milliseconds per call of each function, timed in rounds, so that a slow spell of a shared
+    machine lands on every configuration alike and ratios between them hold. In a round each
+    function runs `block` times in a row; with block > 1 the first call of a block is not kept:
+    it pays for bringing that configuration's weights back into the CPU caches after the others
+    ran (three separate models evict each other; a model that runs alone does not). Stops once
+    each has `runs` samples and `min_seconds` have passed, or at `max_seconds` per configuration."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
@@ -282,9 +284,11 @@ def time_interleaved(fns: dict[str, Any], warmup: int, runs: int, min_seconds: f
     start = time.perf_counter()
     while True:
         for name, fn in fns.items():
-            t0 = time.perf_counter_ns()
-            fn()
-            samples[name].append((time.perf_counter_ns() - t0) / 1e6)
+            for call in range(block):
+                t0 = time.perf_counter_ns()
+                fn()
+                if call or block == 1:
+                    samples[name].append((time.perf_counter_ns() - t0) / 1e6)
         elapsed = time.perf_counter() - start
         enough = min(len(v) for v in samples.values()) >= runs and elapsed >= min_seconds
         if enough or elapsed >= max_seconds * len(fns):
@@ -325,15 +329,17 @@ def measure_latency(spec: dict[str, Any]) -> dict[str, Any]:
             row.update(p50_ms=None, p90_ms=None, runs=0,
                        error=f"{type(e).__name__}: {e}".splitlines()[0][:300])
         rows[config] = row
+    block = spec.get("block", 1)
     if fns:
         timed = time_interleaved(fns, spec.get("warmup", 3), spec.get("runs", 20),
-                                 spec.get("min_seconds", 0.5), spec.get("max_seconds", 10.0))
+                                 spec.get("min_seconds", 0.5), spec.get("max_seconds", 10.0),
+                                 block)
         for config, samples in timed.items():
             rows[config].update(p50_ms=percentile(samples, 50), p90_ms=percentile(samples, 90),
                                 mean_ms=sum(samples) / len(samples), min_ms=min(samples),
                                 runs=len(samples))
-    return {"rows": list(rows.values()), "timing": "interleaved rounds: one call of each "
-            "configuration per round"}
+    return {"rows": list(rows.values()), "timing": f"interleaved rounds: {block} calls of each "
+            "configuration in a row per round" + (", the first of them untimed" if block > 1 else "")}
 
 
 def main(argv: list[str]) -> int:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.ingest import ReportError
 from bench.report import build_report
 from test_report_bench import host_bench, png_size
 
@@ -42,8 +43,9 @@ def test_frontier_recommends_from_the_numbers(tmp_path: Path) -> None:
     assert points["pals-top-1"]["task_specific_bytes"] == 600_000
     assert points["pals-annealed"]["split"] == "dev"   # not every configuration has a test score
     rec = report["frontier"]["recommendation"]
+    # one task: separate 12.0 ms, top-1 12.5 ms: a tie within 5%, won by top-1's fewer bytes
     assert (rec["all_tasks"], rec["one_task"], rec["best_placement"]) == \
-        ("pals-top-1", "separate", "pals-top-1")
+        ("pals-top-1", "pals-top-1", "pals-top-1")
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["all_tasks_ratio_best_placement"] == pytest.approx(20.0 / 12.5)
     assert summary["best_placement_accuracy_gap"] == pytest.approx(-0.4)
@@ -83,3 +85,62 @@ def test_summary_notes_do_not_call_the_frontier_keys_unmeasured(tmp_path: Path) 
     build_report([bench], [], tmp_path / "report", tmp_path / "summary.json", accuracy)
     notes = json.loads((tmp_path / "summary.json").read_text())["notes"]
     assert not [n for n in notes if n.startswith("all_tasks_ratio_best_placement:")]
+
+
+def _int8_file(tmp_path: Path, rows: list[dict]) -> Path:
+    path = tmp_path / "converged-int8.json"
+    path.write_text(json.dumps({"machine": "Test CPU", "what": "seed-0 PAL model", "rows": rows}))
+    return path
+
+
+def test_int8_accuracy_file_fills_the_accuracy_keys_a_bench_without_accuracy_left_null(
+        tmp_path: Path) -> None:
+    bench, accuracy = write_inputs(tmp_path, top1_dev=74.0)
+    data = json.loads(bench.read_text())
+    del data["accuracy"]                                   # palkit bench --no-accuracy
+    bench.write_text(json.dumps(data))
+    int8 = _int8_file(tmp_path, [{"runtime": "pytorch", "split": "dev", "avg": 0.747},
+                                 {"runtime": "executorch", "split": "dev", "avg": 0.743},
+                                 {"runtime": "onnxruntime", "split": "dev", "avg": 0.742},
+                                 {"runtime": "executorch", "split": "test", "avg": 0.754}])
+    report = build_report([bench], [], tmp_path / "report", tmp_path / "summary.json", accuracy,
+                          int8)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    # the study's separate models have no test score, so every key is on dev
+    assert summary["accuracy_avg_pal_int8"] == pytest.approx(74.3)      # the headline's runtime
+    assert summary["accuracy_drop_int8_vs_fp32"] == pytest.approx(0.4)
+    assert summary["accuracy_avg_separate_fp32"] == pytest.approx(74.3)
+    assert summary["sources"]["accuracy_drop_int8_vs_fp32"] == [
+        "study:converged-int8:pytorch:dev:avg", "study:converged-int8:executorch:dev:avg"]
+    assert report["targets"]["accuracy_gap_pal_int8_vs_separate_fp32"]["value"] == pytest.approx(0.0)
+    assert report["targets"]["accuracy_drop_int8_vs_fp32"]["met"] is True
+    accuracy_notes = [n for n in summary["notes"] if n.startswith("accuracy_")]
+    assert not [n for n in accuracy_notes if "not measured" in n or "not among" in n]
+    assert any("converged-int8.json" in n and "dev split" in n for n in accuracy_notes)
+
+
+def test_int8_accuracy_rows_without_a_runtime_are_refused_by_file(tmp_path: Path) -> None:
+    bench, accuracy = write_inputs(tmp_path, top1_dev=74.0)
+    int8 = _int8_file(tmp_path, [{"model": "ExecuTorch", "split": "dev", "avg": 0.743}])
+    data = json.loads(bench.read_text())
+    del data["accuracy"]
+    bench.write_text(json.dumps(data))
+    with pytest.raises(ReportError, match=r"converged-int8.json: rows\[0\] lacks runtime"):
+        build_report([bench], [], tmp_path / "report", None, accuracy, int8)
+
+
+def _point(name: str, one_ms: float, all_ms: float, mib: float) -> dict:
+    return {"name": name, "accuracy": 74.4, "one_task_ms": {"executorch": one_ms},
+            "all_tasks_ms": all_ms, "all_tasks_ratio": all_ms / one_ms,
+            "bundle_bytes": mib * 2**20}
+
+
+def test_latencies_within_five_percent_are_a_tie_won_by_the_smaller_bundle() -> None:
+    from bench.frontier import recommend
+    points = [_point("pals-annealed", 13.9, 37.9, 23.2), _point("shared", 11.1, 11.1, 22.2),
+              _point("separate", 11.0, 33.3, 66.1)]
+    rec = recommend(points, "dev")
+    assert (rec["one_task"], rec["all_tasks"]) == ("shared", "shared")   # 11.1 vs 11.0: a tie
+    points[2]["one_task_ms"]["executorch"] = 10.0                        # 11% faster: no tie
+    assert recommend(points, "dev")["one_task"] == "separate"
+    assert any("within 5%" in n for n in rec["notes"])

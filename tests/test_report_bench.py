@@ -279,3 +279,16 @@ def test_schema_accepts_the_apps_file_and_a_host_file(tmp_path: Path):
     path = tmp_path / "d.json"
     path.write_text(json.dumps(DEVICE))
     assert load_bench_file(path)["machine"]["model"] == "Pixel 8"
+
+
+def test_one_task_ratio_is_given_against_its_flop_floor(tmp_path: Path):
+    data = host_bench(tmp_path)
+    for row in data["results"]:
+        if row["subject"] == "pal/executorch" and row["config"].startswith("task:"):
+            row["matmul_flops"] = int(row["matmul_flops"] * 1.08)   # the PALs' own matmuls
+    (tmp_path / "host.json").write_text(json.dumps(data))
+    report = build_report([tmp_path / "host.json"], [], tmp_path / "r")
+    assert report["summary"]["latency_ratio_pal_vs_plain"] == pytest.approx(13.0 / 12.0)
+    assert ("latency_ratio_pal_vs_plain: one PAL task takes 1.080x the plain classifier's "
+            "matrix-multiply FLOPs, the floor of this ratio when inference is compute-bound"
+            in report["summary"]["notes"])
