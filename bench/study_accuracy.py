@@ -72,7 +72,8 @@ def add_study_accuracy(summary: dict[str, Any], sources: dict[str, list[str]], m
         summary[key] = values[0] - values[1] if len(values) == 2 else values[0]  # type: ignore[operator]
         sources[key] = ids  # type: ignore[assignment]
         filled.append(key)
-    if filled:
-        summary["notes"] = [*(n for n in summary["notes"] if not n.startswith(tuple(f"{k}:" for k in filled))),
+    if filled:  # their "not measured" notes give way to where the values came from
+        stale = tuple(f"{k}:" for k in filled)
+        summary["notes"] = [*(n for n in summary["notes"] if not n.startswith(stale)),
                             f"{', '.join(filled)}: from {int8_file} and {study_file}, "
                             f"{split} split (the bench did not score these models)"]
