@@ -10,6 +10,9 @@ with fuse_for_inference's options: `-fused` (query/key/value as one Linear in ev
 for `all` also the tasks' PALs stacked), `-fold` (and V^E composed in), `task-foldsep` (V^E
 composed into separate query/key/value), `all-stacked` (stacked PALs only), `-prescaled` (the
 scores' 1/sqrt(head_dim) folded into every query, nothing else).
+`plain-customsdpa` runs every attention through ExecuTorch's fused CPU kernel
+`llama::custom_sdpa` (portable, outside the XNNPACK delegate; batch 1), swapped in while the
+program is lowered, as export/onnx_ops.py swaps in ONNX Runtime's kernel.
 `time` loads every variant in one process and times them in interleaved rounds (int8,
 XNNPACK; every OUT/*/<name>.pte, so variants lowered by an older checkout can be timed beside
 them), so that a slow spell of a shared machine lands on all of them alike.
@@ -20,15 +23,44 @@ import argparse
 import copy
 import json
 import statistics
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import torch
 from torch import nn
 
-VARIANTS = ("plain", "plain-fused", "plain-prescaled", "task", "task-fused", "task-fold",
-            "task-foldsep", "task-prescaled", "all", "all-fused", "all-fold", "all-stacked",
-            "all-prescaled")
+VARIANTS = ("plain", "plain-fused", "plain-prescaled", "plain-customsdpa", "task", "task-fused",
+            "task-fold", "task-foldsep", "task-prescaled", "all", "all-fused", "all-fold",
+            "all-stacked", "all-prescaled")
+
+
+def custom_sdpa_attention(q, k, v, heads, mask, dropout_p, training, scale=None):
+    """trainer.model.multi_head_attention's math through llama::custom_sdpa: [b, s, heads, d]
+    in and out, the one-row additive mask spread to the [s, s] matrix the kernel takes."""
+    b, s, width = q.shape
+    d = width // heads
+    split = [x.reshape(b, -1, heads, d).contiguous() for x in (q, k, v)]
+    square = mask.reshape(1, -1).expand(s, -1).contiguous()
+    out = torch.ops.llama.custom_sdpa(*split, 0, square, 0.0, False,
+                                      d ** -0.5 if scale is None else scale)
+    return out.reshape(b, -1, width)
+
+
+@contextmanager
+def custom_sdpa() -> Iterator[None]:
+    """While lowering: every attention as llama::custom_sdpa (the op registered by importing
+    ExecuTorch's LLM custom ops, which the timing process imports too)."""
+    import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401  (registers the op)
+    import trainer.model as model_code
+
+    written_out = model_code.multi_head_attention
+    model_code.multi_head_attention = custom_sdpa_attention
+    try:
+        yield
+    finally:
+        model_code.multi_head_attention = written_out
 
 
 def fused(program: nn.Module, **options: bool) -> nn.Module:
@@ -58,6 +90,7 @@ def programs(model, task: str, only: list[str]) -> dict[str, nn.Module]:
         "all-fold": lambda: fused(AllTasksProgram(model, tasks), fold=True),
         "all-stacked": lambda: fused(AllTasksProgram(model, tasks), qkv=False),
         "plain-prescaled": lambda: fused(TaskProgram(plain, task), qkv=False, prescale=True),
+        "plain-customsdpa": lambda: TaskProgram(plain, task),
         "task-prescaled": lambda: fused(TaskProgram(model, task), qkv=False, prescale=True),
         "all-prescaled": lambda: fused(AllTasksProgram(model, tasks), qkv=False, stack=False,
                                        prescale=True),
@@ -73,7 +106,8 @@ def lower(run: Path, out: Path, task: str, only: list[str]) -> None:
     model, tokenizer, _ = load_model(resolve_model_dir(run))
     calib = calibration_inputs(model, 128, tokenizer)
     for name, program in programs(model, task, only).items():
-        facts = lower_program(program, name, out / name, True, 128, calib)
+        with custom_sdpa() if name.endswith("-customsdpa") else nullcontext():
+            facts = lower_program(program, name, out / name, True, 128, calib)
         (out / f"{name}.json").write_text(json.dumps(facts, indent=1))
         print(name, {k: v for k, v in facts.items() if k != "non_delegated_ops"}, flush=True)
 
@@ -82,6 +116,8 @@ def time_all(out: Path, seq: int, threads: int, seconds: float) -> dict[str, dic
     from bench.worker import import_executorch_runtime, time_interleaved
 
     lib = import_executorch_runtime()
+    if any(out.glob("*-customsdpa/*.pte")):
+        import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401  (its kernel)
     lib._unsafe_reset_threadpool(threads)
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(1000, 20000, (1, seq), generator=g)

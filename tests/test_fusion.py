@@ -98,3 +98,19 @@ def test_prescaled_queries_carry_the_scale_and_the_scores_skip_it():
     reference = model.adapters["sst"].attentions[0]
     assert torch.equal(pal.query.bias, reference.query.bias * (8 // 2) ** -0.5)
     assert not hasattr(reference, "score_scale")       # the trained model is left alone
+
+
+def test_custom_sdpa_variant_computes_the_written_out_attention():
+    """bench/compute_sharing.py's `-customsdpa` variant (measured slower, not used by export)."""
+    import trainer.model as model_code
+    from bench.compute_sharing import custom_sdpa, custom_sdpa_attention
+    from trainer.model import additive_mask, multi_head_attention
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 9, 8) for _ in range(3))
+    mask = additive_mask(torch.tensor([[1] * 7 + [0] * 2]), torch.float32)
+    with custom_sdpa():
+        assert model_code.multi_head_attention is custom_sdpa_attention
+        fused = custom_sdpa_attention(q, k, v, 2, mask, 0.0, False)
+    assert model_code.multi_head_attention is multi_head_attention      # put back
+    torch.testing.assert_close(fused, multi_head_attention(q, k, v, 2, mask, 0.0, False), **TOL)
