@@ -54,6 +54,9 @@ def bench(
     min_seconds: Annotated[float, typer.Option(help="time each configuration at least this "
                                                "long")] = 0.5,
     max_seconds: Annotated[float, typer.Option(help="and at most this long")] = 4.0,
+    rounds: Annotated[int, typer.Option(
+        min=1, help="latency passes over all subjects, each a fresh process per subject; a "
+        "figure is the median over them")] = 3,
     block: Annotated[int, typer.Option(
         min=1, help="calls of one configuration in a row per round, the first untimed (it "
         "brings the model's weights back into the caches after the others ran)")] = 8,
@@ -94,6 +97,7 @@ def bench(
               peers=[] if peers == "none" else _words([peers], PEERS, "--peers"),
               threads=_ints(threads), seq_lens=_ints(seq_lens), warmup=warmup,
               min_runs=min_runs, min_seconds=min_seconds, max_seconds=max_seconds, block=block,
+              rounds=rounds,
               accuracy=accuracy, splits=_words([splits], ("dev", "test"), "--splits"),
               data_dir=resolve_data_dir(data_dir) if accuracy else None,
               max_examples=max_examples, work=work, ceiling=ceiling, native=native)

@@ -126,7 +126,8 @@ def _ingest_subject(name: str, s: dict[str, Any], prefix: str, label: str, file:
                       ("first_result_ms", "cold load + first inference")):
         m.add(f"{prefix}{key}:{name}", (s.get(key) or {}).get(rt), "ms", label, file, what)
     m.add(f"{prefix}swap_ms:{name}", (s.get("swap_ms") or {}).get(rt), "ms", label, file,
-          "swap to a not-yet-loaded task (median over tasks), to runnable")
+          "swap to a not-yet-loaded task, to runnable (median over worker processes, upper "
+          "median over tasks)")
     for key, v in (s.get("memory_rss_bytes") or {}).items():
         m.add(f"{prefix}memory:{name}:{key}", v, "bytes", label, file, f"RSS {key}")
 

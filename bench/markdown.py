@@ -105,11 +105,13 @@ def _sizes(data: dict[str, Any], label: str) -> list[str]:
 
 def _latency(data: dict[str, Any], label: str) -> list[str]:
     subs = host_subjects(data)
-    block = (data.get("settings") or {}).get("block", 1)
+    settings = data.get("settings") or {}
+    block, passes = settings.get("block", 1), settings.get("rounds", 1)
     rounds = (f"interleaved rounds of {block} calls each, the first untimed" if block > 1
               else "interleaved rounds")
+    median = f"; p50 and p90 are medians over {passes} such processes" if passes > 1 else ""
     lines = ["", f"## Latency ({label}, batch 1, fresh process per subject/threads/length, "
-             f"its configurations timed in {rounds})", "",
+             f"its configurations timed in {rounds}{median})", "",
              "| subject | config | threads | tokens | p50 ms | p90 ms | runs | note |",
              "|---|---|---:|---:|---:|---:|---:|---|"]
     for row in data["results"]:

@@ -1,8 +1,8 @@
 """`cli.py bench`: measure bundles, the three separate models and the peers on this machine.
 
 Plan: find the subjects (bench/subjects.py), then start one worker process per (subject,
-threads, sequence length) for latency, one per subject for load / swap / memory, and one per
-thread count for the matmul ceiling. Accuracy of the bundles (as the runtime runs them) and fp32
+threads, sequence length) and round for latency (medians over --rounds), three per subject for
+load / swap / memory (medians), and one per thread count for the matmul ceiling. Accuracy of the bundles (as the runtime runs them) and fp32
 PyTorch accuracy of the training runs are measured last. Everything lands in one palkit-bench
 JSON (bench/schema.py).
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,6 +29,7 @@ from trainer.fileio import write_text
 from ui.progress import say, track
 
 ROOT = Path(__file__).resolve().parent.parent
+LOAD_REPEATS = 3     # load/swap/memory worker processes per subject
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ class Job:
     threads: int
     seq_len: int
     subject: Subject | None = None
+    round: int = 0               # latency: which of the --rounds passes over all subjects
 
 
 # ---- running workers ---------------------------------------------------------------------------
@@ -106,7 +109,10 @@ def measure_load(s: Subject, job: Job, data: dict[str, Any], timeout: float) -> 
              "fp32_model_dirs": {t: str(i.model_dir) for t, i in s.models.items()},
              "sources": s.tasks, **s.extra}
     spec = {"threads": job.threads, "seq_len": job.seq_len, "subject": s.worker_subject()}
-    load = run_worker({"mode": "load", **spec}, timeout)
+    # A cold load and a swap happen once per process; one process's figure moved by 2x between
+    # bench runs on the same files, so the figures are medians over LOAD_REPEATS processes.
+    loads = [run_worker({"mode": "load", **spec}, timeout) for _ in range(LOAD_REPEATS)]
+    load = next((r for r in loads if "error" in r), None) or median_load(loads)
     if "error" in load:
         entry["error"] = load["error"]
         data["notes"].append(f"{s.name}: load measurement failed: {load['error']}")
@@ -124,6 +130,17 @@ def measure_load(s: Subject, job: Job, data: dict[str, Any], timeout: float) -> 
     say(f"{s.name}: load {entry.get('load_ms', {}).get(s.runtime, float('nan')):.1f} ms"
         + (f", error: {entry['error']}" if "error" in entry else ""))
     data["subjects"][s.name] = entry
+
+
+def median_load(loads: list[dict[str, Any]]) -> dict[str, Any]:
+    """One load result from several processes' results: the median of each time (per task for
+    swaps), the memory of the first; every process's result kept under "repeats"."""
+    out = {**loads[0], "repeats": loads}
+    for key in ("load_ms", "first_run_ms"):
+        out[key] = statistics.median(r[key] for r in loads)
+    for key in ("swap_ms", "first_run_after_swap_ms"):
+        out[key] = {t: statistics.median(r[key][t] for r in loads) for t in loads[0][key]}
+    return out
 
 
 def load_entry(s: Subject, load: dict[str, Any]) -> dict[str, Any]:
@@ -168,8 +185,10 @@ def measure_latency(s: Subject, job: Job, timing: Timing, data: dict[str, Any],
                    precision=s.precision, worker_load_avg=r.get("load_avg_1min"))
         row["id"] = f"latency:{s.name}:{row['config']}:t{n}:s{seq}"
         row["matmul_flops"] = flops.get(row["config"])
+        row["round"] = job.round
         data["results"].append(row)
-    say(f"{s.name} threads={n} seq={seq}: " + ", ".join(
+    say(f"{s.name} threads={n} seq={seq}" + (f" (round {job.round + 1})" if job.round else "")
+        + ": " + ", ".join(
         f"{row['config']}={row['p50_ms']:.2f}ms" if row["p50_ms"] is not None
         else f"{row['config']}=failed" for row in rows))
 
@@ -267,7 +286,7 @@ def bench(bundles: list[Path], runs: list[Path], out: Path, *, runtimes: list[st
           peers: list[str], threads: list[int], seq_lens: list[int], warmup: int, min_runs: int,
           min_seconds: float, max_seconds: float, accuracy: bool, splits: list[str],
           data_dir: Path | None, max_examples: int | None, work: Path,
-          ceiling: bool = True, native: bool = True, block: int = 8,
+          ceiling: bool = True, native: bool = True, block: int = 8, rounds: int = 3,
           worker_timeout: float = 600) -> dict[str, Any]:
     started = time.time()
     machine = host_machine()
@@ -279,7 +298,8 @@ def bench(bundles: list[Path], runs: list[Path], out: Path, *, runtimes: list[st
                          "for the peers")
     timing = Timing(warmup, min_runs, min_seconds, max_seconds, block)
     data = new_bench_data(machine, notes, threads, seq_lens, timing)
-    jobs = plan(subjects, threads, seq_lens, ceiling, native)
+    jobs = plan(subjects, threads, seq_lens, ceiling, native, rounds)
+    data["settings"]["rounds"] = rounds
     for job in track(jobs, "bench", total=len(jobs)):
         if job.subject is None:
             measure_ceiling(job.threads, data, worker_timeout)
@@ -289,6 +309,7 @@ def bench(bundles: list[Path], runs: list[Path], out: Path, *, runtimes: list[st
             measure_native_path(job.subject, job, timing, data, worker_timeout)
         else:
             measure_latency(job.subject, job, timing, data, worker_timeout)
+    data["results"] = merge_rounds(data["results"])
     if accuracy and data_dir is None:
         notes.append("accuracy skipped: no data directory")
     elif accuracy:
@@ -305,16 +326,42 @@ def bench(bundles: list[Path], runs: list[Path], out: Path, *, runtimes: list[st
 
 
 def plan(subjects: list[Subject], threads: list[int], seq_lens: list[int], ceiling: bool,
-         native: bool) -> list[Job]:
+         native: bool, rounds: int = 1) -> list[Job]:
     """The ceiling per thread count, then per subject its load and each latency condition, and
-    for a PAL bundle's ExecuTorch files the app's native path in the same conditions."""
+    for a PAL bundle's ExecuTorch files the app's native path in the same conditions. Latency
+    runs in `rounds` passes over all subjects, each pass starting one subject later: one
+    process's figures moved by up to 7% between bench runs, so a subject's figure is the median
+    of its processes, and no subject is always the one measured first."""
     jobs = [Job("ceiling", n, 0) for n in threads] if ceiling else []
     for s in subjects:
         jobs.append(Job("load", min(threads), max(seq_lens), s))
-        jobs += [Job("latency", n, seq, s) for n in threads for seq in seq_lens]
         if native and s.role == "pal" and s.runtime == "executorch":
             jobs += [Job("native", n, seq, s) for n in threads for seq in seq_lens]
+    for r in range(rounds):
+        order = subjects[r % len(subjects):] + subjects[:r % len(subjects)]
+        jobs += [Job("latency", n, seq, s, r) for s in order for n in threads for seq in seq_lens]
     return jobs
+
+
+def merge_rounds(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per latency id: the median over rounds of p50 and p90 (rounds that failed left
+    out), every round's p50 kept; an id with no good round keeps its first row's error."""
+    by_id: dict[str, list[dict[str, Any]]] = {}
+    for row in results:
+        by_id.setdefault(row["id"], []).append(row)
+    merged = []
+    for rows in by_id.values():
+        good = [r for r in rows if r.get("p50_ms") is not None]
+        if len(rows) == 1 or not good:
+            merged.append({k: v for k, v in rows[0].items() if k != "round"})
+            continue
+        row = {k: v for k, v in good[0].items() if k != "round"}
+        row.update(p50_ms=statistics.median(r["p50_ms"] for r in good),
+                   p90_ms=statistics.median(r["p90_ms"] for r in good),
+                   runs=sum(r["runs"] for r in good),
+                   p50_ms_rounds=[r["p50_ms"] for r in good])
+        merged.append(row)
+    return merged
 
 
 def new_bench_data(machine: dict[str, Any], notes: list[str], threads: list[int],
@@ -327,11 +374,12 @@ def new_bench_data(machine: dict[str, Any], notes: list[str], threads: list[int]
         "settings": {"threads": threads, "seq_lens": seq_lens, "warmup": timing.warmup,
                      "min_runs": timing.min_runs, "min_seconds": timing.min_seconds,
                      "max_seconds": timing.max_seconds, "block": timing.block,
-                     "isolation": "one process per (subject, threads, seq_len) for latency (its "
+                     "isolation": "one process per (subject, threads, seq_len) and round for "
+                                  "latency (the median over rounds reported; its "
                                   "configurations timed in interleaved rounds of blocks of calls, "
-                                  "each block's first call untimed), one "
-                                  "per subject for load/swap/memory, one per thread count for "
-                                  "the ceiling",
+                                  "each block's first call untimed), three per subject for "
+                                  "load/swap/memory (median times, the first one's memory), one "
+                                  "per thread count for the ceiling",
                      "input": "synthetic, every token attended, pair layout (types 0 then 1)"},
     }
 

@@ -101,19 +101,30 @@ def test_bench_end_to_end_on_tiny_peers_writes_a_valid_file(tiny_separate_run: P
     bench([], [tiny_separate_run], out, runtimes=["onnxruntime"], peers=["ort-int8"],
           threads=[1], seq_lens=[16], warmup=1, min_runs=3, min_seconds=0.0, max_seconds=1.0,
           accuracy=True, splits=["dev"], data_dir=tiny_data, max_examples=8,
-          work=tmp_path / "work", ceiling=False)
+          work=tmp_path / "work", ceiling=False, rounds=2)
     data = load_bench_file(out)
     assert data["machine"]["kind"] == "host" and data["machine"]["model"]
     assert set(data["subjects"]) == {"peer/ort-int8"}
     configs = {r["config"] for r in data["results"]}
     assert configs == {"task:sst", "task:quora", "task:sts", "all_tasks"}
     assert all(r["p50_ms"] > 0 and r["matmul_flops"] > 0 for r in data["results"])
+    assert len(data["results"]) == 4                      # one row per config, two rounds each
+    for row in data["results"]:                           # p50: the median of the two rounds
+        assert len(row["p50_ms_rounds"]) == 2
+        assert row["p50_ms"] == pytest.approx(sum(row["p50_ms_rounds"]) / 2)
     assert data["subjects"]["peer/ort-int8"]["memory_rss_bytes"]["model_all_tasks"] > 0
+    entry = data["subjects"]["peer/ort-int8"]
+    repeats = entry["load_detail"]["repeats"]                  # load and swap: 3 processes
+    assert len({r["pid"] for r in repeats}) == 3
+    for task, swap in entry["swap_ms"]["per_task"].items():
+        assert swap == sorted(r["swap_ms"][task] for r in repeats)[1]
+    assert entry["load_ms"]["onnxruntime"] == sorted(r["load_ms"] for r in repeats)[1]
     assert data["accuracy"]["fp32:separate"]["kind"] == "separate"
     assert 0 <= data["accuracy"]["fp32:separate"]["dev"]["avg"] <= 1
-    # progress over the jobs (load + one latency condition), plain lines when not a terminal
+    # progress over the jobs (load + one latency condition twice), plain lines when not a terminal
     err = " ".join(capsys.readouterr().err.split())  # rich may wrap long status lines
-    assert "bench: 1/2 (" in err and "bench: 2/2 (" in err and "ETA" in err
+    assert "bench: 1/3 (" in err and "bench: 3/3 (" in err and "ETA" in err
+    assert "(round 2)" in err
     assert "peer/ort-int8 threads=1 seq=16: task:" in err and "all_tasks=" in err, err
     assert "bench: accuracy: 1/1 (" in err
 
