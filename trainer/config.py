@@ -96,7 +96,8 @@ class TrainConfig:
     max_grad_norm: float = option(1.0, "clip the gradient norm to this", SCHEDULE)
     max_len: int = option(64, "max tokens per sequence (paper preset: 128)", TASKS)
     length_buckets: int = option(0, "sort each run of N batches of a task by length before "
-                                 "batching, so that batches pad little (0: off)", SCHEDULE,
+                                 "batching, so that batches pad little (0: off; 64 trains the "
+                                 "quick preset in half the time on a 2-core CPU)", SCHEDULE,
                                  metavar="N")
     sts_loss: str = option("mse", "regression loss: mse on the score (higher STS-B Pearson than "
                            "bce in the measured runs, see README) or bce on score/5", TASKS,
