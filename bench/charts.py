@@ -5,9 +5,9 @@
 - accuracy_vs_size.png: test (else dev) average of each benchmarked bundle against its size,
   with the fp32 models in PyTorch and the accuracy target as reference lines;
 - frontier.png (with `report --accuracy`): each study configuration's accuracy against its
-  all-tasks latency, bubble area = task-specific bytes, the recommended ones circled.
+  all-tasks latency, bubble area = task-specific bytes, the recommended ones labelled "ship".
 
-Both come from the first host file, as the headline does; every figure is also in report.md.
+All come from the first host file, as the headline does; every figure is also in report.md.
 """
 from __future__ import annotations
 

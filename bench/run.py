@@ -2,8 +2,9 @@
 
 Plan: find the subjects (bench/subjects.py), then start one worker process per (subject,
 threads, sequence length) and round for latency (medians over --rounds), three per subject for
-load / swap / memory (medians), and one per thread count for the matmul ceiling. Accuracy of the bundles (as the runtime runs them) and fp32
-PyTorch accuracy of the training runs are measured last. Everything lands in one palkit-bench
+load / swap / memory (medians), and one per thread count for the matmul ceiling. Accuracy of the
+bundles (as the runtime runs them) and fp32 PyTorch accuracy of the training runs are measured
+last. Everything lands in one palkit-bench
 JSON (bench/schema.py).
 """
 from __future__ import annotations
@@ -344,8 +345,9 @@ def plan(subjects: list[Subject], threads: list[int], seq_lens: list[int], ceili
 
 
 def merge_rounds(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per latency id: the median over rounds of p50 and p90 (rounds that failed left
-    out), every round's p50 kept; an id with no good round keeps its first row's error."""
+    """One row per latency id over the rounds that did not fail: p50 and p90 their medians,
+    every round's p50 kept, min and mean over all their calls, the highest load seen; an id with
+    no good round keeps its first row's error."""
     by_id: dict[str, list[dict[str, Any]]] = {}
     for row in results:
         by_id.setdefault(row["id"], []).append(row)
@@ -356,9 +358,13 @@ def merge_rounds(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             merged.append({k: v for k, v in rows[0].items() if k != "round"})
             continue
         row = {k: v for k, v in good[0].items() if k != "round"}
+        runs = sum(r["runs"] for r in good)
+        loads = [r["worker_load_avg"] for r in good if r.get("worker_load_avg") is not None]
         row.update(p50_ms=statistics.median(r["p50_ms"] for r in good),
                    p90_ms=statistics.median(r["p90_ms"] for r in good),
-                   runs=sum(r["runs"] for r in good),
+                   min_ms=min(r["min_ms"] for r in good),
+                   mean_ms=sum(r["mean_ms"] * r["runs"] for r in good) / runs, runs=runs,
+                   worker_load_avg=max(loads, default=None),
                    p50_ms_rounds=[r["p50_ms"] for r in good])
         merged.append(row)
     return merged

@@ -62,14 +62,15 @@ def add_study_accuracy(summary: dict[str, Any], sources: dict[str, list[str]], m
     sep_id = add(f"study:{study_file.stem}:{SEPARATE}:{split}:avg", separate_avg.get("mean"),
                  study.get("machine", "?"), study_file, f"three separate fp32 models, {split} "
                  f"average, mean over {separate_avg.get('n')} seed(s)")
+    # each key from its ids: one value as it is, or (the drop) the first minus the second
     derived = {"accuracy_avg_pal_int8": [int8_id], "accuracy_avg_separate_fp32": [sep_id],
                "accuracy_drop_int8_vs_fp32": [fp32_id, int8_id]}
     filled = []
     for key, ids in derived.items():
         if summary.get(key) is not None or None in ids:
             continue
-        values = [m.get(i) for i in ids]
-        summary[key] = values[0] - values[1] if len(values) == 2 else values[0]  # type: ignore[operator]
+        first, *minus = [m.get(i) for i in ids]
+        summary[key] = first - sum(minus)  # type: ignore[operator]
         sources[key] = ids  # type: ignore[assignment]
         filled.append(key)
     if filled:  # their "not measured" notes give way to where the values came from

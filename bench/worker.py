@@ -14,8 +14,8 @@ with SOURCE one of
     {"format": "torch", "model_dir": DIR}                 a palkit model folder, PyTorch eager
 
 The spec adds "mode": "latency" (with "threads", "seq_len", "configs", "warmup", "runs",
-"min_seconds", "max_seconds", "block"), "load" (with "threads"), "load_program" (the all-tasks program
-alone, with "threads"), or "ceiling" (with "threads").
+"min_seconds", "max_seconds", "block"), "load" (with "threads"), "load_program" (the all-tasks
+program alone, with "threads"), or "ceiling" (with "threads").
 Timings are wall-clock around the runtime's Python call (perf_counter_ns), batch 1; the
 configurations of one latency process are timed in interleaved rounds (a block of calls of
 each per round, the block's first call untimed; see time_interleaved).
@@ -338,8 +338,9 @@ def measure_latency(spec: dict[str, Any]) -> dict[str, Any]:
             rows[config].update(p50_ms=percentile(samples, 50), p90_ms=percentile(samples, 90),
                                 mean_ms=sum(samples) / len(samples), min_ms=min(samples),
                                 runs=len(samples))
+    untimed = ", the first of them untimed" if block > 1 else ""
     return {"rows": list(rows.values()), "timing": f"interleaved rounds: {block} calls of each "
-            "configuration in a row per round" + (", the first of them untimed" if block > 1 else "")}
+            f"configuration in a row per round{untimed}"}
 
 
 def main(argv: list[str]) -> int:

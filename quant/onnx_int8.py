@@ -7,8 +7,9 @@ from pathlib import Path
 
 SCHEME = ("trunk MatMuls: int8 per-channel weights with dynamic int8 activations (onnxruntime "
           "quantize_dynamic); embedding tables (Gather): 8-bit weight-only, as quantize_dynamic "
-          "does for Gather; adapter matrices: int8 per output column with fp32 scales, multiplied as "
-          "int8 with dynamic int8 activations (MatMulIntegerToFloat), never dequantized; "
+          "does for Gather; adapter matrices: int8 per output column with fp32 scales, "
+          "multiplied as int8 with dynamic int8 activations (MatMulIntegerToFloat), never "
+          "dequantized; "
           "LayerNorm and attention (MultiHeadAttention) fp32")
 
 

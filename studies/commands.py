@@ -13,7 +13,8 @@ STUDIES = "Studies"
 
 
 @app.command(rich_help_panel=STUDIES,
-             epilog="Example: palkit study studies/converged.toml --out runs/converged --parallel 16")
+             epilog="Example: palkit study studies/converged.toml --out runs/converged "
+                    "--parallel 16")
 def study(
     study_file: Annotated[Path, typer.Argument(metavar="FILE", help="a study .toml ([base] and "
                                                "[[run]] tables; see studies/converged.toml)")],

@@ -36,7 +36,8 @@ def job_commands(job: Job) -> list[list[str]]:
                          "--out", str(job.out), *resume])
     if job.score:
         commands += [[sys.executable, CLI, "evaluate", str(job.out), "--split", split,
-                      "--data-dir", str(job.config.data_dir), "--out", str(job.out / f"{split}.json")]
+                      "--data-dir", str(job.config.data_dir),
+                      "--out", str(job.out / f"{split}.json")]
                      for split in SPLITS if not (job.out / f"{split}.json").is_file()]
     return commands
 
@@ -71,7 +72,8 @@ def run_study(jobs: list[Job], out: Path, parallel: int, threads_per_job: int | 
         if job.trains:
             write_json(config_file(job), job.config.to_dict())
         else:
-            job.out.mkdir(exist_ok=True)   # a separate run's folder holds its config beside models/, as train writes it
+            # a separate run's folder holds its config beside models/, as train writes it
+            job.out.mkdir(exist_ok=True)
             write_run_config(job.out, job.config.to_dict())
     status = {job.key: "pending" for job in jobs}
     running: dict[str, Running] = {}

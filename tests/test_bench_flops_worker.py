@@ -151,3 +151,23 @@ def test_timing_in_blocks_keeps_out_the_call_that_refills_the_caches():
     assert all(median(v) >= 5.0 for v in one_by_one.values())
     assert all(median(v) < 2.0 for v in blocks.values())
     assert all(len(v) % 3 == 0 and len(v) >= 6 for v in blocks.values())   # 3 timed per block
+
+
+def test_merged_rounds_take_medians_and_keep_what_each_round_saw():
+    from bench.run import merge_rounds
+
+    def row(p50, runs, load, error=None):
+        ok = p50 is not None
+        return {"id": "latency:a:task:sst:t1:s128", "config": "task:sst", "p50_ms": p50,
+                "p90_ms": p50 + 1 if ok else None, "min_ms": p50 - 1 if ok else None,
+                "mean_ms": p50, "runs": runs, "worker_load_avg": load, "round": 0,
+                **({"error": error} if error else {})}
+    (merged,) = merge_rounds([row(12.0, 30, 0.5), row(10.0, 10, 1.5), row(11.0, 20, 0.7),
+                              row(None, 0, 2.0, "RuntimeError: boom")])
+    assert merged["p50_ms"] == 11.0 and merged["p90_ms"] == 12.0       # medians of the good three
+    assert merged["p50_ms_rounds"] == [12.0, 10.0, 11.0]
+    assert merged["min_ms"] == 9.0 and merged["runs"] == 60
+    assert merged["mean_ms"] == pytest.approx((12 * 30 + 10 * 10 + 11 * 20) / 60)
+    assert merged["worker_load_avg"] == 1.5 and "round" not in merged and "error" not in merged
+    (failed,) = merge_rounds([row(None, 0, 1.0, "RuntimeError: boom")] * 2)
+    assert failed["error"] == "RuntimeError: boom" and failed["p50_ms"] is None
