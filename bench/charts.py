@@ -12,6 +12,7 @@ All come from the first host file, as the headline does; every figure is also in
 from __future__ import annotations
 
 import io
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -300,9 +301,13 @@ def frontier_figure(points: list[dict[str, Any]], rec: dict[str, Any], data: dic
         picked = [use for use, key in (("all tasks", "all_tasks"), ("one task", "one_task"))
                   if rec.get(key) == p["name"]]
         label = p["name"] + (f"  ← ship ({', '.join(picked)})" if picked else "")
-        ax.annotate(label, (p["all_tasks_ms"], p["accuracy"]), xytext=(10, 6),
-                    textcoords="offset points", fontsize=12,
-                    fontweight="bold" if picked else "normal")
+        # a large bubble is labelled beneath it, where a neighbour's bubble cannot sit
+        radius = math.sqrt(area / math.pi)   # points: scatter's s is an area in points²
+        big = radius > 15
+        ax.annotate(label, (p["all_tasks_ms"], p["accuracy"]),
+                    xytext=(0, -radius - 4) if big else (10, 6), textcoords="offset points",
+                    ha="center" if big else "left", va="top" if big else "baseline",
+                    fontsize=12, fontweight="bold" if picked else "normal")
     ax.set_xlim(0, max(p["all_tasks_ms"] for p in points) * 1.45)
     split = points[0]["split"]
     ax.set_xlabel("all three tasks on one input, ms (p50, 128 tokens, 1 thread, ExecuTorch int8)")
