@@ -25,7 +25,7 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 BAD_ROWS = ("skip", "stop")
 DATA_SOURCES = ("files", "hub")
 
-# "quick" fits this 2-core CPU in about 20 minutes; "paper" is Stickland & Murray's schedule
+# "quick" is the fields' defaults (a short CPU schedule); "paper" is Stickland & Murray's schedule
 # (section 4.2: 60,000 steps of batch 32 as 25 epochs of 2,400 steps, AdamW 2e-5, wd 0.01,
 # 10% warmup then linear decay, max length 128, best epoch by average dev score).
 PRESETS: dict[str, dict[str, Any]] = {
@@ -48,14 +48,14 @@ def option(default: Any, help: str, panel: str, choices: tuple[str, ...] | None 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    preset: str = option("quick", "quick (~20 min on a 2-core CPU) or paper (Stickland & Murray's "
-                         "25 x 2400 steps, lr 2e-5, max length 128); sets the schedule defaults",
-                         SCHEDULE, tuple(PRESETS))
+    preset: str = option("quick", "quick (the defaults shown with each option) or paper "
+                         "(Stickland & Murray's 25 x 2400 steps, lr 2e-5, max length 128); sets "
+                         "the schedule defaults", SCHEDULE, tuple(PRESETS))
     mode: str = option("pals", "pals: PAL adapters per task; shared: only the heads are "
                        "task-specific; separate: one fully fine-tuned model per task (baseline)",
                        MODEL, MODES)
     tasks: tuple[str, ...] = option(("sst", "quora", "sts"), "task names, comma-separated or "
-                                    "repeated (custom tasks: --custom-task)", TASKS,
+                                    "repeated (custom tasks: --custom-tasks)", TASKS,
                                     metavar="NAME[,NAME...]")
     custom_tasks: tuple[dict, ...] = option((), "a .json/.toml task description (fields of a "
                                             "custom task); repeatable; name it in --tasks too",
@@ -203,18 +203,20 @@ def _holds(declared: str, value: Any) -> bool:
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
-    """Options from a .json or .toml file, keys spelled like the flags (dashes or underscores)."""
+    """Options from a .json or .toml file, keys spelled like the flags (dashes or underscores).
+
+    A UTF-8 byte-order mark (Windows editors write one) is read as no mark."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"{path}: config file not found")
     try:
         if path.suffix == ".toml":
-            data = tomllib.loads(path.read_text())
+            data = tomllib.loads(path.read_text(encoding="utf-8-sig"))
         elif path.suffix == ".json":
-            data = json.loads(path.read_text())
+            data = json.loads(path.read_text(encoding="utf-8-sig"))
         else:
             raise ValueError(f"{path}: config files must end in .json or .toml")
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as e:
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: cannot parse ({e})") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a table of options, got {type(data).__name__}")
