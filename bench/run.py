@@ -370,13 +370,19 @@ def merge_rounds(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return merged
 
 
+def command_line() -> list[str] | None:
+    """The command that produced the file, as `palkit ...` whether typed as `palkit` or as
+    `python cli.py`; None when the bench is called from Python."""
+    return ["palkit", *sys.argv[1:]] if Path(sys.argv[0]).name in ("palkit", "cli.py") else None
+
+
 def new_bench_data(machine: dict[str, Any], notes: list[str], threads: list[int],
                    seq_lens: list[int], timing: Timing) -> dict[str, Any]:
     return {
         "schema": SCHEMA, "version": VERSION, "machine": machine,
         "bundle": {}, "results": [], "load_ms": {}, "swap_ms": {}, "memory_rss_bytes": {},
         "subjects": {}, "flops": {}, "ceiling": {}, "accuracy": {}, "notes": notes,
-        "command": ["python", "cli.py", *sys.argv[1:]] if sys.argv[0].endswith("cli.py") else None,
+        "command": command_line(),
         "settings": {"threads": threads, "seq_lens": seq_lens, "warmup": timing.warmup,
                      "min_runs": timing.min_runs, "min_seconds": timing.min_seconds,
                      "max_seconds": timing.max_seconds, "block": timing.block,

@@ -284,7 +284,7 @@ def check_manifest(m: Manifest, where: str) -> None:
         if t.trunk_sha256 != m.trunk.sha256:
             raise BundleError(f"{where}: task '{t.name}' was built against trunk "
                               f"{str(t.trunk_sha256)[:12]}…, but this bundle's trunk is "
-                              f"{str(m.trunk.sha256)[:12]}…; re-export it with `cli.py export "
+                              f"{str(m.trunk.sha256)[:12]}…; re-export it with `palkit export "
                               f"RUN --adapter {t.name}` from this trunk's run")
         for r in m.runtime_names:
             if r not in t.files:
@@ -306,7 +306,7 @@ def read_manifest(folder: str | Path) -> Manifest:
     """The typed manifest of a bundle folder; every refusal is one BundleError line."""
     path = Path(folder) / MANIFEST_FILE
     if not path.is_file():
-        raise BundleError(f"{path}: not found; is {folder} a bundle written by `cli.py export`?")
+        raise BundleError(f"{path}: not found; is {folder} a bundle written by `palkit export`?")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:

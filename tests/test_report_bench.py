@@ -292,3 +292,12 @@ def test_one_task_ratio_is_given_against_its_flop_floor(tmp_path: Path):
     assert ("latency_ratio_pal_vs_plain: one PAL task takes 1.080x the plain classifier's "
             "matrix-multiply FLOPs, the floor of this ratio when inference is compute-bound"
             in report["summary"]["notes"])
+
+
+@pytest.mark.parametrize("argv0", ["/home/me/.venv/bin/palkit", "cli.py", "/src/palkit/cli.py"])
+def test_bench_file_records_the_command_however_it_was_typed(monkeypatch, argv0):
+    from bench.run import command_line
+    monkeypatch.setattr("sys.argv", [argv0, "bench", "runs/default", "--out", "b.json"])
+    assert command_line() == ["palkit", "bench", "runs/default", "--out", "b.json"]
+    monkeypatch.setattr("sys.argv", ["/usr/lib/python3/site-packages/pytest/__main__.py"])
+    assert command_line() is None

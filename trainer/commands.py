@@ -41,7 +41,7 @@ def _train_parameter(f: Field) -> inspect.Parameter:
     names = [f"{flag_name(f)}/--no-{flag_name(f)[2:]}"] if kind is bool else [flag_name(f)]
     default = field_default(f)
     shown = ",".join(default) if isinstance(default, tuple) else default
-    default_note = f" (default {shown})" if shown not in (None, ()) else ""
+    default_note = f" (default {shown})" if shown not in (None, "") else ""
     option = typer.Option(*names, help=f.metadata["help"] + default_note, show_default=False,
                           rich_help_panel=f.metadata["panel"], metavar=f.metadata["metavar"])
     return inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=None,

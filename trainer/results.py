@@ -65,7 +65,7 @@ def run_facts(run: Path) -> dict[str, Any]:
     state = read_training_state(run)
     if not state.finished:
         raise ValueError(f"{run}: the run has not finished; resume it with "
-                         f"`python cli.py train --resume --out {run}`")
+                         f"`palkit train --resume --out {run}`")
     summary = read_json(run / "model" / "summary.json")
     return {"mode": cfg["mode"], "sampling": cfg["sampling"] if len(cfg["tasks"]) > 1 else None,
             "params_total": summary["params"]["params_total"],
@@ -86,7 +86,7 @@ def adapter_bytes(bundle: Path, task: str) -> dict[str, int]:
         entry = manifest.task(task)
     except BundleError:
         raise ValueError(f"{bundle}: has no task '{task}'; export it with "
-                         f"`python cli.py export RUN --adapter {task} --out {bundle}`") from None
+                         f"`palkit export RUN --adapter {task} --out {bundle}`") from None
     return {rt: manifest.files[path].bytes for rt, path in entry.files.items()}
 
 

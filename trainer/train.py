@@ -496,10 +496,10 @@ class Run:
                   "dev": dev, "score": score, "is_best": improved,
                   "elapsed_s": round(st.elapsed_s, 1)}
         append_metrics(self.out, record)
-        shown = " ".join(f"{k}={v:.4f}" for k, v in dev.items())
+        shown = " ".join(f"{k}={100 * v:.2f}" for k, v in dev.items())  # points, as evaluate
         self.log(f"[{ctx.phase.name} epoch {epoch}] loss={record['train_loss']:.4f} dev: {shown}"
                  f"{'  (best)' if improved else ''}")
-        self.last_dev = f" | dev avg {dev['avg']:.4f} (epoch {st.global_epoch + 1})"
+        self.last_dev = f" | dev avg {100 * dev['avg']:.2f} (epoch {st.global_epoch + 1})"
         if improved:
             st.best = best
             self.save_best({**best, "params": self.model.param_counts(),
