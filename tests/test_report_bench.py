@@ -301,3 +301,55 @@ def test_bench_file_records_the_command_however_it_was_typed(monkeypatch, argv0)
     assert command_line() == ["palkit", "bench", "runs/default", "--out", "b.json"]
     monkeypatch.setattr("sys.argv", ["/usr/lib/python3/site-packages/pytest/__main__.py"])
     assert command_line() is None
+
+
+def _one_bundle(tmp_path: Path, int8: float, fp32: float) -> dict:
+    """What the Quickstart benches: one PAL bundle and its own run, no peers or separate models."""
+    data = host_bench(tmp_path)
+    data["subjects"] = {"pal/executorch": data["subjects"]["pal/executorch"]}
+    data["results"] = [r for r in data["results"] if r["subject"] == "pal/executorch"]
+    data["accuracy"] = {"pal/executorch": {"dev": {"avg": int8}},
+                        "fp32:pals": {**data["accuracy"]["fp32:pals"], "dev": {"avg": fp32}}}
+    del data["accuracy"]["fp32:pals"]["test"]
+    return data
+
+
+def test_accuracy_axis_spans_at_least_a_point_either_side(tmp_path: Path):
+    """A 0.14-point int8 gap must look small: the axis never zooms in to fill the chart."""
+    from bench.charts import ACCURACY_PAD_POINTS, accuracy_points, draw_accuracy
+    from bench.ingest import Measurements, ingest_host
+
+    data, m = _one_bundle(tmp_path, 0.6925, 0.6939), Measurements()
+    ingest_host(data, "", "host.json", m)
+    points, lines = accuracy_points(data, "", m)
+    assert [p["acc"] for p in points] == [pytest.approx(69.25)]
+    fig = draw_accuracy(points, lines, data)
+    low, high = fig.axes[0].get_ylim()
+    assert low == pytest.approx(69.25 - ACCURACY_PAD_POINTS)
+    assert high == pytest.approx(69.39 + ACCURACY_PAD_POINTS)
+    # a wide spread keeps its own small margin instead
+    points.append({**points[0], "acc": 50.0})
+    low, high = draw_accuracy(points, lines, data).axes[0].get_ylim()
+    assert 48.0 < low < 50.0 and 69.39 < high < 71.0
+
+
+@pytest.mark.parametrize("with_peers", [False, True])
+def test_headline_legend_and_labels_show_only_what_is_drawn(tmp_path: Path, with_peers):
+    from bench.charts import draw_headline, headline_rows
+    from bench.ingest import Measurements, ingest_host
+
+    data, m = (host_bench(tmp_path) if with_peers else _one_bundle(tmp_path, 0.69, 0.70),
+               Measurements())
+    ingest_host(data, "", "host.json", m)
+    fig = draw_headline(headline_rows(data, "", m), data)
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert ("target: fastest peer" in legend) == with_peers
+    assert ("peer: separate models" in legend) == with_peers
+    assert "tasks run one after the other" not in legend   # every subject here has a program
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        box = ax.get_window_extent(renderer)
+        for text in ax.texts:           # each bar's value ends inside its panel
+            end = text.get_window_extent(renderer)
+            assert box.x0 <= end.x0 and end.x1 <= box.x1, (ax.get_title(), text.get_text())
