@@ -26,6 +26,7 @@ from torch import nn
 from transformers import BertModel
 from transformers.activations import ACT2FN
 
+from trainer.errors import ConfigError
 from trainer.tasks import TaskSpec
 
 # The paper's projected size for BERT-base: d_s = 204 for d = 768.
@@ -41,7 +42,7 @@ class PalConfig:
 
     def __post_init__(self) -> None:
         if self.size % self.heads:
-            raise ValueError(f"PAL size {self.size} is not divisible by {self.heads} heads")
+            raise ConfigError(f"PAL size {self.size} is not divisible by {self.heads} heads")
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -176,9 +177,9 @@ class PalBert(nn.Module):
         super().__init__()
         cfg = trunk.config
         if getattr(cfg, "position_embedding_type", "absolute") != "absolute":
-            raise ValueError("only BERT checkpoints with absolute position embeddings are supported")
+            raise ConfigError("only BERT checkpoints with absolute position embeddings are supported")
         if trunk.pooler is None:
-            raise ValueError("the trunk was loaded without its pooler (add_pooling_layer=False)")
+            raise ConfigError("the trunk was loaded without its pooler (add_pooling_layer=False)")
         self.trunk = trunk
         self.tasks = {t.name: t for t in tasks}
         self.pal = pal
