@@ -22,7 +22,7 @@ from typing import Any
 
 from bench.flops import model_flops
 from bench.machine import host_machine
-from bench.schema import PEERS, SCHEMA, VERSION, BenchFileError, validate
+from bench.schema import PEERS, SCHEMA, VERSION, BenchFileError, latency_id, validate
 from bench.subjects import BenchError, Subject, discover
 from export.manifest import RUNTIMES
 from trainer.checkpoint import separate_models
@@ -203,7 +203,7 @@ def measure_latency(s: Subject, job: Job, timing: Timing, data: dict[str, Any],
     for row in rows:
         row.update(subject=s.name, runtime=s.runtime, threads=n, seq_len=seq,
                    precision=s.precision, worker_load_avg=r.get("load_avg_1min"))
-        row["id"] = f"latency:{s.name}:{row['config']}:t{n}:s{seq}"
+        row["id"] = latency_id(s.name, row["config"], n, seq)
         row["matmul_flops"] = flops.get(row["config"])
         row["round"] = job.round
         data["results"].append(row)
@@ -231,7 +231,7 @@ def measure_native_path(s: Subject, job: Job, timing: Timing, data: dict[str, An
     for row in r["rows"]:
         row.update(subject=name, runtime="executorch-cpp", threads=job.threads,
                    seq_len=job.seq_len, precision=s.precision)
-        row["id"] = f"latency:{name}:{row['config']}:t{job.threads}:s{job.seq_len}"
+        row["id"] = latency_id(name, row["config"], job.threads, job.seq_len)
         data["results"].append(row)
     say(f"{name} threads={job.threads} seq={job.seq_len}: " + ", ".join(
         f"{row['config']}={row['p50_ms']:.2f}ms" for row in r["rows"]))
