@@ -84,6 +84,7 @@ def bench(
     accuracy of the exported artifacts. Host CPU figures, never phone figures.
     """
     from bench.run import BenchOptions, Timing
+    from ui.progress import say
     from bench.run import bench as run_bench
     from trainer.data import resolve_data_dir
 
@@ -95,7 +96,9 @@ def bench(
         splits=_words([splits], ("dev", "test"), "--splits") if accuracy else [],
         data_dir=resolve_data_dir(data_dir) if accuracy else None,
         max_examples=max_examples, work=work, ceiling=ceiling, native=native)
-    run_bench(bundles or [], runs or [], out, options)
+    data = run_bench(bundles or [], runs or [], out, options)
+    for note in data["notes"]:
+        say(f"note: {note}")
     typer.echo(f"wrote {out}")
 
 
@@ -133,5 +136,21 @@ def report(
     result = build_report(bench_files or [], device_results or [], out, summary, accuracy,
                           int8_accuracy)
     targets_table(result["targets"], "headline against the targets")
+    say_what_is_missing(result)
     typer.echo(f"wrote {out / 'report.md'}, {out / 'report.json'} and "
                f"{len(result['charts'])} charts" + (f"; summary {summary}" if summary else ""))
+
+
+def say_what_is_missing(report: dict) -> None:
+    """On the terminal, not only in report.md: each headline row left empty, with its reason,
+    and the bench's own notes (they name the command that fills the gap)."""
+    from ui.progress import say
+
+    notes = report["summary"].get("notes") or []
+    for key, target in report["targets"].items():
+        if target["value"] is None:
+            why = next((n.split(": ", 1)[1] for n in notes if n.startswith(f"{key}: ")),
+                       "not measured (see report.md)")
+            say(f"not measured: {key}: {why}")
+    for note in report["host_notes"]:
+        say(f"bench note: {note}")
