@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from export.manifest import TaskEntry
+from export.manifest import BundleError, TaskEntry
+from export.tokenizer import check_text
 from trainer.errors import PalkitError
 
 PAIR_SEPARATOR = "|||"
@@ -29,13 +30,15 @@ class Texts:
 
 
 def check_texts(texts: list[str], where: str = "") -> Texts:
-    """One text, or two for pair tasks; none of them empty."""
+    """One text, or two for pair tasks; each one the tokenizer takes (not empty, UTF-8)."""
     prefix = f"{where}: " if where else ""
     if not 1 <= len(texts) <= 2:
         raise InputError(f"{prefix}give one text, or two for a pair task; got {len(texts)}")
-    for i, text in enumerate(texts, 1):
-        if not text.strip():
-            raise InputError(f"{prefix}text {i} is empty")
+    for label, text in zip(("text", "second text"), texts):
+        try:
+            check_text(label, text)
+        except BundleError as e:
+            raise InputError(f"{prefix}{e}") from None
     return Texts(texts[0], texts[1] if len(texts) == 2 else None)
 
 

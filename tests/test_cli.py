@@ -169,7 +169,8 @@ def test_input_mistakes_fail_before_any_runtime_is_imported(et_bundle, tmp_path)
         (["--task", "sst", "a good film", "a second text"], "task 'sst' "
          "(single_classification) needs one text, got 2"),
         (["--task", "sts", "only one text"], "task 'sts' (pair_regression) needs two texts"),
-        (["--task", "sst", "  "], "text 1 is empty"),
+        (["--task", "sst", "  "], "the text is empty"),
+        (["--task", "sst", b"caf\xe9".decode("utf-8", "surrogateescape")], "not valid UTF-8"),
         (["--all", "a", "b", "c"], "give one text, or two for a pair task; got 3"),
         (["--task", "nope", "a good film"], "no task 'nope'"),
     ]
@@ -202,7 +203,7 @@ def test_typed_lines_one_rule_for_predict_and_demo():
     assert split_line(" just one ", "line 1").second is None
     with pytest.raises(InputError, match=r"^line 4: 3 texts separated by '\|\|\|'"):
         split_line("a ||| b ||| c", "line 4")
-    with pytest.raises(InputError, match="^line 2: text 2 is empty"):
+    with pytest.raises(InputError, match="^line 2: the second text is empty"):
         split_line("a |||  ", "line 2")
 
 
