@@ -86,7 +86,7 @@ def run_worker(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
             env[var] = str(spec.get("threads", 1))
         try:
             proc = subprocess.run([sys.executable, "-m", "bench.worker", str(spec_path),
-                                   str(out_path)], cwd=ROOT, env=env, capture_output=True,
+                                   str(out_path)], env=env, capture_output=True,
                                   text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             return {"error": f"worker timed out after {timeout:.0f} s"}
