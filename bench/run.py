@@ -308,7 +308,7 @@ def bench(bundles: list[Path], runs: list[Path], out: Path,
     started = time.time()
     machine = host_machine()
     say(f"host: {machine['model']}, {machine['cores_logical']} logical cores, "
-        f"load average {machine['load_avg_1min_at_start']}")
+        f"load average {machine['load_avg_1min_at_start']:.1f}")
     subjects, _, notes = discover(bundles, runs, o.runtimes, o.peers, o.work)
     if not subjects:
         raise BenchError("nothing to measure: give bundles, or --run a `--mode separate` run "
