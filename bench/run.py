@@ -86,7 +86,7 @@ def run_worker(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
             env[var] = str(spec.get("threads", 1))
         try:
             proc = subprocess.run([sys.executable, "-m", "bench.worker", str(spec_path),
-                                   str(out_path)], cwd=ROOT, env=env, capture_output=True,
+                                   str(out_path)], env=env, capture_output=True,
                                   text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             return {"error": f"worker timed out after {timeout:.0f} s"}
@@ -308,7 +308,7 @@ def bench(bundles: list[Path], runs: list[Path], out: Path,
     started = time.time()
     machine = host_machine()
     say(f"host: {machine['model']}, {machine['cores_logical']} logical cores, "
-        f"load average {machine['load_avg_1min_at_start']}")
+        f"load average {machine['load_avg_1min_at_start']:.1f}")
     subjects, _, notes = discover(bundles, runs, o.runtimes, o.peers, o.work)
     if not subjects:
         raise BenchError("nothing to measure: give bundles, or --run a `--mode separate` run "
