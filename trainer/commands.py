@@ -247,8 +247,9 @@ def bench_train(**options: Any) -> None:
                                      *(["--modes", modes] if modes else [])])
         entry["machine"] = machine or entry["device"]
         append_entry(results_file, entry)
-        if "skipped" in entry:
-            typer.echo(f"{entry['bench_mode']}: skipped, {entry['skipped']}")
+        if "skipped" in entry or "failed" in entry:
+            typer.echo(f"{entry['bench_mode']}: "
+                       f"{'skipped, ' + entry['skipped'] if 'skipped' in entry else entry['failed']}")
             continue
         share = ", ".join(f"{k} {100 * v:.0f}%" for k, v in entry["shares"].items())
         mfu = f", MFU {100 * entry['mfu']:.1f}%" if entry["mfu"] is not None else ""

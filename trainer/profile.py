@@ -273,7 +273,7 @@ def skip_reason(mode: str, device: torch.device) -> str | None:
 def bench_modes(cfg: TrainConfig, modes: list[str], steps: int, warmup: int,
                 repeats: int) -> list[dict[str, Any]]:
     """One entry per mode, each timed on a fresh Run, in the order given; a mode this machine
-    cannot run gets an entry that says why instead of figures."""
+    cannot run gets an entry that says why instead of figures, and so does one that fails."""
     unknown = [m for m in modes if m not in BENCH_MODES]
     if unknown:
         raise TrainingError(f"--modes: unknown mode(s) {', '.join(unknown)}; choose from "
@@ -289,7 +289,15 @@ def bench_modes(cfg: TrainConfig, modes: list[str], steps: int, warmup: int,
                             "date": datetime.datetime.now(datetime.timezone.utc)
                             .isoformat(timespec="seconds"), "commit": git_commit()})
             continue
-        entry = bench_training(cfg.replace(**BENCH_MODES[mode]), steps, warmup, repeats)
+        try:
+            entry = bench_training(cfg.replace(**BENCH_MODES[mode]), steps, warmup, repeats)
+        except (RuntimeError, ValueError) as e:   # one mode's failure must not lose the others'
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            entry = {"failed": f"{type(e).__name__}: {first[:300]}",
+                     "device": describe_device(device), "torch": torch.__version__}
+        finally:
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
         entries.append({"bench_mode": mode, **entry})
     return entries
 

@@ -123,6 +123,8 @@ class PhaseOptimizers:
             split[owner_of.get(name, "trunk")][stored] = value   # unknown names: refused there
         for owner, opt in self.opts.items():
             restore_optimizer(opt, self.names[owner], split[owner])
+            for group in opt.param_groups:   # load_state_dict put a copy of the LR tensor there
+                group["lr"] = self.lr
 
 
 @dataclass
