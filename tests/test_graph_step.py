@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
 
 from tests.conftest import tiny_config
-from tests.test_train import REPO, _train_cli, tensors_of
+from tests.test_train import _train_cli, tensors_of
 from trainer.config import TrainConfig, parse_widths
 from trainer.sampling import epoch_task_schedule
 from trainer.train import Run, TrainingError, task_loss, train

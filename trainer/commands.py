@@ -237,8 +237,11 @@ def bench_train(**options: Any) -> None:
     results_file, machine = options.pop("results"), options.pop("machine")
     config_file, modes = options.pop("config"), options.pop("modes")
     cfg = build_config(_config_values(options), config_file)
-    entries = (bench_modes(cfg, modes.split(","), steps, warmup, repeats) if modes else
-               [{"bench_mode": bench_mode_name(cfg), **bench_training(cfg, steps, warmup, repeats)}])
+    if modes:
+        entries = bench_modes(cfg, modes.split(","), steps, warmup, repeats)
+    else:
+        entries = [{"bench_mode": bench_mode_name(cfg),
+                    **bench_training(cfg, steps, warmup, repeats)}]
     defaults = TrainConfig().to_dict()
     flags = option_flags(cfg.to_dict(), defaults, {"out", "data_dir", "custom_tasks"})
     for entry in entries:
@@ -248,8 +251,8 @@ def bench_train(**options: Any) -> None:
         entry["machine"] = machine or entry["device"]
         append_entry(results_file, entry)
         if "skipped" in entry or "failed" in entry:
-            typer.echo(f"{entry['bench_mode']}: "
-                       f"{'skipped, ' + entry['skipped'] if 'skipped' in entry else entry['failed']}")
+            why = f"skipped, {entry['skipped']}" if "skipped" in entry else entry["failed"]
+            typer.echo(f"{entry['bench_mode']}: {why}")
             continue
         share = ", ".join(f"{k} {100 * v:.0f}%" for k, v in entry["shares"].items())
         mfu = f", MFU {100 * entry['mfu']:.1f}%" if entry["mfu"] is not None else ""

@@ -28,7 +28,7 @@ default generator may be used inside a capture, which is what dropout uses.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -53,7 +53,8 @@ def lr_at(position: torch.Tensor, total: int, cfg: TrainConfig) -> torch.Tensor:
     return torch.where(position < warmup, rising, falling)
 
 
-def pad_to_width(batch: dict[str, torch.Tensor], width: int, pad_id: int) -> dict[str, torch.Tensor]:
+def pad_to_width(batch: dict[str, torch.Tensor], width: int,
+                 pad_id: int) -> dict[str, torch.Tensor]:
     """Widen a collated batch to `width` columns of padding (masked out, type 0)."""
     extra = width - batch["input_ids"].shape[1]
     if extra == 0:
@@ -86,7 +87,8 @@ class PhaseOptimizers:
         for name, p in params.items():
             groups.setdefault(task_of.get(name, "trunk"), {})[name] = p
         self.opts = {owner: self._adamw(named, cfg, device) for owner, named in groups.items()}
-        self.names = {owner: [n for n in named if not no_decay(n)] + [n for n in named if no_decay(n)]
+        self.names = {owner: ([n for n in named if not no_decay(n)]
+                              + [n for n in named if no_decay(n)])
                       for owner, named in groups.items()}
         self.order = ([p for n, p in params.items() if not no_decay(n)]
                       + [p for n, p in params.items() if no_decay(n)])
@@ -133,7 +135,6 @@ class Graphs:
     pool: tuple | None = None
     count: int = 0
     capture_s: float = 0.0
-    keys: list[tuple[str, int]] = field(default_factory=list)
 
 
 class TrainStep:
@@ -176,7 +177,8 @@ class TrainStep:
             self.opts.opts[owner].step()
         return loss.detach()
 
-    def __call__(self, spec: TaskSpec, batch: dict[str, torch.Tensor], position: int) -> torch.Tensor:
+    def __call__(self, spec: TaskSpec, batch: dict[str, torch.Tensor],
+                 position: int) -> torch.Tensor:
         self.position.fill_(position)
         if self.widths is None:
             return self.compute(spec, batch)
@@ -199,7 +201,8 @@ class TrainStep:
             return loss
         return self._capture(key, spec, static)
 
-    def _buffers(self, key: tuple[str, int], batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def _buffers(self, key: tuple[str, int],
+                 batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Copy the batch into the (task, width)'s input buffers, made on first use."""
         if key not in self.buffers:
             self.buffers[key] = {k: torch.empty_like(batch[k], device=self.device)
@@ -223,7 +226,6 @@ class TrainStep:
         if self.graphs.pool is None:
             self.graphs.pool = graph.pool()
         self.graphs.count += 1
-        self.graphs.keys.append(key)
         self.replays[key] = (graph, loss)
         graph.replay()
         return loss.clone()
