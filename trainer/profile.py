@@ -256,11 +256,11 @@ def bench_training(cfg: TrainConfig, steps: int, warmup: int, repeats: int) -> d
 
 
 def bench_mode_name(cfg: TrainConfig) -> str:
-    """The BENCH_MODES name a config's step runs as (eager-<precision> when it is none)."""
-    for name, options in BENCH_MODES.items():
-        if all(getattr(cfg, k) == v for k, v in options.items()):
-            return name
-    return f"eager-{cfg.precision}" if not cfg.compile else f"compiled-{cfg.precision}"
+    """How a config's step runs, named as BENCH_MODES names it (precision added unless bf16
+    for the compiled and captured ones); the entry's `captured` says whether capture happened."""
+    parts = [p for p, on in (("compiled", cfg.compile), ("captured", cfg.cuda_graphs)) if on]
+    name = "-".join(parts) or "eager"
+    return name if parts and cfg.precision == "bf16" else f"{name}-{cfg.precision}"
 
 
 def skip_reason(mode: str, device: torch.device) -> str | None:
