@@ -80,13 +80,13 @@ class PhaseOptimizers:
     first, then not), which fixes the order gradients are clipped in."""
 
     def __init__(self, params: dict[str, torch.nn.Parameter], task_of: dict[str, str],
-                 cfg: TrainConfig, device: torch.device):
+                 cfg: TrainConfig, device: torch.device, capturable: bool):
         self.lr = torch.zeros((), dtype=torch.float64 if device.type == "cpu" else torch.float32,
                               device=device)
         groups: dict[str, dict[str, torch.nn.Parameter]] = {}
         for name, p in params.items():
             groups.setdefault(task_of.get(name, "trunk"), {})[name] = p
-        self.opts = {owner: self._adamw(named, cfg, device) for owner, named in groups.items()}
+        self.opts = {owner: self._adamw(named, cfg, capturable) for owner, named in groups.items()}
         self.names = {owner: ([n for n in named if not no_decay(n)]
                               + [n for n in named if no_decay(n)])
                       for owner, named in groups.items()}
@@ -95,14 +95,15 @@ class PhaseOptimizers:
         self.params = params
 
     def _adamw(self, named: dict[str, torch.nn.Parameter], cfg: TrainConfig,
-               device: torch.device) -> torch.optim.AdamW:
+               capturable: bool) -> torch.optim.AdamW:
         decay = [p for n, p in named.items() if not no_decay(n)]
         plain = [p for n, p in named.items() if no_decay(n)]
         # fused: one kernel for all parameters instead of a handful per tensor (CPU and CUDA);
-        # capturable keeps the step counts on the GPU so that no step reads one to the host.
+        # capturable (captured steps only): step() may run inside a graph capture; PyTorch warns
+        # when such an optimizer steps uncaptured, so the eager path leaves it off.
         return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                                   {"params": plain, "weight_decay": 0.0}], lr=self.lr,
-                                 fused=True, capturable=device.type == "cuda")
+                                 fused=True, capturable=capturable)
 
     def owners(self, task: str) -> list[str]:
         """The optimizers a step of `task` steps: the trunk's (when it trains) and the task's."""

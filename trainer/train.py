@@ -304,7 +304,8 @@ class Run:
         task_params = {t: [p for p in self.model.task_parameters(t).values() if p.requires_grad]
                        for t in phase.tasks}
         task_of = {name_of[id(p)]: t for t, own in task_params.items() for p in own}
-        opts = PhaseOptimizers(params, task_of, self.cfg, self.dist.device)
+        capture = self.cfg.cuda_graphs and self.dist.device.type == "cuda"
+        opts = PhaseOptimizers(params, task_of, self.cfg, self.dist.device, capture)
         if self.optimizer_state:
             opts.restore(self.optimizer_state)
             self.optimizer_state = {}
@@ -330,8 +331,7 @@ class Run:
             lambda spec, batch, position: self.forward_loss(ctx, spec, batch, position), opts,
             task_params, [p for n, p in params.items() if n.startswith("trunk.")],
             phase.epochs * self.cfg.steps_per_epoch, self.cfg, self.dist.device,
-            self.cfg.pad_widths(), self.cfg.cuda_graphs and self.dist.device.type == "cuda",
-            self.graphs, self.pad_id)
+            self.cfg.pad_widths(), capture, self.graphs, self.pad_id)
         return ctx
 
     def _buckets(self, task: str) -> LengthBuckets | None:
