@@ -49,7 +49,7 @@ smoke)   # 50 captured steps and a scored model, so a broken stack fails before 
     --epochs 1 --steps-per-epoch 50 --max-eval-examples 64 --device cuda --precision bf16 \
     --cuda-graphs --out /tmp/smoke 2>&1 | tail -3 && python cli.py evaluate /tmp/smoke --data-dir .carry/data \
     --split test --max-examples 64 2>/dev/null | tail -4 || exit 1
-  python -m pytest -q -p no:cacheprovider tests/test_graph_step.py -k captured 2>&1 | tail -3 ;;
+  python -m pytest -q -p no:cacheprovider tests/test_graph_step.py -k dropout_draws_fresh 2>&1 | tail -3 ;;
 launch)  # the converged study, every step recorded as CUDA graphs
   cd /tmp/repo && sed 's/^\[base\]$/[base]\ncuda_graphs = true/' studies/converged.toml > /tmp/converged-graphs.toml
   grep -q '^cuda_graphs = true' /tmp/converged-graphs.toml || exit 1
