@@ -265,8 +265,8 @@ def bench_mode_name(cfg: TrainConfig) -> str:
 
 def skip_reason(mode: str, device: torch.device) -> str | None:
     if BENCH_MODES[mode]["cuda_graphs"] and device.type != "cuda":
-        return "needs a CUDA device: capture records CUDA kernels (the same step runs "
-        "uncaptured on a CPU; time that as --cuda-graphs without --modes)"
+        return ("needs a CUDA device: capture records CUDA kernels (the same step runs "
+                "uncaptured on a CPU; time that as --cuda-graphs without --modes)")
     return None
 
 
