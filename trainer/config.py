@@ -127,6 +127,14 @@ class TrainConfig:
     compile_mode: str = option("default", "torch.compile mode with --compile: reduce-overhead "
                                "replays each batch width's kernels as a CUDA graph (GPU)", RUN,
                                COMPILE_MODES)
+    cuda_graphs: bool = option(False, "record the whole training step (forward, loss, backward, "
+                               "clipping, AdamW) as one CUDA graph per task and batch width and "
+                               "replay it (one process; batches padded to --graph-widths); on a "
+                               "CPU the same step runs uncaptured", RUN)
+    graph_widths: str = option("", "pad every batch up to the nearest of these widths "
+                               "(default with --cuda-graphs: the quarters of --max-len, "
+                               "32,64,96,128 for 128; --max-len is always added)", RUN,
+                               metavar="W[,W...]")
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -145,9 +153,23 @@ class TrainConfig:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.tune_adapters_after and self.mode != "pals":
             raise ConfigError("tune_adapters_after needs mode 'pals' (it tunes the PAL adapters)")
+        if self.graph_widths:
+            parse_widths(self.graph_widths, self.max_len)
+        if self.cuda_graphs and self.grad_surgery != "none":
+            raise ConfigError("cuda_graphs records one task's step; grad_surgery steps on every "
+                             "task's batch at once: drop one of them")
+        if self.cuda_graphs and self.compile and self.compile_mode == "reduce-overhead":
+            raise ConfigError("cuda_graphs already captures the whole step; reduce-overhead would "
+                             "capture again inside it: use compile_mode 'default'")
         if self.freeze_trunk and self.mode == "separate":
             raise ConfigError("freeze_trunk with mode 'separate' would train heads only; "
                              "use mode 'pals' or 'shared'")
+
+    def pad_widths(self) -> tuple[int, ...] | None:
+        """The widths batches are padded up to (None: each batch to its own longest row)."""
+        if not (self.cuda_graphs or self.graph_widths):
+            return None
+        return parse_widths(self.graph_widths, self.max_len)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -175,6 +197,21 @@ class TrainConfig:
 
     def replace(self, **changes: Any) -> "TrainConfig":
         return replace(self, **changes)
+
+
+def parse_widths(text: str, max_len: int) -> tuple[int, ...]:
+    """'32,64,96' -> (32, 64, 96, max_len): ascending, each at most max_len, max_len always last
+    so that every batch fits one. Empty: the quarters of max_len (32/64/96/128 for 128)."""
+    if not text.strip():
+        quarter = -(-max_len // 4)
+        return tuple(sorted({min(max_len, quarter * k) for k in (1, 2, 3, 4)}))
+    try:
+        widths = {int(w) for w in text.split(",")}
+    except ValueError:
+        raise ConfigError(f"graph_widths must be comma-separated integers, got '{text}'") from None
+    if min(widths) < 1 or max(widths) > max_len:
+        raise ConfigError(f"graph_widths must lie between 1 and max_len ({max_len}), got '{text}'")
+    return tuple(sorted({*widths, max_len}))
 
 
 def config_fields() -> tuple[Field, ...]:
