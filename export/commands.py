@@ -113,15 +113,12 @@ def summarize(path: Path) -> None:
 def _import_runtime(runtime: str) -> float:
     """Import the runtime's Python side as its runner would (export/engines.py), timed apart
     from the bundle so that "loaded in" is loading; returns milliseconds."""
-    from export.engines import executorch_lib
+    from export.engines import import_runtime
     from ui.quiet import native_stderr_filtered
 
     t0 = time.perf_counter()
     with native_stderr_filtered():  # the thread pool's start-up lines
-        if runtime == "executorch":
-            executorch_lib()
-        else:
-            import onnxruntime  # noqa: F401
+        import_runtime(runtime)
     return (time.perf_counter() - t0) * 1000
 
 

@@ -78,6 +78,14 @@ def executorch_lib() -> Any:
     return portable_lib
 
 
+def import_runtime(runtime: str) -> None:
+    """Import a runtime's Python side as its runner does (for timing the import apart)."""
+    if runtime == "executorch":
+        executorch_lib()
+    else:
+        import onnxruntime  # noqa: F401
+
+
 _executorch_threads: list[int] = []  # the count this process set, once
 _executorch_programs_loaded = False
 
