@@ -22,7 +22,8 @@ from typing import Any
 import torch
 from torch.fx.passes.infra.pass_base import PassResult
 
-from export.programs import TEXT_INPUTS, AllTasksProgram, TaskProgram
+from export.programs import (TEXT_INPUTS, AllTasksProgram, TaskProgram, TaskSlotProgram,
+                             task_tensors)
 from trainer.model import PalBert
 from ui.progress import say
 
@@ -107,6 +108,48 @@ def lower_named(model: PalBert, name: str, tasks: list[str], out_dir: Path, int8
     return lower_task(model, name, out_dir, int8, max_len, calibration)
 
 
+PROGRAM = "trunk"  # -> trunk.pte: the one program of a bundle
+ONE_TASK_METHOD = "forward"
+ALL_TASKS_METHOD = "forward_all"
+
+
+def lower_trunk_program(model: PalBert, all_tasks: list[str] | None, out_dir: Path, int8: bool,
+                        max_len: int, calibration: list[tuple[torch.Tensor, ...]],
+                        log: Callable[[str], None] = say) -> dict[str, Any]:
+    """Write out_dir/trunk.pte and out_dir/trunk.ptd: one program whose task weights are method
+    inputs (TaskSlotProgram): `forward` runs one task, `forward_all` (when `all_tasks` lists
+    several) those tasks stacked in that order on one input. Calibration runs with the model's
+    own task weights. Returns the delegation facts and the task input names in method order."""
+    tasks = all_tasks or [next(iter(model.tasks))]
+    one = TaskSlotProgram(model, 1)
+    order = one.input_names()
+    weights = {t: task_tensors(model, t) for t in tasks}
+    methods = {ONE_TASK_METHOD: (one, [x + tuple(weights[tasks[0]][k] for k in order)
+                                       for x in calibration])}
+    if all_tasks and len(all_tasks) > 1:
+        stacked = stack_task_tensors([weights[t] for t in all_tasks], order)
+        methods[ALL_TASKS_METHOD] = (TaskSlotProgram(model, len(all_tasks)),
+                                     [x + tuple(stacked) for x in calibration])
+    log(f"executorch: lowering {PROGRAM}.pte ({', '.join(methods)})")
+    facts = lower_methods(methods, PROGRAM, out_dir, int8, max_len)
+    return {**facts, "task_inputs": order}
+
+
+def stack_task_tensors(tasks: list[dict[str, torch.Tensor]], order: list[str]) -> list[torch.Tensor]:
+    """The all-tasks method's task inputs: each input's per-task slices stacked, in task order."""
+    return [torch.cat([t[k] for t in tasks]) for k in order]
+
+
+def write_task_weights(model: PalBert, task: str, path: Path) -> list[str]:
+    """The task's weights file (safetensors: readable without Python): the trunk program's task
+    inputs for this task, by name. Returns the names in method order."""
+    from safetensors.torch import save_file
+
+    tensors = task_tensors(model, task)
+    save_file(tensors, str(path))
+    return list(tensors)
+
+
 def usable_cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
@@ -181,39 +224,56 @@ def infer_sequence_size(gm: torch.fx.GraphModule) -> PassResult:
 
 def lower_program(program: torch.nn.Module, name: str, out_dir: Path, int8: bool, max_len: int,
                   calibration: list[tuple[torch.Tensor, ...]]) -> dict[str, Any]:
-    """The lowering steps, one after the other: int8 embeddings, export with a dynamic sequence
-    length, int8 linears (pt2e), trunk constants tagged into trunk.ptd, XNNPACK partitioning,
-    ExecuTorch program; writes out_dir/<name>.pte and out_dir/trunk.ptd."""
+    """One program with one method, `forward` (see lower_methods)."""
+    return lower_methods({"forward": (program, calibration)}, name, out_dir, int8, max_len)
+
+
+def lower_methods(methods: dict[str, tuple[torch.nn.Module, list[tuple[torch.Tensor, ...]]]],
+                  name: str, out_dir: Path, int8: bool, max_len: int) -> dict[str, Any]:
+    """The lowering steps, one after the other, for each method ({method: (module, calibration
+    inputs)}): int8 embeddings, export with a dynamic sequence length (the text inputs' dim 1;
+    any further inputs keep their shapes), int8 linears (pt2e), trunk constants tagged into
+    trunk.ptd; then XNNPACK partitioning and one ExecuTorch program holding every method
+    (constants the methods share are stored once). Writes out_dir/<name>.pte and
+    out_dir/trunk.ptd; returns the first method's delegation facts."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import (EdgeCompileConfig, ExecutorchBackendConfig,
                                  to_edge_transform_and_lower)
 
     from quant import xnnpack as q
 
-    program = program.eval()
-    if int8:
-        q.quantize_embeddings(program)
     seq = torch.export.Dim("seq", min=2, max=max_len)
-    dynamic = {text: {1: seq} for text in TEXT_INPUTS}
-    example = calibration[0]
-    with torch.no_grad():
-        ep = torch.export.export(program, example, dynamic_shapes=dynamic)
+    eps, owners = {}, {}
+    for method, (program, calibration) in methods.items():
+        program = program.eval()
         if int8:
-            ep = q.quantize_linears_pt2e(ep, calibration, dynamic)
-    owners = _owner_table(ep)
-    for node in ep.graph.nodes:
-        if node.op == "placeholder" and owners.get(node.name) == "trunk":
-            node.meta.setdefault("custom", {})["delegate_constant_tag"] = TRUNK_DATA
+            q.quantize_embeddings(program)
+        example = calibration[0]
+        dynamic: tuple[Any, ...] = tuple({1: seq} for _ in TEXT_INPUTS)
+        if len(example) > len(TEXT_INPUTS):  # a TaskSlotProgram's *tensors: static shapes
+            dynamic += (tuple(None for _ in example[len(TEXT_INPUTS):]),)
+        # the converted module that pt2e re-exports takes its inputs flat
+        flat = tuple({1: seq} if i < len(TEXT_INPUTS) else None for i in range(len(example)))
+        with torch.no_grad():
+            ep = torch.export.export(program, example, dynamic_shapes=dynamic)
+            if int8:
+                ep = q.quantize_linears_pt2e(ep, calibration, flat)
+        owners[method] = _owner_table(ep)
+        for node in ep.graph.nodes:
+            if node.op == "placeholder" and owners[method].get(node.name) == "trunk":
+                node.meta.setdefault("custom", {})["delegate_constant_tag"] = TRUNK_DATA
+        eps[method] = ep
+    owned = {n: o for table in owners.values() for n, o in table.items()}
 
     def external(node: torch.fx.Node) -> str | None:
         # Non-delegated constants (embeddings, LayerNorm): trunk-owned tables go to trunk.ptd;
         # scalars and task constants stay in the .pte.
         val = node.meta.get("val")
         big = val is not None and getattr(val, "numel", lambda: 0)() > 1
-        is_trunk = node.name.startswith("p_model_trunk_") or owners.get(node.name) == "trunk"
+        is_trunk = node.name.startswith("p_model_trunk_") or owned.get(node.name) == "trunk"
         return TRUNK_DATA if big and is_trunk else None
 
-    edge = to_edge_transform_and_lower(ep, transform_passes=[infer_sequence_size],
+    edge = to_edge_transform_and_lower(eps, transform_passes=[infer_sequence_size],
                                        partitioner=[XnnpackPartitioner()],
                                        compile_config=EdgeCompileConfig(_check_ir_validity=False))
     et = edge.to_executorch(ExecutorchBackendConfig(external_constants=external,
@@ -226,7 +286,8 @@ def lower_program(program: torch.nn.Module, name: str, out_dir: Path, int8: bool
     if extra:
         raise RuntimeError(f"unexpected ExecuTorch data files {extra}: only {TRUNK_DATA}.ptd "
                            "is supported")
-    return delegation_facts(edge.exported_program().graph_module)
+    first = next(iter(methods))
+    return delegation_facts(edge.exported_program(first).graph_module)
 
 
 def delegation_facts(gm: torch.fx.GraphModule) -> dict[str, Any]:
