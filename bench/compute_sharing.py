@@ -113,9 +113,10 @@ def lower(run: Path, out: Path, task: str, only: list[str]) -> None:
 
 
 def time_all(out: Path, seq: int, threads: int, seconds: float) -> dict[str, dict[str, float]]:
-    from bench.worker import import_executorch_runtime, time_interleaved
+    from bench.worker import time_interleaved
+    from export.engines import executorch_lib
 
-    lib = import_executorch_runtime()
+    lib = executorch_lib()
     if any(out.glob("*-customsdpa/*.pte")):
         import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401  (its kernel)
     lib._unsafe_reset_threadpool(threads)

@@ -32,6 +32,7 @@ from trainer.errors import PalkitError
 SCHEMA = "palkit-bench"
 VERSION = 1
 MACHINE_KINDS = ("android", "host")
+ALL_TASKS = "__all__"  # a subject's all-tasks program, named among its tasks
 RESULT_KEYS = ("runtime", "config", "threads", "seq_len", "p50_ms", "p90_ms", "runs")
 MAP_KEYS = ("bundle", "load_ms", "swap_ms", "memory_rss_bytes")
 

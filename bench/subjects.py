@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.schema import ALL_TASKS
 from export.manifest import Manifest, read_manifest
 from trainer.checkpoint import read_json, resolve_model_dir, separate_models
 from trainer.errors import PalkitError
@@ -154,8 +155,7 @@ def _bundle_subjects(bundle: Path, m: Manifest, info: ModelInfo | None, runtimes
         program = m.all_tasks(rt)
         all_tasks = None
         if program is not None and list(program.tasks) == names:
-            all_tasks = {"format": "bundle", "bundle": str(bundle), "task": "__all__",
-                         "file": program.file}
+            all_tasks = {"format": "bundle", "bundle": str(bundle), "task": ALL_TASKS}
         elif program is not None:
             notes.append(f"{bundle}: its all-tasks program covers {program.tasks}, "
                          f"not all of {names}; all tasks run one after the other")
