@@ -239,6 +239,7 @@ def lower_methods(methods: dict[str, tuple[torch.nn.Module, list[tuple[torch.Ten
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import (EdgeCompileConfig, ExecutorchBackendConfig,
                                  to_edge_transform_and_lower)
+    from executorch.exir.passes import MemoryPlanningPass
 
     from quant import xnnpack as q
 
@@ -276,8 +277,11 @@ def lower_methods(methods: dict[str, tuple[torch.nn.Module, list[tuple[torch.Ten
     edge = to_edge_transform_and_lower(eps, transform_passes=[infer_sequence_size],
                                        partitioner=[XnnpackPartitioner()],
                                        compile_config=EdgeCompileConfig(_check_ir_validity=False))
-    et = edge.to_executorch(ExecutorchBackendConfig(external_constants=external,
-                                                    do_quant_fusion_and_const_prop=int8))
+    # Inputs not memory-planned: the method reads the caller's tensors in place, so a task's
+    # weights (method inputs) are bound once per swap, never copied per call.
+    et = edge.to_executorch(ExecutorchBackendConfig(
+        external_constants=external, do_quant_fusion_and_const_prop=int8,
+        memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False)))
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / f"{name}.pte", "wb") as f:
         et.write_to_file(f)

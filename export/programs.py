@@ -181,11 +181,13 @@ class BmmLinear(nn.Module):
     by bmm stays inside the XNNPACK delegate; as a 2-D mm it falls out of it
     (../shared/notes/runtimes.md)."""
 
-    weight: torch.Tensor
-    bias: torch.Tensor
+    def __init__(self, bound: dict[str, tuple[torch.Tensor, torch.Tensor]], path: str):
+        super().__init__()
+        self.bound, self.path = bound, path  # the program fills `bound` on each call
 
     def forward(self, x):
-        return torch.bmm(x, self.weight) + self.bias
+        weight, bias = self.bound[self.path]
+        return torch.bmm(x, weight) + bias
 
 
 def task_linears(modules: dict[str, nn.Module]) -> list[tuple[str, nn.Module, str, nn.Linear]]:
@@ -221,19 +223,20 @@ class TaskSlotProgram(nn.Module):
         m.tasks = {SLOT: model.tasks[any_task]}
         self.model = copy.deepcopy(m).eval()
         self.tasks = tasks
-        self.slots: list[tuple[str, BmmLinear]] = []  # (task tensor path, its module)
+        # a dict the forward fills, not tensor attributes: export refuses to see those assigned
+        self.bound: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.paths: list[str] = []
         for path, parent, attr, _ in task_linears(self.model.task_modules(SLOT)):
-            given = BmmLinear()
-            setattr(parent, attr, given)
-            self.slots.append((path, given))
+            setattr(parent, attr, BmmLinear(self.bound, path))
+            self.paths.append(path)
 
     def input_names(self) -> list[str]:
-        return task_input_names([path for path, _ in self.slots])
+        return task_input_names(self.paths)
 
     def forward(self, input_ids, attention_mask, token_type_ids, *tensors):
         it = iter(tensors)
-        for _, given in self.slots:
-            given.weight, given.bias = next(it), next(it)
+        for path in self.paths:
+            self.bound[path] = (next(it), next(it))
         linear, sigmoid, offset = next(it), next(it), next(it)
         m, n = self.model, self.tasks
         mask = model_code.additive_mask(attention_mask,
