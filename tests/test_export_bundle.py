@@ -86,7 +86,7 @@ def test_all_tasks_method_matches_each_task(et_fp32, tiny_pal_run, tiny_data, tm
     et = m["runtimes"]["executorch"]
     assert et["all_tasks"] == {"method": "forward_all", "tasks": ["sst", "sts"]}
     assert sorted(p.name for p in (et_fp32 / "executorch").iterdir()) == [
-        "sst.safetensors", "sts.safetensors", "trunk.pte", "trunk.ptd"]
+        "sst.safetensors", "sts.safetensors", "trunk.ptd", "trunk.pte"]
     assert "all_tasks" not in m["runtimes"]["onnxruntime"]
     engine = Engine(load_bundle(et_fp32), "executorch")
     ids, mask, types = engine.tokenizer("the movie was good", "a man is running")
@@ -211,7 +211,7 @@ def test_executorch_add_task_writes_weights_without_lowering(android_int8, tiny_
     assert set(b.tasks) == {"quora", "sst"}
     assert b.manifest.task("sst").files["executorch"] == "executorch/sst.safetensors"
     assert sorted(p.name for p in (bundle / "executorch").iterdir()) == [
-        "quora.safetensors", "sst.safetensors", "trunk.pte", "trunk.ptd"]
+        "quora.safetensors", "sst.safetensors", "trunk.ptd", "trunk.pte"]
     verify = json.loads((bundle / "verify.json").read_text())
     assert set(verify["runtimes"]["executorch"]["tasks"]) == {"quora", "sst"}
     assert Engine(b, "executorch").predict("sst", "the film was good").label
