@@ -1,14 +1,14 @@
-"""Lower a program to ExecuTorch/XNNPACK: `<task>.pte` (one task) or `_all_tasks.pte` (every
-task on one input), plus the shared `trunk.ptd`.
+"""Lower a bundle's one ExecuTorch/XNNPACK program, `trunk.pte` + `trunk.ptd`, and write each
+task's weights file, `<task>.safetensors`.
 
-Every constant the trunk owns (XNNPACK-packed linear weights and the non-delegated embedding and
-LayerNorm tables) is tagged into the external file "trunk"; XNNPACK keys its data by content hash,
-so trunk.ptd comes out byte-identical for every task of the same trunk and quantization. The
-task's PAL and head weights stay inside its .pte.
+The program (TaskSlotProgram, export/programs.py) takes every task-specific matrix as a method
+input, so one lowering serves every task, present and future: adding a task writes its weights
+file and no program. `forward` runs one task; `forward_all` runs the bundle's tasks stacked on one
+input. Every constant the trunk owns (XNNPACK-packed linear weights and the non-delegated
+embedding and LayerNorm tables) is tagged into the external file "trunk" (trunk.ptd).
 
-Lowering is single-threaded Python (most of it ExecuTorch's per-partition XNNPACK passes) and
-takes a minute or more of CPU per program for a MiniLM; `lower_programs` lowers a bundle's
-programs side by side in worker processes, each byte-identical to lowering it in this process.
+Lowering is single-threaded Python (most of it ExecuTorch's per-partition XNNPACK passes): a
+minute or more of CPU per method for a MiniLM, the same for 3 tasks or 30.
 """
 from __future__ import annotations
 
