@@ -12,26 +12,19 @@ minute or more of CPU per method for a MiniLM, the same for 3 tasks or 30.
 """
 from __future__ import annotations
 
-import multiprocessing
 import os
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch.fx.passes.infra.pass_base import PassResult
 
-from export.programs import (TEXT_INPUTS, AllTasksProgram, TaskProgram, TaskSlotProgram,
-                             task_tensors)
+from export.programs import TEXT_INPUTS, TaskSlotProgram, task_tensors
 from trainer.model import PalBert
 from ui.progress import say
 
 TRUNK_DATA = "trunk"  # -> trunk.ptd
-# Task names start with a letter or digit (trainer/tasks.py), so this file name cannot clash.
-ALL_TASKS_PROGRAM = "_all_tasks"
-# Each worker holds a model copy and its lowering (about 1.7 GB at peak for MiniLM).
-MAX_WORKERS = 4
 
 
 def example_inputs(seq: int, vocab: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
@@ -85,29 +78,6 @@ def _op_name(target: Any) -> str:
     return getattr(target, "__name__", type(target).__name__)
 
 
-def lower_task(model: PalBert, task: str, out_dir: Path, int8: bool, max_len: int,
-               calibration: list[tuple[torch.Tensor, ...]]) -> dict[str, Any]:
-    """Write out_dir/<task>.pte and out_dir/trunk.ptd; return facts for the manifest."""
-    return lower_program(TaskProgram(model, task), task, out_dir, int8, max_len, calibration)
-
-
-def lower_all_tasks(model: PalBert, tasks: list[str], out_dir: Path, int8: bool, max_len: int,
-                    calibration: list[tuple[torch.Tensor, ...]]) -> dict[str, Any]:
-    """Write out_dir/_all_tasks.pte (outputs in `tasks` order) and out_dir/trunk.ptd."""
-    return lower_program(AllTasksProgram(model, tasks), ALL_TASKS_PROGRAM, out_dir, int8,
-                         max_len, calibration)
-
-
-def lower_named(model: PalBert, name: str, tasks: list[str], out_dir: Path, int8: bool,
-                max_len: int, calibration: list[tuple[torch.Tensor, ...]]) -> dict[str, Any]:
-    """One program by its bundle name: ALL_TASKS_PROGRAM over `tasks`, else the task `name`."""
-    if name == ALL_TASKS_PROGRAM:
-        return lower_all_tasks(model, tasks, out_dir, int8, max_len, calibration)
-    if tasks != [name]:
-        raise ValueError(f"the program '{name}' holds only its own task, not {tasks}")
-    return lower_task(model, name, out_dir, int8, max_len, calibration)
-
-
 PROGRAM = "trunk"  # -> trunk.pte: the one program of a bundle
 ONE_TASK_METHOD = "forward"
 ALL_TASKS_METHOD = "forward_all"
@@ -148,55 +118,6 @@ def write_task_weights(model: PalBert, task: str, path: Path) -> list[str]:
     tensors = task_tensors(model, task)
     save_file(tensors, str(path))
     return list(tensors)
-
-
-def usable_cpus() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def lower_programs(model: PalBert, programs: dict[str, list[str]], out_root: Path, int8: bool,
-                   max_len: int, calibration: list[tuple[torch.Tensor, ...]],
-                   workers: int | None = None,
-                   log: Callable[[str], None] = say) -> dict[str, dict[str, Any]]:
-    """Lower every program ({bundle name: its tasks}) into out_root/<name>/ (<name>.pte and
-    trunk.ptd); returns lower_named's facts by name. With more than one worker (default: one per
-    usable CPU, at most MAX_WORKERS) the programs are lowered in parallel processes, the largest
-    first."""
-    order = sorted(programs, key=lambda n: -len(programs[n]))
-    workers = min(len(order), workers or min(usable_cpus(), MAX_WORKERS))
-    if workers <= 1:
-        facts = {}
-        for name in order:
-            log(f"executorch: lowering {name}")
-            facts[name] = lower_named(model, name, programs[name], out_root / name, int8,
-                                      max_len, calibration)
-        return {name: facts[name] for name in programs}
-    log(f"executorch: lowering {len(order)} programs in {workers} processes")
-    # spawn, not fork: a forked child of a process whose torch thread pool has started can hang.
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                             initializer=_start_worker, initargs=(model,)) as pool:
-        jobs = {pool.submit(_lower_in_worker, name, programs[name], out_root / name, int8,
-                            max_len, calibration): name for name in order}
-        facts = {}
-        for job in as_completed(jobs):
-            facts[jobs[job]] = job.result()
-            log(f"executorch: lowered {jobs[job]} ({len(facts)}/{len(order)})")
-    return {name: facts[name] for name in programs}
-
-
-_worker_model: PalBert | None = None  # set once per worker process by _start_worker
-
-
-def _start_worker(model: PalBert) -> None:
-    global _worker_model
-    torch.set_num_threads(1)  # one process per CPU already; more threads only contend
-    _worker_model = model
-
-
-def _lower_in_worker(name: str, tasks: list[str], out_dir: Path, int8: bool, max_len: int,
-                     calibration: list[tuple[torch.Tensor, ...]]) -> dict[str, Any]:
-    assert _worker_model is not None, "_start_worker did not run in this process"
-    return lower_named(_worker_model, name, tasks, out_dir, int8, max_len, calibration)
 
 
 def infer_sequence_size(gm: torch.fx.GraphModule) -> PassResult:

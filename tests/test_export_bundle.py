@@ -190,6 +190,15 @@ def test_reexport_is_byte_identical(onnx_fp32, tiny_pal_run, tiny_data, tmp_path
 
 
 @pytest.mark.slow
+def test_executorch_reexport_is_byte_identical(et_fp32, tiny_pal_run, tiny_data, tmp_path):
+    # the one program, its trunk data and every task's weights file, bit for bit
+    again = tmp_path / "again"
+    export_run(tiny_pal_run, again, target="android", quant="fp32", tasks=["sst", "sts"],
+               data_dir=tiny_data, **QUIET)
+    assert files_of(again) == files_of(et_fp32)
+
+
+@pytest.mark.slow
 def test_executorch_add_task_writes_weights_without_lowering(android_int8, tiny_pal_run,
                                                              tiny_data, tmp_path, monkeypatch):
     import export.executorch_export as et_export
