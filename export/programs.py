@@ -1,9 +1,10 @@
 """The exported computations, as thin wrappers around the one PalBert (trainer/model.py).
 
-* `TaskProgram`: one task end to end, as ExecuTorch runs it: (input_ids, attention_mask,
-  token_type_ids) -> [1, num_outputs]; a regression task already outputs its score in
-  score_range (regression_score inside the program).
-* `AllTasksProgram`: every task on one input, one output per task (PalBert.forward_all).
+* `TaskSlotProgram`: the bundle's one ExecuTorch program. Every task-specific Linear is a
+  `BmmLinear` whose matrix and bias are method inputs (a task's weights file, `task_tensors`),
+  so one lowering serves every task; `tasks` > 1 runs that many tasks stacked on one input.
+* `TaskProgram` / `AllTasksProgram`: one task / every task with its weights inside the program
+  (the compute-sharing study lowers these to compare graph variants; bundles do not).
 * `SwappableTrunk`: the ONNX graph. The task's PAL and head are the same modules with each
   nn.Linear replaced by a `GivenLinear` (the same x·W + b) whose matrix and bias come in as graph
   inputs, so one graph serves every task; a PAL attention's query/key/value are one GivenLinear
