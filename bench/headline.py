@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.ingest import BenchInput, Measurements, host_subjects, machine_label
+from bench.schema import latency_id
 
 REF_SEQ, REF_THREADS = 128, 1
 
@@ -57,7 +58,7 @@ def reference_condition(data: dict[str, Any]) -> tuple[int, int]:
 def task_p50(m: Measurements, prefix: str, subject: str, tasks: list[str], threads: int,
              seq: int) -> tuple[float | None, list[str]]:
     """Mean one-task p50 over the subject's tasks, and the ids it came from."""
-    ids = [f"{prefix}latency:{subject}:task:{t}:t{threads}:s{seq}:p50_ms" for t in tasks]
+    ids = [f"{prefix}{latency_id(subject, f'task:{t}', threads, seq)}:p50_ms" for t in tasks]
     vals = [m.get(i) for i in ids]
     if not vals or any(v is None for v in vals):
         return None, ids
@@ -65,7 +66,17 @@ def task_p50(m: Measurements, prefix: str, subject: str, tasks: list[str], threa
 
 
 def all_tasks_id(prefix: str, subject: str, threads: int, seq: int) -> str:
-    return f"{prefix}latency:{subject}:all_tasks:t{threads}:s{seq}:p50_ms"
+    return f"{prefix}{latency_id(subject, 'all_tasks', threads, seq)}:p50_ms"
+
+
+# What fills a headline key that no host bench file can measure alone
+MISSING_INPUT = {
+    "all_tasks_ratio_best_placement": "needs the accuracy of several PAL placements trained to "
+    "one budget: `palkit report --accuracy FILE` with a study's table (`palkit study-results`, e.g. "
+    "results/converged.json) and their bundles benchmarked",
+    "best_placement_accuracy_gap": "needs `palkit report --accuracy FILE` (see "
+    "all_tasks_ratio_best_placement)",
+}
 
 
 @dataclass
@@ -146,7 +157,8 @@ def headline(data: dict[str, Any], prefix: str, m: Measurements) -> tuple[dict[s
     for key in SUMMARY_KEYS:
         if key not in ("machine", "notes") and h.out[key] is None:
             if not any(n.startswith(f"{key}:") for n in h.notes):
-                h.notes.append(f"{key}: not measured (the inputs lack what it needs)")
+                why = MISSING_INPUT.get(key, "not measured (the inputs lack what it needs)")
+                h.notes.append(f"{key}: {why}")
     h.notes.append(f"accuracy in points (0-100, the trainer's average: accuracies and "
                    f"(Pearson+1)/2) on the {accuracy_split(data)} split")
     h.out["notes"] = h.notes
@@ -223,8 +235,10 @@ def all_tasks_subject(h: Headline, names: list[str]) -> str | None:
 def _all_tasks_ratio(h: Headline, key: str, names: list[str]) -> None:
     n = all_tasks_subject(h, names)
     if n is None:
+        layers, out = ("top", "runs/pals-top") if "top" in key else ("all", "runs/default")
         h.notes.append(f"{key}: no {'top-half' if 'top' in key else 'all-layer'} PAL bundle "
-                       "was benchmarked")
+                       f"was benchmarked; train one (`palkit train --pal-layers {layers} --out "
+                       f"{out}`), export it and bench it with the others")
         return
     h.notes.append(f"{key}: subject {n}")
     one, one_ids = h.task_p50(n)
@@ -321,7 +335,8 @@ def pairwise(hosts: list[BenchInput], m: Measurements) -> list[dict[str, Any]]:
                 for row in data["results"]:
                     if row.get("subject") != pal or row.get("p50_ms") is None:
                         continue
-                    oid = f"{prefix}latency:{other}:{row['config']}:t{row['threads']}:s{row['seq_len']}:p50_ms"
+                    oid = (f"{prefix}{latency_id(other, row['config'], row['threads'], row['seq_len'])}"
+                           ":p50_ms")
                     r = ratio(row["p50_ms"], m.get(oid))
                     if r is not None:
                         rec["latency"][f"{row['config']} t{row['threads']} s{row['seq_len']}"] = r

@@ -20,13 +20,13 @@ from typing import Any
 
 from trainer.errors import PalkitError
 from trainer.fileio import write_json
+from trainer.tasks import TASK_KINDS
 
 FORMAT = "palkit-bundle"
 # 2: ExecuTorch tasks are weights files bound to one trunk program (1: a program per task)
 VERSION = 2
 MANIFEST_FILE = "manifest.json"
 RUNTIMES = ("executorch", "onnxruntime")
-TASK_KINDS = ("single_classification", "pair_classification", "pair_regression")
 # The text inputs and the output every program and graph has (a task's result: the first
 # num_outputs columns); ExecuTorch's task weights follow as further inputs (task_inputs).
 IO = {"inputs": [{"name": n, "dtype": "int64", "shape": [1, "seq"]}
@@ -160,6 +160,10 @@ class Manifest:
             if t.name == name:
                 return t
         raise BundleError(f"no task '{name}' (it has: {', '.join(self.task_names)})")
+
+    def task_bytes(self, name: str) -> dict[str, int]:
+        """Bytes of one task's own files, per runtime (its adapter or weights file)."""
+        return {rt: self.files[path].bytes for rt, path in self.task(name).files.items()}
 
     def all_tasks(self, runtime: str) -> AllTasksMethod | None:
         # Only ExecuTorch bundles have an all-tasks method.

@@ -233,6 +233,24 @@ def test_missed_target_and_missing_parts_are_said(tmp_path: Path):
     assert "**missed**" in (tmp_path / "r4" / "report.md").read_text()
 
 
+def test_report_command_says_on_the_terminal_what_was_not_measured(tmp_path: Path, capsys):
+    """A row left empty is named on stderr with its reason, and the bench's notes (which name
+    the command that fills the gap) are repeated there, not only in report.md."""
+    from cli import main
+
+    data = host_bench(tmp_path)
+    del data["subjects"]["pal-top/executorch"]
+    data["results"] = [r for r in data["results"] if r["subject"] != "pal-top/executorch"]
+    data["notes"] = ["no separately fine-tuned models among --run: run `palkit train --mode "
+                     "separate --out runs/separate`"]
+    path = tmp_path / "h.json"
+    path.write_text(json.dumps(data))
+    assert main(["report", "--bench", str(path), "--out", str(tmp_path / "r")]) == 0
+    err = capsys.readouterr().err
+    assert "not measured: all_tasks_ratio_top_half: no top-half PAL bundle" in err, err
+    assert "bench note: no separately fine-tuned models among --run: run `palkit train" in err
+
+
 @pytest.mark.parametrize("content, words", [
     (None, "not found"),
     ("{not json", "not valid JSON"),

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -24,13 +25,14 @@
 #include <executorch/extension/threadpool/threadpool.h>
 #else
 // The executorch wheel's SDK ships libexecutorch_threadpool.so but not this header (nor the
-// pthreadpool.h it includes). Declare the two functions this file calls with the header's
+// pthreadpool.h it includes). Declare the functions this file calls with the header's
 // signatures; they link to the library's real symbols. ThreadPool is only used through the
 // pointer the library returns, never constructed or sized here, so no other member is needed.
 // The Android build has the header.
 namespace executorch::extension::threadpool {
 class ThreadPool final {
  public:
+  size_t get_thread_count() const;
   bool _unsafe_reset_threadpool(uint32_t num_threads);
 };
 ThreadPool* get_threadpool();
@@ -70,6 +72,49 @@ Error shareTrunkWeights() {
   executorch::runtime::BackendOptions<1> options;
   options.set_option("weight_cache_enabled", true);  // XNNPACK's weight_cache_option_key
   return executorch::runtime::set_option("XnnpackBackend", options.view());
+}
+
+// ExecuTorch's thread pool is one per process, and every XNNPACK delegate keeps the raw pthreadpool
+// it was loaded with: resizing the pool (which frees the old one) while a program is loaded would
+// leave that program running on freed memory. So the pool is resized only while no program is
+// loaded, and a program asking for another size while others are loaded is refused; the app
+// closes its programs before the benchmark asks for its thread count (BundleSession.kt).
+std::mutex poolMutex;
+size_t programsOnPool = 0;
+
+// Takes the pool for one program about to load, at `threads` threads (0: the pool's size when
+// this library first used it, i.e. ExecuTorch's default). False, with a Java exception pending,
+// when programs loaded at another size still hold the pool.
+bool holdThreadPool(JNIEnv* env, jint threads) {
+  namespace tp = executorch::extension::threadpool;
+  std::lock_guard<std::mutex> lock(poolMutex);
+  tp::ThreadPool* pool = tp::get_threadpool();
+  if (pool == nullptr) {
+    throwRuntime(env, "ExecuTorch could not create its thread pool");
+    return false;
+  }
+  static const size_t defaultThreads = pool->get_thread_count();
+  const size_t wanted = threads > 0 ? static_cast<size_t>(threads) : defaultThreads;
+  const size_t current = pool->get_thread_count();
+  if (programsOnPool > 0 && wanted != current) {
+    throwRuntime(env, "cannot run ExecuTorch on " + std::to_string(wanted) + " threads while " +
+                          std::to_string(programsOnPool) + " program(s) loaded on " +
+                          std::to_string(current) + " threads are open: close them first");
+    return false;
+  }
+  if (programsOnPool == 0) {  // nothing holds the pool: resizing it frees nobody's pool
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    pool->_unsafe_reset_threadpool(static_cast<uint32_t>(wanted));  // same size: a no-op
+#pragma GCC diagnostic pop
+  }
+  ++programsOnPool;
+  return true;
+}
+
+void releaseThreadPool() {
+  std::lock_guard<std::mutex> lock(poolMutex);
+  --programsOnPool;
 }
 
 std::vector<int64_t> toVector(JNIEnv* env, jlongArray array) {
@@ -169,13 +214,12 @@ extern "C" JNIEXPORT jlong JNICALL
 Java_io_palkit_demo_runtime_ExecuTorchProgram_nativeLoad(
     JNIEnv* env, jclass, jstring programPath, jstring dataPath, jstring methodName,
     jint threads) {
-  if (threads > 0) {
-    if (auto* pool = executorch::extension::threadpool::get_threadpool()) {
-      pool->_unsafe_reset_threadpool(static_cast<uint32_t>(threads));
-    }
+  if (!holdThreadPool(env, threads)) {
+    return 0;
   }
   static const Error shared = shareTrunkWeights();  // once, before the first program loads
   if (shared != Error::Ok) {
+    releaseThreadPool();
     throwRuntime(env, "ExecuTorch refused XNNPACK's weight_cache_enabled option: " +
                           describe(shared));
     return 0;
@@ -189,8 +233,11 @@ Java_io_palkit_demo_runtime_ExecuTorchProgram_nativeLoad(
                                             Module::LoadMode::Mmap);
   const Error error = loaded->module->load_method(loaded->method);
   if (error != Error::Ok) {
-    throwRuntime(env, "ExecuTorch could not load " + loaded->method + "() of " + program +
-                          " with " + data + ": " + describe(error) +
+    const std::string method = loaded->method;
+    loaded.reset();  // before the pool is let go: its delegates may hold the pool
+    releaseThreadPool();
+    throwRuntime(env, "ExecuTorch could not load " + method + "() of " + program + " with " +
+                          data + ": " + describe(error) +
                           " (a truncated file, or a program exported with another trunk?)");
     return 0;
   }
@@ -266,4 +313,5 @@ Java_io_palkit_demo_runtime_ExecuTorchProgram_nativeFreeWeights(JNIEnv*, jclass,
 extern "C" JNIEXPORT void JNICALL
 Java_io_palkit_demo_runtime_ExecuTorchProgram_nativeFree(JNIEnv*, jclass, jlong handle) {
   delete reinterpret_cast<Program*>(handle);
+  releaseThreadPool();
 }
