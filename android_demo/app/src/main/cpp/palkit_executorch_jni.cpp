@@ -169,20 +169,21 @@ std::vector<int64_t> numbers(const std::string& list) {
 // offsets lie inside the file and match their shapes. Sets `error` and returns false otherwise.
 bool readTaskWeights(const std::string& path, const std::vector<std::string>& names,
                      TaskWeights& out, std::string& error) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Each tensor is read from the file straight into its own buffer: one copy, no file image.
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  const uint64_t size = in ? static_cast<uint64_t>(in.tellg()) : 0;
   uint64_t header = 0;
-  if (bytes.size() < 8) {
+  if (size < 8 || !in.seekg(0).read(reinterpret_cast<char*>(&header), 8)) {
     error = path + ": too short for a safetensors file";
     return false;
   }
-  std::memcpy(&header, bytes.data(), 8);
-  if (header > bytes.size() - 8) {
+  if (header > size - 8) {
     error = path + ": its header runs past the end of the file";
     return false;
   }
-  const std::string json(bytes.data() + 8, header);
-  const size_t data = 8 + header;
+  std::string json(header, '\0');
+  in.read(&json[0], static_cast<std::streamsize>(header));
+  const uint64_t data = 8 + header;
   for (const std::string& name : names) {
     const size_t at = json.find("\"" + name + "\":");
     if (at == std::string::npos) {
@@ -196,12 +197,16 @@ bool readTaskWeights(const std::string& path, const std::vector<std::string>& na
     int64_t count = 1;
     for (int64_t d : shape) count *= d;
     if (field(entry, "dtype").find("\"F32\"") == std::string::npos || span.size() != 2 ||
-        span[1] < span[0] || data + span[1] > bytes.size() || span[1] - span[0] != count * 4) {
+        span[1] < span[0] || data + span[1] > size || span[1] - span[0] != count * 4) {
       error = path + ": tensor '" + name + "' is not float32 data of its shape inside the file";
       return false;
     }
     std::vector<float> values(count);
-    std::memcpy(values.data(), bytes.data() + data + span[0], count * 4);
+    if (!in.seekg(static_cast<std::streamoff>(data + span[0]))
+             .read(reinterpret_cast<char*>(values.data()), count * 4)) {
+      error = path + ": cannot read tensor '" + name + "'";
+      return false;
+    }
     std::vector<executorch::aten::SizesType> sizes(shape.begin(), shape.end());
     out.tensors.push_back(make_tensor_ptr(std::move(sizes), std::move(values)));
   }
