@@ -27,14 +27,6 @@ from ui.progress import say
 TRUNK_DATA = "trunk"  # -> trunk.ptd
 
 
-def example_inputs(seq: int, vocab: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(5, vocab, (1, seq), generator=g)
-    types = torch.zeros(1, seq, dtype=torch.long)
-    types[:, seq // 2:] = 1
-    return ids, torch.ones(1, seq, dtype=torch.long), types
-
-
 def _owner_table(ep: torch.export.ExportedProgram) -> dict[str, str]:
     """Placeholder name -> "trunk" | "task", from the constant's FQN or, for unnamed constants
     (quantization scales, frozen int8 weights), from a named constant used by the same ops."""
