@@ -95,12 +95,13 @@ class Loader:
         self.inputs = synthetic_input(16, vocab)
 
     def owner(self, rel: str) -> tuple[str, str]:
-        """(runtime, task whose program/adapter loads `rel`): the trunk goes with any task."""
+        """(runtime, task whose run reads `rel`): the trunk's files go with any task."""
         for t in self.manifest.tasks:
             for runtime, path in t.files.items():
                 if path == rel:
                     return runtime, t.name
-        runtime = next(r for r in self.manifest.runtime_names if self.manifest.trunk_file(r) == rel)
+        runtime = next(r for r in self.manifest.runtime_names
+                       if rel in self.manifest.runtimes[r].runtime_files)
         return runtime, self.manifest.tasks[0].name
 
     def run(self, root: Path, rel: str, level: str | None) -> list[float]:
@@ -108,13 +109,17 @@ class Loader:
         files = self.manifest.task(task).files
         if runtime == "executorch":
             import torch
-            program = self.et._load_program(str(root / files["executorch"]),
-                                            data_path=str(root / self.manifest.trunk_file(runtime)),
+
+            from export.engines import read_task_weights
+            section = self.manifest.runtimes["executorch"]
+            program = self.et._load_program(str(root / section.program),
+                                            data_path=str(root / section.trunk_data),
                                             program_verification=getattr(self.et.Verification,
                                                                          level))
-            method = program.load_method("forward")
-            out = method(tuple(torch.from_numpy(self.inputs[k]) for k in
-                               ("input_ids", "attention_mask", "token_type_ids")))[0]
+            method = program.load_method(section.method)
+            weights = read_task_weights(root / files["executorch"], section.task_inputs)
+            out = method((*(torch.from_numpy(self.inputs[k]) for k in
+                            ("input_ids", "attention_mask", "token_type_ids")), *weights))[0]
             return np.asarray(out).ravel().tolist()
         opts = self.ort.SessionOptions()
         opts.log_severity_level = 4
@@ -259,7 +264,7 @@ def default_files(bundle: Path) -> list[str]:
     task = m.tasks[0]
     files = []
     if "executorch" in m.runtimes:
-        files += [m.trunk_file("executorch"), task.files["executorch"]]
+        files += [*m.runtimes["executorch"].runtime_files, task.files["executorch"]]
     if "onnxruntime" in m.runtimes:
         files.append(task.files["onnxruntime"])
     return files
