@@ -63,8 +63,8 @@ def export(
     replace: Annotated[bool, typer.Option(help="with --adapter: overwrite a task")] = False,
     data_dir: DataDirOption = None,
     all_tasks: Annotated[bool, typer.Option(
-        help="ExecuTorch, several tasks: also write _all_tasks.pte, every task on one input in "
-        "one call with the trunk loaded once")] = True,
+        help="ExecuTorch, several tasks: also give the program its forward_all method, every "
+        "task on one input in one call")] = True,
     min_agreement: Annotated[float, typer.Option(
         help="int8: fail when fewer predictions than this agree with PyTorch fp32")] = 0.9,
     sign_key: Annotated[Optional[Path], typer.Option(
