@@ -30,6 +30,8 @@ def _changed_value(f, tmp_path: Path, data: Path):
         return [str(data)], str(data)
     if f.name == "pal_layers":
         return ["top-2"], "top-2"
+    if f.name == "graph_widths":
+        return ["32,64"], "32,64"
     if choices:
         value = next(c for c in choices if c != default)
         return [value], value
