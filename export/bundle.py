@@ -171,12 +171,16 @@ def export_bundle(model_dir: Path, out: Path, target: str, quant: str, tasks: li
                                                  max_len, int8, details, names))
 
         for runtime in runtimes:
-            write(runtime, [])
+            write(runtime, list(gate.keep_float.get(runtime, [])) if int8 else [])
         report = gated_export(write, build, model, tokenizer, max_len, data_dir, int8, gate,
                               names, runtimes, log)
-        write_json(build / "verify.json", report)
+        refused = out.parent / f"{out.name}.refused-verify.json"
         if not report["passed"]:
-            raise ExportError(f"{summary(report)} (nothing written to {out}; see --max-drop)")
+            write_json(refused, report)
+            raise ExportError(f"{summary(report)} (nothing written to {out}; the whole report, "
+                              f"per-layer SQNR included: {refused}; see --max-drop)")
+        write_json(build / "verify.json", report)
+        refused.unlink(missing_ok=True)  # a refusal's report from an earlier try
         if sign_key is not None:
             sign_bundle(build, sign_key)
         replace_dir(build, out)

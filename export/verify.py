@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -66,13 +66,16 @@ class Gate:
     """What int8 must keep. `max_drop`: points of the task metric the 95% interval may lose
     (None: no metric gate). `min_agreement`: also refuse when even the interval's upper end of
     the prediction agreement is below this (None: 0 with dev labels, 0.9 on built-in sentences,
-    where the metric cannot be scored). `max_examples`: dev examples per task (None: all)."""
+    where the metric cannot be scored). `max_examples`: dev examples per task (None: all).
+    `keep_float`: Linears each runtime keeps in float from the start ({runtime: [module path]}),
+    the fallback adding to them."""
     max_drop: float | None = DEFAULT_MAX_DROP
     min_agreement: float | None = None
     max_examples: int | None = None
     seed: int = SEED
     resamples: int = RESAMPLES
     max_float_layers: int = MAX_FLOAT_LAYERS
+    keep_float: dict[str, list[str]] = field(default_factory=dict)
 
     def agreement_floor(self, labelled: bool) -> float:
         if self.min_agreement is not None:
@@ -348,11 +351,10 @@ class Verifier:
             folder, model, int8, gate, tasks, log
         self.inputs = {t: verification_inputs(model.tasks[t], tokenizer, max_len, data_dir,
                                               gate.max_examples) for t in tasks}
-        threads = torch.get_num_threads()
-        try:
-            self.refs = {t: reference_batched(model, t, self.inputs[t][0]) for t in tasks}
-        finally:
-            torch.set_num_threads(threads)
+        t0 = time.time()
+        self.refs = {t: reference_batched(model, t, self.inputs[t][0]) for t in tasks}
+        log(f"fp32 reference for {sum(len(r) for r in self.refs.values())} examples in "
+            f"{time.time() - t0:.1f} s")
 
     def check(self, runtime: str) -> dict[str, Any]:
         """The runtime's records (per task, and its all-tasks program's when it has one for
@@ -455,24 +457,27 @@ def gated_export(write: Callable[[str, list[str]], None], folder: Path, model, t
         section = v.check(runtime)
         log(f"verified {runtime} in {time.time() - t0:.0f} s")
         if int8:
+            t0 = time.time()
             layers[runtime] = v.layers(runtime)
+            log(f"{runtime}: per-layer SQNR in {time.time() - t0:.1f} s")
             close = any(is_close(r, gate) for r in section["tasks"].values())
             if section["failures"] or close:
                 log(f"{runtime}: {'gate failed' if section['failures'] else 'gate close'}; "
                     f"worst int8 layers (output SQNR on dev inputs):\n"
                     + layer_table(layers[runtime]))
-        kept: list[str] = []
+        kept = list(gate.keep_float.get(runtime, []))
         first, steps = section, []
-        candidates = fallback_candidates(runtime, layers.get(runtime, []))
-        while section["failures"] and len(kept) < min(gate.max_float_layers, len(candidates)):
-            kept.append(candidates[len(kept)])
+        candidates = [c for c in fallback_candidates(runtime, layers.get(runtime, []))
+                      if c not in kept]
+        while section["failures"] and len(steps) < min(gate.max_float_layers, len(candidates)):
+            kept.append(candidates[len(steps)])
             log(f"{runtime}: keeping {kept[-1]} in float ({len(kept)}/{gate.max_float_layers}) "
                 f"after: {section['failures'][0]}")
             write(runtime, list(kept))
             section = v.check(runtime)
             steps.append({"float_layers": list(kept), "failures": section["failures"],
                           "drop_bounds": {t: drop_bound(r) for t, r in section["tasks"].items()}})
-        if kept:
+        if steps:
             fallback[runtime] = fallback_costs(first, section, steps)
         sections[runtime] = section
     return assemble(v, sections, layers, fallback)
