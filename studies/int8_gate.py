@@ -72,10 +72,11 @@ def split_inputs(model, tokenizer, data: Path, split: str, max_len: int):
     return out
 
 
-def score(bundle: Path, model, inputs, refs) -> dict[str, Any]:
+def score(bundle: Path, model, inputs, refs,
+          runtimes: tuple[str, ...] = ("executorch", "onnxruntime")) -> dict[str, Any]:
     """Per runtime and task: compare() of the bundle's outputs against fp32, and the outputs."""
     rows, outputs = {}, {}
-    for runtime in ("executorch", "onnxruntime"):
+    for runtime in runtimes:
         engine = Engine(load_bundle(bundle), runtime, threads=1)
         for t, (encoded, gold) in inputs.items():
             got, _ = run_task(engine, t, encoded)
@@ -97,6 +98,25 @@ def latency(bundles: dict[str, Path], inputs) -> dict[str, dict[str, float]]:
                 key = f"{rt}/{t}"
                 best.setdefault(name, {})[key] = min(best.get(name, {}).get(key, 1e9), ms)
     return best
+
+
+def float_embeddings_onnx(model_dir: Path, out: Path, data: Path) -> Path:
+    """The ONNX Runtime bundle with the embedding tables left in float (quantize_dynamic
+    quantizes Gather by default): only MatMul/Gemm quantized."""
+    import onnxruntime.quantization as q
+
+    real = q.quantize_dynamic
+
+    def matmuls_only(*args, **kwargs):
+        return real(*args, op_types_to_quantize=["MatMul", "Gemm"], **kwargs)
+
+    q.quantize_dynamic = matmuls_only
+    try:
+        export_run(model_dir, out, target="onnx", quant="int8", data_dir=data,
+                   gate=Gate(**OFF, max_float_layers=0), overwrite=True, log=lambda *a: None)
+    finally:
+        q.quantize_dynamic = real
+    return out
 
 
 def bundle_bytes(bundle: Path) -> dict[str, int]:
@@ -188,6 +208,11 @@ def main() -> None:
                 out["false_refusals"] = false_refusals(model, inputs, refs, s["outputs"])
         if split == "dev":
             out["latency_ms"] = latency({"plain": plain, "float": kept_dir}, inputs)
+            emb = float_embeddings_onnx(a.model_dir, a.work / "onnx-float-embeddings", a.data_dir)
+            out["onnx_float_embeddings"] = {
+                "dev": summarize_records(score(emb, model, inputs, refs, ("onnxruntime",))[
+                    "records"]),
+                "bytes": sum(p.stat().st_size for p in (emb / "onnx").rglob("*") if p.is_file())}
     out["bytes"] = {"plain": bundle_bytes(plain), "float": bundle_bytes(kept_dir)}
     a.results.mkdir(exist_ok=True)
     write_json(a.results / "int8-gate.json", out)
@@ -236,6 +261,13 @@ def markdown(r: dict[str, Any]) -> str:
         b0, b1 = r["bytes"]["plain"][rt], r["bytes"]["float"][rt]
         lines.append(f"\n{rt} files: {b0 / 2**20:.2f} MiB plain, {b1 / 2**20:.2f} MiB float "
                      f"(x{b1 / b0:.3f})")
+    emb = r["onnx_float_embeddings"]
+    lines += ["", "## ONNX Runtime with float embedding tables (Gather not quantized), dev", "",
+              f"onnx files {emb['bytes'] / 2**20:.2f} MiB"]
+    for key, x in emb["dev"].items():
+        lo, hi = x["metric_change_interval"]
+        lines.append(f"- {key}: change {x['metric_change']:+.2f} [{lo:+.2f}, {hi:+.2f}], "
+                     f"agreement {x['agreement']:.4f}, KL mean {x['kl_mean']:.2e}")
     fr = r["false_refusals"]
     lines += ["", "## False refusals of the plain bundle", "",
               f"Refused with {fr['refused_with_other_seed']} of {fr['seeds']} other bootstrap "
