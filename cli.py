@@ -7,7 +7,6 @@ and turns the failures a user can fix into one line and exit status 2.
 from __future__ import annotations
 
 import sys
-from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Optional
 
 import typer
@@ -15,6 +14,7 @@ import typer
 from bench.commands import app as bench_app
 from export.commands import app as export_app
 from studies.commands import app as studies_app
+from trainer import palkit_version
 from trainer.commands import app as trainer_app
 from trainer.errors import PalkitError
 from ui import quiet
@@ -31,15 +31,6 @@ app.add_typer(export_app)
 app.add_typer(bench_app)
 app.add_typer(studies_app)
 
-# Failures with a message that says what to do; anything else keeps its traceback.
-KNOWN_FAILURES = (PalkitError, ValueError, FileNotFoundError)
-
-
-def palkit_version() -> str:
-    try:
-        return version("palkit")
-    except PackageNotFoundError:  # run from a source tree that was never pip-installed
-        return "unknown (not installed; pip install -e .)"
 
 
 def _print_version(value: bool) -> None:
@@ -72,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     except (typer.Abort, KeyboardInterrupt):
         print("interrupted", file=sys.stderr)
         return 130
-    except KNOWN_FAILURES as e:
+    except PalkitError as e:  # says what to do; anything else keeps its traceback
         print(f"error: {e}", file=sys.stderr)
         return 2
     return result if isinstance(result, int) else 0

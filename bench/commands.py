@@ -10,12 +10,12 @@ from typing import Annotated, Optional
 
 import typer
 
-from trainer.config import DATA_DIR_ENV
+from bench.schema import PEERS
+from export.manifest import RUNTIMES
+from trainer.options import DataDirOption, TrustKeyOption
 
 app = typer.Typer()
 MEASURE = "Measure and report"
-# bench.peers imports torch; the names are repeated here so `palkit --help` stays fast
-PEERS = ("torch", "ort-int8", "et-int8")
 DEFAULT_BENCH_OUT = Path("runs/reports/bench-host.json")
 DEFAULT_REPORT_OUT = Path("runs/reports/report")
 
@@ -46,7 +46,7 @@ def bench(
         metavar="PEER[,PEER...]", help=f"peers to build from the separate run: {', '.join(PEERS)} "
         "or none")] = ",".join(PEERS),
     runtimes: Annotated[str, typer.Option(metavar="RT[,RT]", help="bundle runtimes to measure: "
-                                          "executorch, onnxruntime")] = "executorch,onnxruntime",
+                                          f"{', '.join(RUNTIMES)}")] = ",".join(RUNTIMES),
     threads: Annotated[list[str], typer.Option(metavar="N[,N...]")] = ["1,2"],
     seq_lens: Annotated[list[str], typer.Option(metavar="N[,N...]")] = ["32,128"],
     warmup: Annotated[int, typer.Option(help="untimed runs before timing")] = 5,
@@ -65,9 +65,7 @@ def bench(
     splits: Annotated[str, typer.Option(metavar="SPLIT[,SPLIT]")] = "dev,test",
     max_examples: Annotated[Optional[int], typer.Option(
         metavar="N", help="score at most N examples per task and split")] = None,
-    data_dir: Annotated[Optional[str], typer.Option(
-        metavar="DIR",
-        help=f"default ${DATA_DIR_ENV}, then ../shared/data")] = None,
+    data_dir: DataDirOption = None,
     ceiling: Annotated[bool, typer.Option(help="measure the machine's matmul ceiling")] = True,
     native: Annotated[bool, typer.Option(
         help="also measure PAL bundles' ExecuTorch files through the Android app's own C++ path "
@@ -76,9 +74,7 @@ def bench(
         Path("reports/.bench-work"),
     out: Annotated[Path, typer.Option(metavar="FILE", help="palkit-bench JSON to write")] =
         DEFAULT_BENCH_OUT,
-    trust_key: Annotated[Optional[Path], typer.Option(
-        metavar="PUB", help="bundles must carry this public key's signature, checked before "
-        "any runtime loads them (default $PALKIT_TRUST_KEY)")] = None,
+    trust_key: TrustKeyOption = None,
 ) -> None:
     """Measure bundles, separate models and peers on this machine.
 
@@ -87,20 +83,22 @@ def bench(
     process; also the peers built from a --mode separate run, the machine's matmul ceiling and the
     accuracy of the exported artifacts. Host CPU figures, never phone figures.
     """
+    from bench.run import BenchOptions, Timing
+    from ui.progress import say
     from bench.run import bench as run_bench
-    from export.commands import trust
     from trainer.data import resolve_data_dir
 
-    trust(trust_key)
-    run_bench(bundles or [], runs or [], out,
-              runtimes=_words([runtimes], ("executorch", "onnxruntime"), "--runtimes"),
-              peers=[] if peers == "none" else _words([peers], PEERS, "--peers"),
-              threads=_ints(threads), seq_lens=_ints(seq_lens), warmup=warmup,
-              min_runs=min_runs, min_seconds=min_seconds, max_seconds=max_seconds, block=block,
-              rounds=rounds,
-              accuracy=accuracy, splits=_words([splits], ("dev", "test"), "--splits"),
-              data_dir=resolve_data_dir(data_dir) if accuracy else None,
-              max_examples=max_examples, work=work, ceiling=ceiling, native=native)
+    options = BenchOptions(
+        runtimes=_words([runtimes], RUNTIMES, "--runtimes"),
+        peers=[] if peers == "none" else _words([peers], PEERS, "--peers"),
+        threads=_ints(threads), seq_lens=_ints(seq_lens),
+        timing=Timing(warmup, min_runs, min_seconds, max_seconds, block), rounds=rounds,
+        splits=_words([splits], ("dev", "test"), "--splits") if accuracy else [],
+        data_dir=resolve_data_dir(data_dir) if accuracy else None,
+        max_examples=max_examples, work=work, ceiling=ceiling, native=native)
+    data = run_bench(bundles or [], runs or [], out, options)
+    for note in data["notes"]:
+        say(f"note: {note}")
     typer.echo(f"wrote {out}")
 
 
@@ -138,5 +136,21 @@ def report(
     result = build_report(bench_files or [], device_results or [], out, summary, accuracy,
                           int8_accuracy)
     targets_table(result["targets"], "headline against the targets")
+    say_what_is_missing(result)
     typer.echo(f"wrote {out / 'report.md'}, {out / 'report.json'} and "
                f"{len(result['charts'])} charts" + (f"; summary {summary}" if summary else ""))
+
+
+def say_what_is_missing(report: dict) -> None:
+    """On the terminal, not only in report.md: each headline row left empty, with its reason,
+    and the bench's own notes (they name the command that fills the gap)."""
+    from ui.progress import say
+
+    notes = report["summary"].get("notes") or []
+    for key, target in report["targets"].items():
+        if target["value"] is None:
+            why = next((n.split(": ", 1)[1] for n in notes if n.startswith(f"{key}: ")),
+                       "not measured (see report.md)")
+            say(f"not measured: {key}: {why}")
+    for note in report["host_notes"]:
+        say(f"bench note: {note}")

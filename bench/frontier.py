@@ -21,13 +21,13 @@ from typing import Any
 
 from bench.headline import REF_SEQ, REF_THREADS, all_tasks_id, task_p50
 from bench.ingest import Measurements, host_subjects
+from export.manifest import RUNTIMES
 from trainer.checkpoint import read_json
 
 ALL_LAYERS = "pals-annealed"     # the study's all-layer PAL configuration, the reference
 SEPARATE = "separate"
 WITHIN_POINTS = 1.0
 LATENCY_TIE = 0.05
-RUNTIMES = ("executorch", "onnxruntime")
 
 
 # Three separate models: our own bundles when benched, else the plain int8 classifiers built

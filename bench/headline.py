@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.ingest import BenchInput, Measurements, host_subjects, machine_label
+from bench.schema import latency_id
 
 REF_SEQ, REF_THREADS = 128, 1
 
@@ -57,7 +58,7 @@ def reference_condition(data: dict[str, Any]) -> tuple[int, int]:
 def task_p50(m: Measurements, prefix: str, subject: str, tasks: list[str], threads: int,
              seq: int) -> tuple[float | None, list[str]]:
     """Mean one-task p50 over the subject's tasks, and the ids it came from."""
-    ids = [f"{prefix}latency:{subject}:task:{t}:t{threads}:s{seq}:p50_ms" for t in tasks]
+    ids = [f"{prefix}{latency_id(subject, f'task:{t}', threads, seq)}:p50_ms" for t in tasks]
     vals = [m.get(i) for i in ids]
     if not vals or any(v is None for v in vals):
         return None, ids
@@ -65,7 +66,7 @@ def task_p50(m: Measurements, prefix: str, subject: str, tasks: list[str], threa
 
 
 def all_tasks_id(prefix: str, subject: str, threads: int, seq: int) -> str:
-    return f"{prefix}latency:{subject}:all_tasks:t{threads}:s{seq}:p50_ms"
+    return f"{prefix}{latency_id(subject, 'all_tasks', threads, seq)}:p50_ms"
 
 
 @dataclass
@@ -321,7 +322,8 @@ def pairwise(hosts: list[BenchInput], m: Measurements) -> list[dict[str, Any]]:
                 for row in data["results"]:
                     if row.get("subject") != pal or row.get("p50_ms") is None:
                         continue
-                    oid = f"{prefix}latency:{other}:{row['config']}:t{row['threads']}:s{row['seq_len']}:p50_ms"
+                    oid = (f"{prefix}{latency_id(other, row['config'], row['threads'], row['seq_len'])}"
+                           ":p50_ms")
                     r = ratio(row["p50_ms"], m.get(oid))
                     if r is not None:
                         rec["latency"][f"{row['config']} t{row['threads']} s{row['seq_len']}"] = r

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from bench.schema import load_bench_file
+from bench.schema import latency_id, load_bench_file
 from trainer.errors import PalkitError
 
 MiB = 1024 * 1024
@@ -85,8 +85,8 @@ def ingest_host(data: dict[str, Any], prefix: str, file: str, m: Measurements) -
     for name, s in host_subjects(data).items():
         _ingest_subject(name, s, prefix, label, file, m)
     for row in data["results"]:
-        rid = row.get("id") or (f"latency:{row.get('subject', 'bundle')}:{row['config']}"
-                                f":t{row['threads']}:s{row['seq_len']}")
+        rid = row.get("id") or latency_id(row.get("subject", "bundle"), row["config"],
+                                          row["threads"], row["seq_len"])
         for q in ("p50_ms", "p90_ms"):
             m.add(f"{prefix}{rid}:{q}", row.get(q), "ms", label, file,
                   f"{row.get('subject', '')} {row['runtime']} {row['config']} {row['threads']} "
@@ -147,7 +147,7 @@ def ingest_device(data: dict[str, Any], file: str, m: Measurements) -> str:
     for k, v in (data.get("memory_rss_bytes") or {}).items():
         m.add(f"{dev}:memory:{k}", v, "bytes", label, file, f"RSS {k}")
     for row in data["results"]:
-        rid = f"{dev}:latency:{row['runtime']}:{row['config']}:t{row['threads']}:s{row['seq_len']}"
+        rid = f"{dev}:" + latency_id(row["runtime"], row["config"], row["threads"], row["seq_len"])
         for q in ("p50_ms", "p90_ms"):
             m.add(f"{rid}:{q}", row.get(q), "ms", label, file,
                   f"{row['runtime']} {row['config']} {row['threads']} thread(s) {row['seq_len']} tokens")

@@ -9,35 +9,11 @@ from __future__ import annotations
 import os
 import platform
 import time
-from pathlib import Path
 from typing import Any
 
 import psutil
 
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith(("model name", "hardware", "processor\t: arm")):
-                value = line.split(":", 1)[1].strip()
-                if value and not value.isdigit():
-                    return value
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
-
-
-def cpu_flags() -> list[str]:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                flags = set(line.split(":", 1)[1].split())
-                return sorted(f for f in flags if f.startswith(("avx", "amx", "fma", "asimd",
-                                                                "i8mm", "sve", "dotprod",
-                                                                "vnni")) or "vnni" in f)
-    except OSError:
-        pass
-    return []
+from trainer.host import cpu_flags, cpu_model
 
 
 def host_machine() -> dict[str, Any]:

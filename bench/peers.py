@@ -23,9 +23,9 @@ import torch
 from torch import nn
 
 from bench.subjects import BenchError
+from export.onnx_export import OPSET
 from trainer.checkpoint import load_model, resolve_model_dir
 
-PEERS = ("torch", "ort-int8", "et-int8")
 PEER_RUNTIME = {"torch": "torch", "ort-int8": "onnxruntime", "et-int8": "executorch"}
 PEER_LABEL = {"torch": "PyTorch eager fp32", "ort-int8": "ORT int8 (Optimum recipe)",
               "et-int8": "ExecuTorch XNNPACK int8 (plain)"}
@@ -99,7 +99,7 @@ def build_ort_int8(model_dir: Path, out_dir: Path, seq_len: int = 128) -> dict[s
     with torch.no_grad():
         torch.onnx.export(wrapper, ex, str(fp32), input_names=names, output_names=["logits"],
                           dynamic_axes={n: {0: "batch", 1: "seq"} for n in names},
-                          opset_version=17, dynamo=False)
+                          opset_version=OPSET, dynamo=False)
     cfg = model.trunk.config
     optimized = optimize_model(str(fp32), model_type="bert", num_heads=cfg.num_attention_heads,
                                hidden_size=cfg.hidden_size)

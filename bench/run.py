@@ -1,4 +1,4 @@
-"""`cli.py bench`: measure bundles, the three separate models and the peers on this machine.
+"""`palkit bench`: measure bundles, the three separate models and the peers on this machine.
 
 Plan: find the subjects (bench/subjects.py), then start one worker process per (subject,
 threads, sequence length) and round for latency (medians over --rounds), three per subject for
@@ -16,14 +16,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bench.flops import model_flops
 from bench.machine import host_machine
-from bench.schema import SCHEMA, VERSION, BenchFileError, validate
+from bench.schema import PEERS, SCHEMA, VERSION, BenchFileError, latency_id, validate
 from bench.subjects import BenchError, Subject, discover
+from export.manifest import RUNTIMES
 from trainer.checkpoint import separate_models
 from trainer.errors import PalkitError
 from trainer.fileio import write_text
@@ -41,6 +42,24 @@ class Timing:
     min_seconds: float
     max_seconds: float
     block: int = 8               # calls of one configuration in a row per round (worker.py)
+
+
+@dataclass
+class BenchOptions:
+    """What `palkit bench` measures and how; one field per flag of the command."""
+    runtimes: list[str] = field(default_factory=lambda: list(RUNTIMES))
+    peers: list[str] = field(default_factory=lambda: list(PEERS))
+    threads: list[int] = field(default_factory=lambda: [1, 2])
+    seq_lens: list[int] = field(default_factory=lambda: [32, 128])
+    timing: Timing = field(default_factory=lambda: Timing(5, 30, 0.5, 4.0, 8))
+    rounds: int = 3              # latency passes over all subjects; figures are medians
+    splits: list[str] = field(default_factory=lambda: ["dev", "test"])  # [] = no accuracy
+    data_dir: Path | None = None
+    max_examples: int | None = None
+    ceiling: bool = True         # the machine's matmul ceiling
+    native: bool = True          # PAL bundles through the Android app's C++ path too
+    work: Path = Path("reports/.bench-work")  # where peers are built and cached
+    worker_timeout: float = 600
 
 
 @dataclass(frozen=True)
@@ -184,7 +203,7 @@ def measure_latency(s: Subject, job: Job, timing: Timing, data: dict[str, Any],
     for row in rows:
         row.update(subject=s.name, runtime=s.runtime, threads=n, seq_len=seq,
                    precision=s.precision, worker_load_avg=r.get("load_avg_1min"))
-        row["id"] = f"latency:{s.name}:{row['config']}:t{n}:s{seq}"
+        row["id"] = latency_id(s.name, row["config"], n, seq)
         row["matmul_flops"] = flops.get(row["config"])
         row["round"] = job.round
         data["results"].append(row)
@@ -212,7 +231,7 @@ def measure_native_path(s: Subject, job: Job, timing: Timing, data: dict[str, An
     for row in r["rows"]:
         row.update(subject=name, runtime="executorch-cpp", threads=job.threads,
                    seq_len=job.seq_len, precision=s.precision)
-        row["id"] = f"latency:{name}:{row['config']}:t{job.threads}:s{job.seq_len}"
+        row["id"] = latency_id(name, row["config"], job.threads, job.seq_len)
         data["results"].append(row)
     say(f"{name} threads={job.threads} seq={job.seq_len}: " + ", ".join(
         f"{row['config']}={row['p50_ms']:.2f}ms" for row in r["rows"]))
@@ -246,12 +265,12 @@ def bundle_accuracy(s: Subject, data_dir: Path, split: str,
                     max_examples: int | None) -> dict[str, Any]:
     """A subject's tasks scored from its bundle(s) as its runtime runs them, and their average."""
     from trainer.metrics import average_score
-    from trainer.scoring import score_target
+    from export.evaluate import evaluate_bundle
     from trainer.tasks import BUILTIN_TASKS
 
     merged: dict[str, Any] = {}
     for b in sorted({src["bundle"] for src in s.tasks.values()}):
-        r = score_target(Path(b), data_dir, split, None, max_examples, s.runtime)
+        r = evaluate_bundle(Path(b), data_dir, split, max_examples, s.runtime)
         merged.update({k: v for k, v in r.items() if isinstance(v, (int, float)) and k != "avg"})
     specs = [BUILTIN_TASKS[t] for t in s.tasks if t in BUILTIN_TASKS]
     if len(specs) == len(s.tasks):
@@ -283,42 +302,39 @@ def run_accuracy(run: Path, subjects: list[Subject], data_dir: Path, split: str,
 
 # ---- the bench ---------------------------------------------------------------------------------
 
-def bench(bundles: list[Path], runs: list[Path], out: Path, *, runtimes: list[str],
-          peers: list[str], threads: list[int], seq_lens: list[int], warmup: int, min_runs: int,
-          min_seconds: float, max_seconds: float, accuracy: bool, splits: list[str],
-          data_dir: Path | None, max_examples: int | None, work: Path,
-          ceiling: bool = True, native: bool = True, block: int = 8, rounds: int = 3,
-          worker_timeout: float = 600) -> dict[str, Any]:
+def bench(bundles: list[Path], runs: list[Path], out: Path,
+          options: BenchOptions) -> dict[str, Any]:
+    o = options
     started = time.time()
     machine = host_machine()
     say(f"host: {machine['model']}, {machine['cores_logical']} logical cores, "
         f"load average {machine['load_avg_1min_at_start']}")
-    subjects, _, notes = discover(bundles, runs, runtimes, peers, work)
+    subjects, _, notes = discover(bundles, runs, o.runtimes, o.peers, o.work)
     if not subjects:
         raise BenchError("nothing to measure: give bundles, or --run a `--mode separate` run "
                          "for the peers")
-    timing = Timing(warmup, min_runs, min_seconds, max_seconds, block)
-    data = new_bench_data(machine, notes, threads, seq_lens, timing)
-    jobs = plan(subjects, threads, seq_lens, ceiling, native, rounds)
-    data["settings"]["rounds"] = rounds
+    timing, timeout = o.timing, o.worker_timeout
+    data = new_bench_data(machine, notes, o.threads, o.seq_lens, timing)
+    jobs = plan(subjects, o.threads, o.seq_lens, o.ceiling, o.native, o.rounds)
+    data["settings"]["rounds"] = o.rounds
     for job in track(jobs, "bench", total=len(jobs)):
         if job.subject is None:
-            measure_ceiling(job.threads, data, worker_timeout)
+            measure_ceiling(job.threads, data, timeout)
         elif job.kind == "load":
-            measure_load(job.subject, job, data, worker_timeout)
+            measure_load(job.subject, job, data, timeout)
         elif job.kind == "native":
-            measure_native_path(job.subject, job, timing, data, worker_timeout)
+            measure_native_path(job.subject, job, timing, data, timeout)
         else:
-            measure_latency(job.subject, job, timing, data, worker_timeout)
+            measure_latency(job.subject, job, timing, data, timeout)
     data["results"] = merge_rounds(data["results"])
-    if accuracy and data_dir is None:
+    if o.splits and o.data_dir is None:
         notes.append("accuracy skipped: no data directory")
-    elif accuracy:
-        data["accuracy"], acc_notes = evaluate_accuracy(subjects, runs, data_dir, splits,
-                                                        max_examples)
+    elif o.splits:
+        data["accuracy"], acc_notes = evaluate_accuracy(subjects, runs, o.data_dir, o.splits,
+                                                        o.max_examples)
         notes.extend(acc_notes)
-        data["settings"]["accuracy"] = {"splits": splits, "max_examples": max_examples,
-                                        "data_dir": str(data_dir)}
+        data["settings"]["accuracy"] = {"splits": o.splits, "max_examples": o.max_examples,
+                                        "data_dir": str(o.data_dir)}
     data["finished_s"] = time.time() - started
     data["machine"]["load_avg_1min_at_end"] = os.getloadavg()[0]
     write_bench_file(data, out)
@@ -376,7 +392,8 @@ def new_bench_data(machine: dict[str, Any], notes: list[str], threads: list[int]
         "schema": SCHEMA, "version": VERSION, "machine": machine,
         "bundle": {}, "results": [], "load_ms": {}, "swap_ms": {}, "memory_rss_bytes": {},
         "subjects": {}, "flops": {}, "ceiling": {}, "accuracy": {}, "notes": notes,
-        "command": ["python", "cli.py", *sys.argv[1:]] if sys.argv[0].endswith("cli.py") else None,
+        "command": ["palkit", *sys.argv[1:]] if Path(sys.argv[0]).name in ("palkit", "cli.py")
+        else None,  # None: called from Python, not the command line
         "settings": {"threads": threads, "seq_lens": seq_lens, "warmup": timing.warmup,
                      "min_runs": timing.min_runs, "min_seconds": timing.min_seconds,
                      "max_seconds": timing.max_seconds, "block": timing.block,

@@ -32,6 +32,14 @@ from trainer.errors import PalkitError
 SCHEMA = "palkit-bench"
 VERSION = 1
 MACHINE_KINDS = ("android", "host")
+PEERS = ("torch", "ort-int8", "et-int8")  # built from a --mode separate run (bench/peers.py)
+ALL_TASKS = "__all__"  # a subject's all-tasks program, named among its tasks
+
+
+def latency_id(subject: str, config: str, threads: int, seq_len: int) -> str:
+    """A latency row's id in a bench file: `latency:SUBJECT:CONFIG:tTHREADS:sSEQ`, CONFIG being
+    `task:NAME` or `all_tasks`; a measurement adds `:p50_ms` / `:p90_ms`, a file its prefix."""
+    return f"latency:{subject}:{config}:t{threads}:s{seq_len}"
 RESULT_KEYS = ("runtime", "config", "threads", "seq_len", "p50_ms", "p90_ms", "runs")
 MAP_KEYS = ("bundle", "load_ms", "swap_ms", "memory_rss_bytes")
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.schema import ALL_TASKS
 from export.manifest import Manifest, read_manifest
 from trainer.checkpoint import read_json, resolve_model_dir, separate_models
 from trainer.errors import PalkitError
@@ -127,9 +128,16 @@ def discover(bundles: list[Path], runs: list[Path], runtimes: list[str], peers: 
         subjects += _bundle_subjects(Path(bundle), m, info, runtimes, singles, notes)
     subjects += [_separate_subject(rt, prec, group) for (rt, prec), group in singles.items()]
     separate = {next(iter(i.tasks)): i for i in run_models.values() if not i.pal and len(i.tasks) == 1}
-    if peers and not separate:
-        notes.append("no separately fine-tuned models among --run (a `--mode separate` run): "
-                     "peers were not measured")
+    if not separate:
+        notes.append("no separately fine-tuned models among --run, so neither the separate "
+                     "models nor the peers were measured; to compare against them: `palkit train "
+                     "--mode separate --out runs/separate`, `palkit export runs/separate --out "
+                     "bundles/separate`, then bench again adding `bundles/separate/* --run "
+                     "runs/separate`")
+    elif not singles:
+        notes.append("the separate models' bundles were not given, so they were measured only "
+                     "as peers; to time them on the bundle's runtimes: `palkit export "
+                     "runs/separate --out bundles/separate` and add `bundles/separate/*`")
     for peer in peers if separate else []:
         subjects.append(build_peer_subject(peer, separate, work))
     return subjects, run_models, notes
@@ -154,8 +162,7 @@ def _bundle_subjects(bundle: Path, m: Manifest, info: ModelInfo | None, runtimes
         program = m.all_tasks(rt)
         all_tasks = None
         if program is not None and list(program.tasks) == names:
-            all_tasks = {"format": "bundle", "bundle": str(bundle), "task": "__all__",
-                         "file": program.file}
+            all_tasks = {"format": "bundle", "bundle": str(bundle), "task": ALL_TASKS}
         elif program is not None:
             notes.append(f"{bundle}: its all-tasks program covers {program.tasks}, "
                          f"not all of {names}; all tasks run one after the other")

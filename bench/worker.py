@@ -27,14 +27,14 @@ import os
 import resource
 import sys
 import time
-import types
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from bench.schema import percentile
-from export.runtime import Bundle, load_bundle
+from bench.schema import ALL_TASKS, percentile
+from export import engines
+from export.runtime import Engine, load_bundle
 
 IO_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -63,19 +63,6 @@ def synthetic_input(seq_len: int, vocab_size: int) -> dict[str, Any]:
 
 # ---- runners: load(task) makes a task runnable, run(task, x) runs it once ----------------------
 
-_opened: dict[tuple[str, str], Bundle] = {}
-
-
-def checked_bundle(folder: str, runtime: str) -> Bundle:
-    """A bundle as palkit's loaders open it: its signature when a key is trusted
-    ($PALKIT_TRUST_KEY), the manifest, then the runtime's shared files; task files are checked
-    by Bundle.path on first use. No runtime reads a byte that was not checked."""
-    key = (folder, runtime)
-    if key not in _opened:
-        _opened[key] = load_bundle(folder, runtime=runtime, tasks=[])
-    return _opened[key]
-
-
 class TorchRunner:
     errors: tuple[type[BaseException], ...] = (RuntimeError,)  # a refused input or shape
 
@@ -98,115 +85,63 @@ class TorchRunner:
             return model(t["input_ids"], t["attention_mask"], t["token_type_ids"], task=name).numpy()
 
 
-def import_executorch_runtime():
-    """The ExecuTorch pybindings without `executorch.exir` (the compiler, ~10 s of imports that
-    a runtime does not need): its module only wants a warning class from there."""
-    import torch  # noqa: F401  (the pybindings link against libtorch)
-    stubbed = []
-    if "executorch.exir" not in sys.modules:
-        import executorch  # noqa: F401
-        pkg = types.ModuleType("executorch.exir")
-        pkg.__path__ = []  # type: ignore[attr-defined]
-        warn = types.ModuleType("executorch.exir._warnings")
-        warn.ExperimentalWarning = type("ExperimentalWarning", (UserWarning,), {})  # type: ignore
-        sys.modules["executorch.exir"], sys.modules["executorch.exir._warnings"] = pkg, warn
-        stubbed = ["executorch.exir", "executorch.exir._warnings"]
-    try:
-        import warnings
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            from executorch.extension.pybindings import portable_lib
-    finally:
-        for name in stubbed:
-            sys.modules.pop(name, None)
-    import executorch.kernels.quantized  # noqa: F401  (quantized embedding kernels)
-    return portable_lib
+class RuntimeRunner:
+    """Bundles through palkit's runtime layer, exactly as predict runs them (load_bundle's
+    checks, then Engine: the first `load` of a task is its swap); a peer's single model file
+    through the same layer's loaders (export/engines.py)."""
 
+    def __init__(self, runtime: str, threads: int):
+        self.runtime, self.threads = runtime, threads
+        if runtime == "executorch":
+            engines.set_executorch_threads(threads)
+        self.errors = (RuntimeError,) + (engines.ort_errors() if runtime == "onnxruntime" else ())
+        self.engines: dict[str, Engine] = {}
+        self.loaded: dict[str, Any] = {}
 
-class ExecuTorchRunner:
-    errors: tuple[type[BaseException], ...] = (RuntimeError,)  # the pybindings' failed execution
-
-    def __init__(self, threads: int):
-        import torch
-        self.torch = torch
-        self.lib = import_executorch_runtime()
-        self.lib._unsafe_reset_threadpool(threads)
-        self.modules: dict[str, Any] = {}
+    def engine(self, folder: str) -> Engine:
+        if folder not in self.engines:
+            bundle = load_bundle(folder, runtime=self.runtime, tasks=[])
+            self.engines[folder] = Engine(bundle, self.runtime, self.threads)
+        return self.engines[folder]
 
     def load(self, task: str, src: dict[str, Any]) -> None:
-        """Program and method loaded explicitly (delegate init, XNNPACK weight packing), so the
-        load time is all here and the first run is an ordinary run."""
+        """The load is all here (program and delegate init, XNNPACK weight packing, adapter
+        mapping), so the first run is an ordinary run."""
         if src["format"] == "bundle":
-            bundle = checked_bundle(src["bundle"], "executorch")
-            m = bundle.manifest
-            pte = bundle.path(src.get("file") or m.task(src["task"]).files["executorch"])
-            data = bundle.path(m.trunk_file("executorch"))
-            # InternalConsistency: mutated programs are refused instead of crashing the process
-            # (docs/runtime-crashes.md); the check costs nothing measurable
-            program = self.lib._load_program(
-                str(pte), data_path=str(data),
-                program_verification=self.lib.Verification.InternalConsistency)
-            names = [program.get_method_name(i) for i in range(program.num_methods())]
-            name = src.get("method") or (src["task"] if src.get("task") in names else "forward")
-            layout = "bundle"
+            engine = self.engine(src["bundle"])
+            if src["task"] == ALL_TASKS:
+                engine.load_all_tasks()
+            else:
+                engine.swap(src["task"])
+            self.loaded[task] = ("bundle", engine, src["task"])
+        elif src["format"] == "pte":
+            method = engines.load_executorch_program(Path(src["path"])).load_method("forward")
+            self.loaded[task] = ("pte", method, src.get("inputs"))
         else:
-            program = self.lib._load_program(src["path"])
-            name, layout = src.get("method", "forward"), src.get("inputs", "bundle")
-        self.modules[task] = (program, program.load_method(name), layout)
+            session = engines.ort_session(Path(src["path"]), self.threads)
+            self.loaded[task] = ("onnx", session, {i.name for i in session.get_inputs()})
 
     def run(self, task: str, x: dict[str, Any]) -> Any:
-        _, method, layout = self.modules[task]
-        t = {k: self.torch.from_numpy(v) for k, v in x.items()}
-        if layout == "mask4d":
+        kind, handle, detail = self.loaded[task]
+        if kind == "bundle":
+            ids, mask, types_ = (x[n] for n in IO_NAMES)
+            if detail == ALL_TASKS:
+                return list(handle.run_all_ids(ids, mask, types_)[0].values())
+            return handle.run_ids(detail, ids, mask, types_)[0]
+        if kind == "onnx":
+            return handle.run(None, {k: v for k, v in x.items() if k in detail})
+        import torch
+        t = {k: torch.from_numpy(v) for k, v in x.items()}
+        if detail == "mask4d":
             mask = (1.0 - t["attention_mask"][:, None, None, :].float()) * -1e9
             args = (t["input_ids"], t["token_type_ids"], mask)
         else:
             args = tuple(t[n] for n in IO_NAMES)
-        return [o.numpy() if hasattr(o, "numpy") else o for o in method(args)]
+        return [o.numpy() for o in handle(args)]
 
 
-class OrtRunner:
-    def __init__(self, threads: int):
-        import onnxruntime as ort
-        self.ort = ort
-        self.opts = ort.SessionOptions()
-        self.opts.intra_op_num_threads = threads
-        self.opts.inter_op_num_threads = 1
-        self.opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        self.sessions: dict[str, Any] = {}
-        self.tasks: dict[str, Any] = {}
-        # ONNX Runtime's own exceptions do not derive from RuntimeError
-        state = ort.capi.onnxruntime_pybind11_state
-        self.errors = (RuntimeError, state.Fail, state.InvalidArgument, state.RuntimeException,
-                       state.NotImplemented, state.InvalidGraph)
-
-    def _session(self, path: str):
-        if path not in self.sessions:
-            self.sessions[path] = self.ort.InferenceSession(path, self.opts,
-                                                            providers=["CPUExecutionProvider"])
-        return self.sessions[path]
-
-    def load(self, task: str, src: dict[str, Any]) -> None:
-        if src["format"] == "bundle":
-            bundle = checked_bundle(src["bundle"], "onnxruntime")
-            m = bundle.manifest
-            sess = self._session(str(bundle.path(m.trunk_file("onnxruntime"))))
-            adapter = self.ort.LoraAdapter()
-            rel = src.get("file") or m.task(src["task"]).files["onnxruntime"]
-            adapter.Load(str(bundle.path(rel)))
-            options = self.ort.RunOptions()
-            options.add_active_adapter(adapter)
-            self.tasks[task] = (sess, options, adapter)
-        else:
-            self.tasks[task] = (self._session(src["path"]), None, None)
-
-    def run(self, task: str, x: dict[str, Any]) -> Any:
-        sess, options, _ = self.tasks[task]
-        names = {i.name for i in sess.get_inputs()}
-        return sess.run(None, {k: v for k, v in x.items() if k in names}, options)
-
-
-RUNNERS = {"torch": TorchRunner, "executorch": ExecuTorchRunner, "onnxruntime": OrtRunner}
+def make_runner(runtime: str, threads: int) -> TorchRunner | RuntimeRunner:
+    return TorchRunner(threads) if runtime == "torch" else RuntimeRunner(runtime, threads)
 
 
 def _sane(outputs: Any) -> list[list[int]]:
@@ -223,7 +158,7 @@ def _sane(outputs: Any) -> list[list[int]]:
 def measure_load(spec: dict[str, Any]) -> dict[str, Any]:
     subject = spec["subject"]
     base = rss_bytes()
-    runner = RUNNERS[subject["runtime"]](spec["threads"])
+    runner = make_runner(subject["runtime"], spec["threads"])
     after_import = rss_bytes()
     tasks = list(subject["tasks"])
     x = synthetic_input(spec.get("seq_len", 128), subject["vocab_size"])
@@ -258,12 +193,12 @@ def measure_load(spec: dict[str, Any]) -> dict[str, Any]:
 def measure_program_load(spec: dict[str, Any]) -> dict[str, Any]:
     """Load only the subject's all-tasks program and run it once: all tasks resident."""
     subject = spec["subject"]
-    runner = RUNNERS[subject["runtime"]](spec["threads"])
+    runner = make_runner(subject["runtime"], spec["threads"])
     after_import = rss_bytes()
     t0 = time.perf_counter_ns()
-    runner.load("__all__", subject["all_tasks"])
+    runner.load(ALL_TASKS, subject["all_tasks"])
     load_ms = (time.perf_counter_ns() - t0) / 1e6
-    shapes = _sane(runner.run("__all__", synthetic_input(spec.get("seq_len", 128),
+    shapes = _sane(runner.run(ALL_TASKS, synthetic_input(spec.get("seq_len", 128),
                                                          subject["vocab_size"])))
     return {"load_ms": load_ms, "rss_after_import": after_import, "rss": rss_bytes(),
             "peak_rss": peak_rss_bytes(), "output_shapes": shapes}
@@ -297,13 +232,13 @@ def time_interleaved(fns: dict[str, Any], warmup: int, runs: int, min_seconds: f
 
 def measure_latency(spec: dict[str, Any]) -> dict[str, Any]:
     subject = spec["subject"]
-    runner = RUNNERS[subject["runtime"]](spec["threads"])
+    runner = make_runner(subject["runtime"], spec["threads"])
     tasks = list(subject["tasks"])
     for task in tasks:
         runner.load(task, subject["tasks"][task])
     has_program = subject.get("all_tasks") is not None
     if has_program:
-        runner.load("__all__", subject["all_tasks"])
+        runner.load(ALL_TASKS, subject["all_tasks"])
     x = synthetic_input(spec["seq_len"], subject["vocab_size"])
     rows: dict[str, dict[str, Any]] = {}
     fns = {}
@@ -313,7 +248,7 @@ def measure_latency(spec: dict[str, Any]) -> dict[str, Any]:
             row["all_tasks_mode"] = "program" if has_program else "sequential"
             if has_program:
                 def fn():
-                    return runner.run("__all__", x)
+                    return runner.run(ALL_TASKS, x)
             else:
                 def fn():
                     return [runner.run(t, x) for t in tasks]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Callable
 
@@ -25,6 +25,7 @@ from export.runtime import load_bundle
 from export.signing import SIGNATURE_FILE, check_signing_key, sign_bundle
 from trainer.checkpoint import (TRUNK_WEIGHTS, load_model, read_json, resolve_model_dir,
                                 separate_models)
+from trainer import palkit_version
 from trainer.errors import PalkitError
 from trainer.fileio import (file_digest, remove_tree, replace_dir, sha256_file, staging_dir,
                             write_json, write_vocab)
@@ -38,13 +39,6 @@ Log = Callable[[str], None]
 
 class ExportError(PalkitError, RuntimeError):
     """Export produced a bundle that failed verification, or cannot run as asked."""
-
-
-def palkit_version() -> str:
-    try:
-        return version("palkit")
-    except PackageNotFoundError:  # run from a checkout that was never pip-installed
-        return "0.1.0"
 
 
 def runtime_versions() -> dict[str, str]:
@@ -239,6 +233,7 @@ def write_onnx(model, names: list[str], build: Path, int8: bool, calib,
 def build_manifest(build: Path, model, model_dir: Path, trunk_sha: str, tokenizer, max_len: int,
                    int8: bool, details: dict[str, Any], names: list[str]) -> Manifest:
     """The manifest of the bundle written in `build` (`details`: what each runtime wrote)."""
+    from export.onnx_export import OPSET
     from quant import onnx_int8, xnnpack
 
     cfg, versions = model.trunk.config, runtime_versions()
@@ -254,7 +249,7 @@ def build_manifest(build: Path, model, model_dir: Path, trunk_sha: str, tokenize
     if "onnxruntime" in details:
         ort = details["onnxruntime"]
         runtimes["onnxruntime"] = OnnxRuntimeSection(
-            version=versions["onnxruntime"], opset=17, trunk_model="onnx/trunk.onnx",
+            version=versions["onnxruntime"], opset=OPSET, trunk_model="onnx/trunk.onnx",
             output_columns=PAD_OUTPUTS, adapter_inputs=ort["adapter_inputs"],
             fusions=ort["fusions"])
     schemes = {"executorch": xnnpack.SCHEME, "onnxruntime": onnx_int8.SCHEME}

@@ -5,26 +5,19 @@ The work is in bundle.py (export) and runtime.py (running a bundle), imported in
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
 import typer
 
-from trainer.config import DATA_DIR_ENV
 from trainer.errors import PalkitError
+from trainer.options import (SCORING, DataDirOption, RuntimeOption, ThreadsOption,
+                             TrustKeyOption)
 
 app = typer.Typer()
 EXPORT, RUN, TRUST = "Export", "Run a bundle", "Trust"
-RuntimeName = Literal["executorch", "onnxruntime"]
 
-TrustKeyOption = Annotated[Optional[Path], typer.Option(
-    metavar="PUB", help="refuse the bundle unless it carries this public key's signature "
-    "(model.sig), checked before any runtime reads a byte (default $PALKIT_TRUST_KEY)")]
-RuntimeOption = Annotated[Optional[RuntimeName], typer.Option(
-    help="default: the bundle's first (executorch when present)")]
-ThreadsOption = Annotated[int, typer.Option(help="CPU threads the runtime may use")]
 
 
 def _data_dir(value: str | None) -> Path | None:
@@ -65,10 +58,7 @@ def export(
         metavar="TASK", help="add (or with --replace, rewrite) only this task in the existing "
         "bundle --out; its trunk files stay untouched")] = None,
     replace: Annotated[bool, typer.Option(help="with --adapter: overwrite a task")] = False,
-    data_dir: Annotated[Optional[str], typer.Option(
-        metavar="DIR",
-        help=f"dev data for verification (default ${DATA_DIR_ENV}, then ../shared/data; "
-        "built-in sentences when none)")] = None,
+    data_dir: DataDirOption = None,
     all_tasks: Annotated[bool, typer.Option(
         help="ExecuTorch, several tasks: also write _all_tasks.pte, every task on one input in "
         "one call with the trunk loaded once")] = True,
@@ -124,14 +114,6 @@ def summarize(path: Path) -> None:
                            f"{x['max_abs_diff']:.2e} ({x['source']})")
 
 
-def trust(key: Path | None) -> None:
-    """--trust-key sets $PALKIT_TRUST_KEY for this process and the workers it starts: every
-    bundle loader checks the signature against the key the variable names."""
-    from export.signing import TRUST_KEY_ENV
-    if key is not None:
-        os.environ[TRUST_KEY_ENV] = str(key)
-
-
 def _engine(bundle: Path, runtime: str | None, threads: int, tasks: list[str] | None):
     """Load the bundle on one runtime: its signature first when a key is trusted, then only
     the files that runtime and `tasks` use."""
@@ -161,7 +143,6 @@ def predict(
     from export.runtime import BundleError
     from ui.tables import predictions_table
 
-    trust(trust_key)
     if (task is None) == (not all_):
         raise BundleError("give exactly one of --task NAME and --all")
     if len(texts) > 2:
@@ -194,18 +175,87 @@ def demo(
     """
     from export.demo import run_demo
 
-    trust(trust_key)
     engine, load_ms = _engine(bundle, runtime, threads, None)
     run_demo(engine, load_ms)
+
+
+@app.command(rich_help_panel=SCORING,
+             epilog="Example: palkit evaluate runs/default --split test")
+def evaluate(
+    target: Annotated[Path, typer.Argument(metavar="RUN_OR_BUNDLE", help="a run directory, a "
+                                           "model folder (RUN/model) or a bundle folder")],
+    split: Annotated[Literal["dev", "test"], typer.Option()] = "dev",
+    data_dir: DataDirOption = None,
+    max_len: Annotated[Optional[int], typer.Option(help="default: the run's own max length")] = None,
+    max_examples: Annotated[Optional[int], typer.Option(
+        metavar="N", help="score at most N examples per task")] = None,
+    runtime: RuntimeOption = None,
+    out: Annotated[Optional[Path], typer.Option(
+        metavar="FILE", help="also write the metrics (fractions) as JSON here")] = None,
+    trust_key: TrustKeyOption = None,
+) -> None:
+    """Score a run, a model folder or an exported bundle on a split, in points.
+
+    Per task: accuracy / F1 / Pearson / Spearman, and the average (mean of the accuracies and
+    (Pearson+1)/2).
+    """
+    from trainer.checkpoint import write_json
+    from trainer.data import resolve_data_dir
+    from export.evaluate import score_target
+    from ui.tables import metrics_table
+
+    if not target.exists():
+        raise PalkitError(f"{target}: not found; give a run directory, a model folder or a bundle")
+    result = score_target(target, resolve_data_dir(data_dir), split, max_len, max_examples, runtime)
+    metrics_table(result, f"{target} · {split}" + (f" · {runtime}" if runtime else ""))
+    if out:
+        write_json(out, result)
+        typer.echo(f"wrote {out}")
+
+
+@app.command(rich_help_panel=SCORING, epilog="Example: palkit results runs/pals-top "
+             "--name pals-top-half")
+def results(
+    run_dir: Annotated[Path, typer.Argument(metavar="RUN", help="a finished run directory")],
+    name: Annotated[str, typer.Option(help="the row's name, e.g. 'pals-annealed'")],
+    as_out: Annotated[Optional[str], typer.Option(
+        help="the --out to quote in the recorded command (default RUN)")] = None,
+    data_dir: DataDirOption = None,
+    results_file: Annotated[Path, typer.Option("--results", help="JSON file to update")] =
+        Path("results/accuracy.json"),
+    bundle: Annotated[Optional[Path], typer.Option(
+        help="an exported bundle holding this run's (single) task: record its adapter blob's "
+             "bytes per runtime as adapter_bytes")] = None,
+) -> None:
+    """Score a finished run on dev and test into results/accuracy.json and its Markdown table."""
+    from trainer.data import resolve_data_dir
+    from export.manifest import read_manifest
+    from trainer.results import canonical_command, record, run_facts
+    from trainer.scoring import score_run
+    from trainer.tasks import resolve_tasks
+
+    folder = resolve_data_dir(data_dir)
+    facts = run_facts(run_dir)
+    command = canonical_command(facts["config"], as_out or str(run_dir))
+    extra = {}
+    if bundle:
+        (task,) = facts["config"]["tasks"]
+        extra["adapter_bytes"] = read_manifest(bundle).task_bytes(task)
+    tasks = resolve_tasks(facts["config"]["tasks"], facts["config"].get("custom_tasks"))
+    for split in ("dev", "test"):
+        if not any(split in t.files for t in tasks):
+            continue  # e.g. cfimdb has no labelled test split
+        metrics = score_run(run_dir, folder, split, None, None)
+        record(results_file, name, facts, split, metrics, command, extra)
+        typer.echo(f"{name} {split}: avg={metrics['avg'] * 100:.1f}")
+    typer.echo(f"updated {results_file} and {results_file.with_suffix('.md')}")
 
 
 @app.command(rich_help_panel=TRUST, epilog="Example: palkit verify bundles/default --trust-key "
              "keys/palkit.pub.pem")
 def verify(
     bundle: Annotated[Path, typer.Argument(metavar="BUNDLE")],
-    trust_key: Annotated[Optional[Path], typer.Option(
-        metavar="PUB", help="the public key the bundle must be signed with (default "
-        "$PALKIT_TRUST_KEY)")] = None,
+    trust_key: TrustKeyOption = None,
 ) -> None:
     """Check a bundle's signature and every file in it against a trusted public key.
 

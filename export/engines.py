@@ -1,4 +1,8 @@
-"""The two runtime engines behind one small interface (as the Android app has them).
+"""palkit's one runtime layer: how ExecuTorch and ONNX Runtime files are opened and run.
+
+Everything that runs a model file goes through here -- predict, demo, evaluate, export's
+verification (through export/runtime.py's Engine), bench's worker and the fuzzer (through the
+loaders below) -- so what bench times is what predict runs.
 
 A `TaskRunner` loads a bundle's trunk for one runtime, `select`s a task (loading that task's
 file on first use), `run`s the selected task on token ids, and may `run_all` tasks at once.
@@ -7,7 +11,12 @@ use, so a runner never loads a file the manifest does not vouch for.
 """
 from __future__ import annotations
 
+import functools
+import sys
+import types
+import warnings
 from abc import ABC, abstractmethod
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -33,15 +42,92 @@ class TaskRunner(ABC):
             types: np.ndarray) -> np.ndarray:
         """The selected task's outputs for one input: logits, or [score] for regression."""
 
+    def load_all(self) -> list[str]:
+        """Load the bundle's all-tasks program (if not yet); returns its tasks in output order."""
+        raise BundleError(f"{self.bundle.folder}: this runtime has no all-tasks program")
+
     def run_all(self, ids: np.ndarray, mask: np.ndarray,
                 types: np.ndarray) -> dict[str, np.ndarray]:
         """Every task of the bundle's all-tasks program on one input, in one call."""
         raise BundleError(f"{self.bundle.folder}: this runtime has no all-tasks program")
 
 
+@functools.cache
+def executorch_lib() -> Any:
+    """ExecuTorch's pybindings without `executorch.exir` (the compiler: seconds of imports that a
+    runtime never uses; the pybindings' module only wants a warning class from it). Every
+    ExecuTorch load in palkit goes through this: predict, evaluate, export's check, bench, fuzz."""
+    import torch  # noqa: F401  (the pybindings link against libtorch_python)
+    stubbed = []
+    if "executorch.exir" not in sys.modules:
+        import executorch  # noqa: F401
+        pkg = types.ModuleType("executorch.exir")
+        pkg.__path__ = []  # type: ignore[attr-defined]
+        warn = types.ModuleType("executorch.exir._warnings")
+        warn.ExperimentalWarning = type("ExperimentalWarning", (UserWarning,), {})  # type: ignore
+        sys.modules["executorch.exir"], sys.modules["executorch.exir._warnings"] = pkg, warn
+        stubbed = ["executorch.exir", "executorch.exir._warnings"]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from executorch.extension.pybindings import portable_lib
+    finally:
+        for name in stubbed:
+            sys.modules.pop(name, None)
+    import executorch.kernels.quantized  # noqa: F401  (registers the quantized kernels)
+    return portable_lib
+
+
+_executorch_threads: list[int] = []  # the count this process set, once
+_executorch_programs_loaded = False
+
+
 def set_executorch_threads(n: int) -> None:
-    from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
-    _unsafe_reset_threadpool(n)
+    """Size ExecuTorch's one process-wide thread pool. Only before the first program loads:
+    XNNPACK delegates keep the pool they were initialised with, so resetting it under loaded
+    programs would run them on a freed pool."""
+    if _executorch_threads == [n]:
+        return
+    if _executorch_programs_loaded:
+        raise BundleError(f"ExecuTorch already runs programs on {(_executorch_threads or ['its default'])[0]} "
+                          f"threads in this process; it cannot switch to {n} (start a new process)")
+    executorch_lib()._unsafe_reset_threadpool(n)
+    _executorch_threads[:] = [n]
+
+
+def load_executorch_program(pte: Path, data: Path | None = None) -> Any:
+    """A program loaded with InternalConsistency verification: a mutated program is refused
+    instead of crashing the process (docs/runtime-crashes.md); the check costs nothing measurable.
+    Raises RuntimeError (the pybindings' error, with its code) for a file it cannot load."""
+    global _executorch_programs_loaded
+    lib = executorch_lib()
+    _executorch_programs_loaded = True
+    with native_stderr_filtered():
+        return lib._load_program(str(pte), data_path=None if data is None else str(data),
+                                 program_verification=lib.Verification.InternalConsistency)
+
+
+def ort_session(path: Path, threads: int | None) -> Any:
+    """An ONNX Runtime CPU session, sequential, `threads` intra-op threads (None: its default).
+    Raises one of ort_errors() for a file it cannot load."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3  # overridable initializers are intended: no warning per input
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    if threads:
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+def ort_errors() -> tuple[type[BaseException], ...]:
+    """What ONNX Runtime raises for a file it cannot load or an input it refuses (its own
+    classes, not RuntimeError)."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
+    return (RuntimeError, ort_state.Fail, ort_state.InvalidProtobuf, ort_state.InvalidGraph,
+            ort_state.InvalidArgument, ort_state.NoSuchFile, ort_state.RuntimeException,
+            ort_state.NotImplemented)
 
 
 class ExecuTorchRunner(TaskRunner):
@@ -50,14 +136,12 @@ class ExecuTorchRunner(TaskRunner):
     ALL_TASKS = "__all_tasks__"  # the all-tasks program's slot among the loaded programs
 
     def __init__(self, bundle: "Bundle", threads: int | None):
-        import executorch.kernels.quantized  # noqa: F401  (registers the quantized kernels)
-        from executorch.runtime import Runtime
-
         super().__init__(bundle, threads)
         with native_stderr_filtered():  # the threadpool's start-up lines
             if threads:
                 set_executorch_threads(threads)
-            self.runtime = Runtime.get()
+            else:
+                executorch_lib()
         self.trunk = bundle.path(bundle.manifest.trunk_file("executorch"))
         self.methods: dict[str, Any] = {}
 
@@ -66,37 +150,38 @@ class ExecuTorchRunner(TaskRunner):
             pte = self.bundle.path(rel)
             try:
                 with native_stderr_filtered():
-                    program = self.runtime.load_program(str(pte), data_path=str(self.trunk))
-                    self.methods[key] = program.load_method("forward")
+                    program = load_executorch_program(pte, self.trunk)
+                    self.methods[key] = (program, program.load_method("forward"))
             except RuntimeError as e:  # the pybindings' errors carry an error code
                 raise BundleError(f"{pte}: ExecuTorch cannot load it with {self.trunk.name} "
                                   f"({e}); re-export the bundle") from None
-        return self.methods[key]
+        return self.methods[key][1]
 
     def select(self, task: TaskEntry) -> None:
         self.current = self._method(task.name, task.files["executorch"])
 
     def run(self, task, ids, mask, types):
-        import torch
-        out = self.current.execute([torch.from_numpy(ids), torch.from_numpy(mask),
-                                    torch.from_numpy(types)])[0]
+        out = self.current(_torch_inputs(ids, mask, types))[0]
         return out.numpy()[0, : task.num_outputs]
 
-    def run_all(self, ids, mask, types):
-        import torch
+    def load_all(self) -> list[str]:
         program = self.bundle.manifest.all_tasks("executorch")
-        method = self._method(self.ALL_TASKS, program.file)
-        outs = method.execute([torch.from_numpy(ids), torch.from_numpy(mask),
-                               torch.from_numpy(types)])
+        if program is None:
+            return super().load_all()
+        self._method(self.ALL_TASKS, program.file)
+        return list(program.tasks)
+
+    def run_all(self, ids, mask, types):
+        program = self.bundle.manifest.all_tasks("executorch")
+        self.load_all()
+        outs = self.methods[self.ALL_TASKS][1](_torch_inputs(ids, mask, types))
         return {t: o.numpy()[0, : self.bundle.tasks[t].num_outputs]
                 for t, o in zip(program.tasks, outs)}
 
 
-def _ort_errors() -> tuple[type[BaseException], ...]:
-    """What ONNX Runtime raises for a file it cannot load (its own classes, not RuntimeError)."""
-    from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
-    return (RuntimeError, ort_state.Fail, ort_state.InvalidProtobuf, ort_state.InvalidGraph,
-            ort_state.InvalidArgument, ort_state.NoSuchFile, ort_state.RuntimeException)
+def _torch_inputs(*arrays: np.ndarray) -> tuple[Any, ...]:
+    import torch
+    return tuple(torch.from_numpy(a) for a in arrays)
 
 
 class OnnxRuntimeRunner(TaskRunner):
@@ -107,16 +192,10 @@ class OnnxRuntimeRunner(TaskRunner):
 
         super().__init__(bundle, threads)
         self.ort = ort
-        opts = ort.SessionOptions()
-        opts.log_severity_level = 3  # overridable initializers are intended: no warning per input
-        if threads:
-            opts.intra_op_num_threads = threads
-            opts.inter_op_num_threads = 1
         trunk = bundle.path(bundle.manifest.trunk_file("onnxruntime"))
         try:
-            self.session = ort.InferenceSession(str(trunk), opts,
-                                                providers=["CPUExecutionProvider"])
-        except _ort_errors() as e:
+            self.session = ort_session(trunk, threads)
+        except ort_errors() as e:
             raise BundleError(f"{trunk}: ONNX Runtime cannot load it ({e}); re-export") from None
         self.adapters: dict[str, Any] = {}
 
@@ -126,7 +205,7 @@ class OnnxRuntimeRunner(TaskRunner):
             adapter = self.ort.LoraAdapter()
             try:
                 adapter.Load(str(path))
-            except _ort_errors() as e:
+            except ort_errors() as e:
                 raise BundleError(f"{path}: not a readable .onnx_adapter ({e}); re-export "
                                   "the bundle") from None
             options = self.ort.RunOptions()

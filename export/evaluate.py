@@ -1,4 +1,4 @@
-"""Metrics of an exported bundle as its runtime computes them (`cli.py evaluate BUNDLE`)."""
+"""Metrics of an exported bundle as its runtime computes them (`palkit evaluate BUNDLE`)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,6 +7,17 @@ from typing import Any
 from export.manifest import BundleError
 from export.runtime import Engine, load_bundle
 from ui.progress import track
+
+
+def score_target(target: Path, data_dir: Path, split: str, max_len: int | None,
+                 max_examples: int | None, runtime: str | None) -> dict[str, Any]:
+    """Metrics (fractions) of a bundle folder (run by its runtime) or of a training run."""
+    from export.manifest import MANIFEST_FILE
+    from trainer.scoring import score_run
+
+    if (target / MANIFEST_FILE).is_file():
+        return evaluate_bundle(target, data_dir, split, max_examples, runtime)
+    return score_run(target, data_dir, split, max_len, max_examples)
 
 
 def evaluate_bundle(bundle: str | Path, data_dir: Path, split: str,

@@ -52,7 +52,7 @@ def _owner_table(ep: torch.export.ExportedProgram) -> dict[str, str]:
         f = fqn.get(name, "")
         if f.startswith("model.trunk."):
             return "trunk"
-        if f.startswith(("model.adapters.", "model.heads.", "model.stacked.")):
+        if f.startswith(("model.adapters.", "model.heads.")):
             return "task"
         return None
 

@@ -20,12 +20,12 @@ from typing import Any
 
 from trainer.errors import PalkitError
 from trainer.fileio import write_json
+from trainer.tasks import TASK_KINDS
 
 FORMAT = "palkit-bundle"
 VERSION = 1
 MANIFEST_FILE = "manifest.json"
 RUNTIMES = ("executorch", "onnxruntime")
-TASK_KINDS = ("single_classification", "pair_classification", "pair_regression")
 # The fixed inputs and output every program and graph of format version 1 has.
 IO = {"inputs": [{"name": n, "dtype": "int64", "shape": [1, "seq"]}
                  for n in ("input_ids", "attention_mask", "token_type_ids")],
@@ -146,6 +146,10 @@ class Manifest:
             if t.name == name:
                 return t
         raise BundleError(f"no task '{name}' (it has: {', '.join(self.task_names)})")
+
+    def task_bytes(self, name: str) -> dict[str, int]:
+        """Bytes of one task's own files, per runtime (its adapter blob or program)."""
+        return {rt: self.files[path].bytes for rt, path in self.task(name).files.items()}
 
     def all_tasks(self, runtime: str) -> AllTasksProgram | None:
         # Only ExecuTorch bundles have an all-tasks program.

@@ -61,16 +61,14 @@ class _Linear(Function):
 
 class _Attention(Function):
     @staticmethod
-    def forward(ctx, q, k, v, mask, attention_mask, heads, scale):  # noqa: D102
-        return _reference_attention(q, k, v, heads, mask, 0.0, False, scale)
+    def forward(ctx, q, k, v, mask, attention_mask, heads):  # noqa: D102
+        return _reference_attention(q, k, v, heads, mask, 0.0, False)
 
     @staticmethod
-    def symbolic(g, q, k, v, mask, attention_mask, heads, scale):  # noqa: D102
+    def symbolic(g, q, k, v, mask, attention_mask, heads):  # noqa: D102
         padding = g.op("Cast", attention_mask, to_i=6)  # int32 [batch, seq], 1 = attend
         # no scale attribute: ONNX Runtime's default, 1/sqrt(head size), as the model's
-        scaled = {} if scale is None else {"scale_f": scale}
-        out = g.op(f"{MS}::MultiHeadAttention", q, k, v, _omitted(g), padding, num_heads_i=heads,
-                   **scaled)
+        out = g.op(f"{MS}::MultiHeadAttention", q, k, v, _omitted(g), padding, num_heads_i=heads)
         out.setType(q.type())
         return out
 
@@ -85,8 +83,8 @@ def fused_attention(attention_mask: torch.Tensor) -> Iterator[None]:
     """Within the block, trainer/model.py's multi_head_attention (same math in PyTorch) exports
     as MultiHeadAttention reading `attention_mask`. For tracing only: it swaps a module global,
     so nothing else may run the model in this process meanwhile."""
-    def attention(q, k, v, heads, mask, dropout_p, training, scale=None):
-        return _Attention.apply(q, k, v, mask, attention_mask, heads, scale)
+    def attention(q, k, v, heads, mask, dropout_p, training):
+        return _Attention.apply(q, k, v, mask, attention_mask, heads)
 
     model_code.multi_head_attention = attention
     try:

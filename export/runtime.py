@@ -166,6 +166,19 @@ class Engine:
             out = np.array(self.impl.run(info, ids, mask, types), dtype=np.float32)
             return out, (time.perf_counter() - t0) * 1000, swap_ms
 
+    def load_all_tasks(self) -> list[str]:
+        """Load the all-tasks program now (else its first run does); returns its tasks."""
+        self.all_tasks_or_refuse()
+        return self.impl.load_all()
+
+    def all_tasks_or_refuse(self) -> list[str]:
+        tasks = self.all_tasks_program()
+        if tasks is None:
+            raise BundleError(f"{self.bundle.folder}: no all-tasks program for {self.runtime} "
+                              "(ExecuTorch bundles of several tasks have one); run the tasks "
+                              "one by one")
+        return tasks
+
     def all_tasks_program(self) -> list[str] | None:
         """The tasks of the bundle's all-tasks program on this runtime, or None without one."""
         program = self.bundle.manifest.all_tasks(self.runtime)
@@ -173,10 +186,7 @@ class Engine:
 
     def run_all_ids(self, ids, mask, types) -> tuple[dict[str, np.ndarray], float]:
         """Every task of the all-tasks program on one input, in one call; returns outputs, ms."""
-        if self.all_tasks_program() is None:
-            raise BundleError(f"{self.bundle.folder}: no all-tasks program for {self.runtime} "
-                              "(ExecuTorch bundles of several tasks have one); run the tasks "
-                              "one by one")
+        self.all_tasks_or_refuse()
         with self.lock:
             t0 = time.perf_counter()
             outs = self.impl.run_all(ids, mask, types)

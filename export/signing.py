@@ -63,10 +63,10 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from export.manifest import MANIFEST_FILE, BundleError
+from trainer.config import TRUST_KEY_ENV
 from trainer.fileio import file_digest, write_bytes
 
 SIGNATURE_FILE = "model.sig"
-TRUST_KEY_ENV = "PALKIT_TRUST_KEY"
 BUNDLE_MEDIA_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"

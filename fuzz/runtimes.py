@@ -83,12 +83,13 @@ class Loader:
     """Imports both runtimes once (in the parent); `run(file)` is what each child does."""
 
     def __init__(self, bundle: Path):
-        from bench.worker import import_executorch_runtime, synthetic_input
+        from bench.worker import synthetic_input
+        from export.engines import executorch_lib
         from export.manifest import read_manifest
         import onnxruntime
 
         self.bundle, self.manifest = bundle, read_manifest(bundle)
-        self.et = import_executorch_runtime() if "executorch" in self.manifest.runtimes else None
+        self.et = executorch_lib() if "executorch" in self.manifest.runtimes else None
         self.ort = onnxruntime
         vocab = len((bundle / self.manifest.tokenizer.vocab_file).read_text().splitlines())
         self.inputs = synthetic_input(16, vocab)

@@ -94,14 +94,14 @@ def test_worker_runs_a_tiny_ort_peer_in_a_fresh_process(tiny_separate_run: Path,
 def test_bench_end_to_end_on_tiny_peers_writes_a_valid_file(tiny_separate_run: Path,
                                                             tiny_data: Path, tmp_path: Path,
                                                             capsys):
-    from bench.run import bench
+    from bench.run import BenchOptions, Timing, bench
     from bench.schema import load_bench_file
 
     out = tmp_path / "bench.json"
-    bench([], [tiny_separate_run], out, runtimes=["onnxruntime"], peers=["ort-int8"],
-          threads=[1], seq_lens=[16], warmup=1, min_runs=3, min_seconds=0.0, max_seconds=1.0,
-          accuracy=True, splits=["dev"], data_dir=tiny_data, max_examples=8,
-          work=tmp_path / "work", ceiling=False, rounds=2)
+    bench([], [tiny_separate_run], out, BenchOptions(
+        runtimes=["onnxruntime"], peers=["ort-int8"], threads=[1], seq_lens=[16],
+        timing=Timing(1, 3, 0.0, 1.0), splits=["dev"], data_dir=tiny_data, max_examples=8,
+        work=tmp_path / "work", ceiling=False, rounds=2))
     data = load_bench_file(out)
     assert data["machine"]["kind"] == "host" and data["machine"]["model"]
     assert set(data["subjects"]) == {"peer/ort-int8"}

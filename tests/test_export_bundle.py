@@ -493,21 +493,20 @@ def test_bench_worker_runs_the_all_tasks_program(et_fp32, tiny_pal_run, tmp_path
     rows = {r["config"]: r for r in lat["rows"]}
     assert rows["all_tasks"]["all_tasks_mode"] == "program" and rows["all_tasks"]["p50_ms"] > 0
     loaded = run_worker({**spec, "mode": "load_program"}, 120)
-    assert loaded["output_shapes"] == [[1, 5], [1, 1]]  # sst logits, sts score
+    assert loaded["output_shapes"] == [[5], [1]]  # sst logits, sts score
     assert loaded["peak_rss"] >= loaded["rss_after_import"] > 0
 
 
 @pytest.mark.slow
 def test_bench_and_report_on_a_pal_bundle(et_fp32, tiny_pal_run, tiny_data, tmp_path):
     from bench.report import build_report
-    from bench.run import bench
+    from bench.run import BenchOptions, Timing, bench
     from bench.schema import load_bench_file
 
     out = tmp_path / "bench.json"
-    bench([et_fp32], [tiny_pal_run], out, runtimes=["executorch", "onnxruntime"], peers=[],
-          threads=[1], seq_lens=[8], warmup=0, min_runs=2, min_seconds=0.0, max_seconds=0.5,
-          accuracy=True, splits=["dev"], data_dir=tiny_data, max_examples=4, work=tmp_path / "w",
-          ceiling=False)
+    bench([et_fp32], [tiny_pal_run], out, BenchOptions(
+        peers=[], threads=[1], seq_lens=[8], timing=Timing(0, 2, 0.0, 0.5), splits=["dev"],
+        data_dir=tiny_data, max_examples=4, work=tmp_path / "w", ceiling=False))
     data = load_bench_file(out)
     et = data["subjects"]["et-fp32/executorch"]
     assert et["bundle"]["all_tasks_program_bytes"] > 0 and et["all_tasks_program"]

@@ -248,19 +248,22 @@ def runtime_bundle(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def executorch_stubbed(monkeypatch, runtimes_stubbed):
-    """ExecuTorch's Runtime replaced by a stub recording each program it is asked to load."""
-    import executorch.runtime
+    """ExecuTorch's pybindings replaced by a stub recording each program it is asked to load."""
+    import export.engines
 
     class Program:
         def load_method(self, name):
             return name
 
-    class Runtime:
-        def load_program(self, path, data_path=None, **kwargs):
+    class Lib:
+        class Verification:
+            InternalConsistency = "InternalConsistency"
+
+        def _load_program(self, path, data_path=None, **kwargs):
             runtimes_stubbed.append(str(path))
             return Program()
 
-    monkeypatch.setattr(executorch.runtime.Runtime, "get", staticmethod(lambda: Runtime()))
+    monkeypatch.setattr(export.engines, "executorch_lib", lambda: Lib())
     return runtimes_stubbed
 
 
@@ -311,11 +314,11 @@ def test_load_bundle_with_trusted_key_refuses_before_reading_the_manifest(
 
 def test_bench_worker_checks_files_before_the_runtime(tmp_path, runtimes_stubbed):
     """bench's worker loads bundle files itself: it must check them as load_bundle does."""
-    from bench.worker import OrtRunner
+    from bench.worker import RuntimeRunner
 
     folder = runtime_bundle(tmp_path)
     flip_byte(folder / "onnx" / "sst-adapter.bin")
-    runner = OrtRunner(1)
+    runner = RuntimeRunner("onnxruntime", 1)
     with pytest.raises(BundleError, match="sst-adapter.bin"):
         runner.load("sst", {"format": "bundle", "bundle": str(folder), "task": "sst"})
     assert str(folder / "onnx" / "sst-adapter.bin") not in runtimes_stubbed

@@ -15,6 +15,7 @@ from trainer.checkpoint import (CheckpointError, TRUNK_WEIGHTS, read_json, read_
                                 resolve_model_dir, separate_models, sha256_file)
 from trainer.config import TrainConfig
 from trainer.data import read_examples, resolve_data_dir
+from trainer.errors import ConfigError
 from trainer.fileio import remove_tree, replace_dir, staging_dir
 from trainer.tasks import BUILTIN_TASKS, TaskSpec
 
@@ -95,14 +96,14 @@ def task_from_options(name: str, task_file: str | None, options: dict[str, Any])
         data = read_config_file(task_file)
         data.setdefault("name", name)
         if data["name"] != name:
-            raise ValueError(f"{task_file}: describes task '{data['name']}', not '{name}'")
+            raise ConfigError(f"{task_file}: describes task '{data['name']}', not '{name}'")
         return TaskSpec.from_dict(data)
     if not described:
         if name not in BUILTIN_TASKS:
-            raise ValueError(f"task '{name}' is not built in; describe it with --task-file or "
+            raise ConfigError(f"task '{name}' is not built in; describe it with --task-file or "
                              "--kind/--text-columns/--label-column/--labels/--train-file/--dev-file")
         return BUILTIN_TASKS[name]
     files = {"train": described.pop("train_file", None), "dev": described.pop("dev_file", None)}
     if None in files.values():
-        raise ValueError(f"task '{name}': --train-file and --dev-file are both needed")
+        raise ConfigError(f"task '{name}': --train-file and --dev-file are both needed")
     return TaskSpec.from_dict({"name": name, **described, "files": files})

@@ -13,16 +13,11 @@ from typing import Annotated, Any, Literal, Optional
 
 import typer
 
-from trainer.config import DATA_DIR_ENV, TrainConfig, build_config, config_fields, field_default
-from trainer.errors import PalkitError
+from trainer.config import TrainConfig, build_config, config_fields, field_default
+from trainer.options import TRAINING, DataDirOption
 from trainer.tasks import TASK_KINDS
 
 app = typer.Typer()
-TRAINING, SCORING = "Training", "Scoring and results"
-
-DataDirOption = Annotated[Optional[str], typer.Option(
-    "--data-dir", metavar="DIR",
-    help=f"folder with one sub-folder per task (default ${DATA_DIR_ENV}, then ../shared/data)")]
 
 # The Python type a flag parses into, by the dataclass field's declared type.
 _FLAG_TYPES: dict[str, Any] = {"str": str, "str | None": str, "int": int, "int | None": int,
@@ -100,83 +95,6 @@ train.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
 ])
 app.command(rich_help_panel=TRAINING, epilog="Example: palkit train --pal-layers top "
             "--out runs/pals-top")(train)
-
-
-@app.command(rich_help_panel=SCORING,
-             epilog="Example: palkit evaluate runs/default --split test")
-def evaluate(
-    target: Annotated[Path, typer.Argument(metavar="RUN_OR_BUNDLE", help="a run directory, a "
-                                           "model folder (RUN/model) or a bundle folder")],
-    split: Annotated[Literal["dev", "test"], typer.Option()] = "dev",
-    data_dir: DataDirOption = None,
-    max_len: Annotated[Optional[int], typer.Option(help="default: the run's own max length")] = None,
-    max_examples: Annotated[Optional[int], typer.Option(
-        metavar="N", help="score at most N examples per task")] = None,
-    runtime: Annotated[Optional[Literal["executorch", "onnxruntime"]], typer.Option(
-        help="for a bundle: which runtime runs it (default: the first in its manifest)")] = None,
-    out: Annotated[Optional[Path], typer.Option(
-        metavar="FILE", help="also write the metrics (fractions) as JSON here")] = None,
-    trust_key: Annotated[Optional[Path], typer.Option(
-        metavar="PUB", help="a bundle must carry this public key's signature (default "
-        "$PALKIT_TRUST_KEY)")] = None,
-) -> None:
-    """Score a run, a model folder or an exported bundle on a split, in points.
-
-    Per task: accuracy / F1 / Pearson / Spearman, and the average (mean of the accuracies and
-    (Pearson+1)/2).
-    """
-    from trainer.checkpoint import write_json
-    from trainer.data import resolve_data_dir
-    from trainer.scoring import score_target
-    from ui.tables import metrics_table
-
-    if not target.exists():
-        raise PalkitError(f"{target}: not found; give a run directory, a model folder or a bundle")
-    if trust_key is not None:
-        from export.commands import trust
-        trust(trust_key)
-    result = score_target(target, resolve_data_dir(data_dir), split, max_len, max_examples, runtime)
-    metrics_table(result, f"{target} · {split}" + (f" · {runtime}" if runtime else ""))
-    if out:
-        write_json(out, result)
-        typer.echo(f"wrote {out}")
-
-
-@app.command(rich_help_panel=SCORING, epilog="Example: palkit results runs/pals-top "
-             "--name pals-top-half")
-def results(
-    run_dir: Annotated[Path, typer.Argument(metavar="RUN", help="a finished run directory")],
-    name: Annotated[str, typer.Option(help="the row's name, e.g. 'pals-annealed'")],
-    as_out: Annotated[Optional[str], typer.Option(
-        help="the --out to quote in the recorded command (default RUN)")] = None,
-    data_dir: DataDirOption = None,
-    results_file: Annotated[Path, typer.Option("--results", help="JSON file to update")] =
-        Path("results/accuracy.json"),
-    bundle: Annotated[Optional[Path], typer.Option(
-        help="an exported bundle holding this run's (single) task: record its adapter blob's "
-             "bytes per runtime as adapter_bytes")] = None,
-) -> None:
-    """Score a finished run on dev and test into results/accuracy.json and its Markdown table."""
-    from trainer.data import resolve_data_dir
-    from trainer.results import adapter_bytes, canonical_command, record, run_facts
-    from trainer.scoring import score_run
-    from trainer.tasks import resolve_tasks
-
-    folder = resolve_data_dir(data_dir)
-    facts = run_facts(run_dir)
-    command = canonical_command(facts["config"], as_out or str(run_dir))
-    extra = {}
-    if bundle:
-        (task,) = facts["config"]["tasks"]
-        extra["adapter_bytes"] = adapter_bytes(bundle, task)
-    tasks = resolve_tasks(facts["config"]["tasks"], facts["config"].get("custom_tasks"))
-    for split in ("dev", "test"):
-        if not any(split in t.files for t in tasks):
-            continue  # e.g. cfimdb has no labelled test split
-        metrics = score_run(run_dir, folder, split, None, None)
-        record(results_file, name, facts, split, metrics, command, extra)
-        typer.echo(f"{name} {split}: avg={metrics['avg'] * 100:.1f}")
-    typer.echo(f"updated {results_file} and {results_file.with_suffix('.md')}")
 
 
 @app.command("add-task", rich_help_panel=TRAINING,

@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from trainer import placement
+from trainer.errors import ConfigError
 
 DATA_DIR_ENV = "PALKIT_DATA_DIR"
+TRUST_KEY_ENV = "PALKIT_TRUST_KEY"  # the public key bundle loaders require (export/signing.py)
 MODES = ("pals", "shared", "separate")
 SAMPLINGS = ("round-robin", "proportional", "sqrt", "annealed")
 GRAD_SURGERIES = ("none", "pcgrad", "gradvac")
@@ -130,21 +132,21 @@ class TrainConfig:
         for f in fields(self):
             allowed = f.metadata["choices"]
             if allowed and getattr(self, f.name) not in allowed:
-                raise ValueError(f"{f.name} must be one of {', '.join(allowed)}, "
+                raise ConfigError(f"{f.name} must be one of {', '.join(allowed)}, "
                                  f"got '{getattr(self, f.name)}'")
         placement.check_placement(self.pal_layers)
         if self.length_buckets < 0:
-            raise ValueError(f"length_buckets must be 0 (off) or more, got {self.length_buckets}")
+            raise ConfigError(f"length_buckets must be 0 (off) or more, got {self.length_buckets}")
         if self.distill_from and self.mode == "separate":
-            raise ValueError("distill_from trains a joint model from separate ones; use mode "
+            raise ConfigError("distill_from trains a joint model from separate ones; use mode "
                              "'pals' or 'shared'")
         for name in ("epochs", "steps_per_epoch", "batch_size", "max_len", "eval_batch_size"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.tune_adapters_after and self.mode != "pals":
-            raise ValueError("tune_adapters_after needs mode 'pals' (it tunes the PAL adapters)")
+            raise ConfigError("tune_adapters_after needs mode 'pals' (it tunes the PAL adapters)")
         if self.freeze_trunk and self.mode == "separate":
-            raise ValueError("freeze_trunk with mode 'separate' would train heads only; "
+            raise ConfigError("freeze_trunk with mode 'separate' would train heads only; "
                              "use mode 'pals' or 'shared'")
 
     def to_dict(self) -> dict[str, Any]:
@@ -158,11 +160,11 @@ class TrainConfig:
         known = {f.name for f in fields(cls)}
         unknown = set(d) - known
         if unknown:
-            raise ValueError(f"{source}: unknown option(s) {sorted(unknown)}")
+            raise ConfigError(f"{source}: unknown option(s) {sorted(unknown)}")
         types = {f.name: f.type for f in fields(cls)}
         for name, value in d.items():
             if not _holds(types[name], value):
-                raise ValueError(f"{source}: '{name}' must be {_TYPE_WORDS[types[name]]}, got "
+                raise ConfigError(f"{source}: '{name}' must be {_TYPE_WORDS[types[name]]}, got "
                                  f"{value!r:.60}")
         d = dict(d)
         if "tasks" in d:
@@ -206,18 +208,18 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     """Options from a .json or .toml file, keys spelled like the flags (dashes or underscores)."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"{path}: config file not found")
+        raise ConfigError(f"{path}: config file not found")
     try:
         if path.suffix == ".toml":
             data = tomllib.loads(path.read_text())
         elif path.suffix == ".json":
             data = json.loads(path.read_text())
         else:
-            raise ValueError(f"{path}: config files must end in .json or .toml")
+            raise ConfigError(f"{path}: config files must end in .json or .toml")
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as e:
-        raise ValueError(f"{path}: cannot parse ({e})") from None
+        raise ConfigError(f"{path}: cannot parse ({e})") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a table of options, got {type(data).__name__}")
+        raise ConfigError(f"{path}: expected a table of options, got {type(data).__name__}")
     return {str(k).replace("-", "_"): v for k, v in data.items()}
 
 
@@ -227,6 +229,6 @@ def build_config(cli_values: dict[str, Any], config_file: str | None = None) -> 
     given = {k: v for k, v in cli_values.items() if v is not None}
     preset = given.get("preset", from_file.get("preset", "quick"))
     if not isinstance(preset, str) or preset not in PRESETS:
-        raise ValueError(f"preset must be one of {', '.join(PRESETS)}, got '{preset}'")
+        raise ConfigError(f"preset must be one of {', '.join(PRESETS)}, got '{preset}'")
     merged = {**PRESETS[preset], **from_file, **given, "preset": preset}
     return TrainConfig.from_dict(merged, source=config_file or "options")

@@ -3,3 +3,7 @@
 
 class PalkitError(Exception):
     """Bad input, a missing or incompatible file, or a run that cannot go on; says what to do."""
+
+
+class ConfigError(PalkitError, ValueError):
+    """An option, config file, task description or placement that cannot be used as given."""

@@ -16,7 +16,6 @@ The same module is used by training, export and tests.
 """
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import asdict, dataclass
 
@@ -26,6 +25,7 @@ from torch import nn
 from transformers import BertModel
 from transformers.activations import ACT2FN
 
+from trainer.errors import ConfigError
 from trainer.tasks import TaskSpec
 
 # The paper's projected size for BERT-base: d_s = 204 for d = 768.
@@ -41,7 +41,7 @@ class PalConfig:
 
     def __post_init__(self) -> None:
         if self.size % self.heads:
-            raise ValueError(f"PAL size {self.size} is not divisible by {self.heads} heads")
+            raise ConfigError(f"PAL size {self.size} is not divisible by {self.heads} heads")
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -66,19 +66,17 @@ def additive_mask(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Ten
 
 
 def multi_head_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int,
-                         mask: torch.Tensor, dropout_p: float, training: bool,
-                         scale: float | None = None) -> torch.Tensor:
+                         mask: torch.Tensor, dropout_p: float, training: bool) -> torch.Tensor:
     """Scaled dot-product attention. Training runs PyTorch's fused kernel (flash or
     memory-efficient on a GPU, one fused loop on a CPU: one call where the written-out form
     launches about eight). Evaluation and export run it written out as 3-D batched matrix
     multiplies over batch x heads, every reshape spelled with -1 for the sequence length:
     ExecuTorch's XNNPACK delegate takes reshapes with one inferred size but not a symbolic one,
     nor a 4-D matmul's expands, so in this form a layer's attention stays inside one delegate.
-    A mask with one row broadcasts over the batch. `scale` multiplies the scores (default
-    1/sqrt(head_dim); 1.0 where `prescale_query` folded it into the query)."""
+    A mask with one row broadcasts over the batch."""
     b, s, width = q.shape
     head_dim = width // heads
-    scale = head_dim ** -0.5 if scale is None else scale
+    scale = head_dim ** -0.5
 
     def split(x: torch.Tensor) -> torch.Tensor:  # [b, s, width] -> [b, heads, s, head_dim]
         return x.reshape(b, -1, heads, head_dim).transpose(1, 2)
@@ -90,30 +88,13 @@ def multi_head_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, head
         return ctx.transpose(1, 2).reshape(b, -1, width)
     # K^T made contiguous as transformers' 4-D matmul makes it: the same sums, bit for bit
     kt = split(k).transpose(2, 3).reshape(b * heads, head_dim, -1)
-    scores = torch.bmm(split(q).reshape(b * heads, -1, head_dim), kt)
-    if scale != 1.0:
-        scores = scores * scale
+    scores = torch.bmm(split(q).reshape(b * heads, -1, head_dim), kt) * scale
     if mask.shape[0] == 1:
         scores = scores + mask.reshape(1, 1, -1)
     else:
         scores = (scores.view(b, heads, s, s) + mask).view(b * heads, s, s)
     ctx = torch.bmm(scores.softmax(dim=-1), split(v).reshape(b * heads, -1, head_dim))
     return ctx.reshape(b, heads, -1, head_dim).transpose(1, 2).reshape(b, -1, width)
-
-
-def project_qkv(module: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Query, key and value of a self-attention (a PAL's or a trunk layer's): its three Linears,
-    or the one Linear `fuse_qkv` put in their place."""
-    fused = getattr(module, "qkv", None)
-    if fused is None:
-        return module.query(x), module.key(x), module.value(x)
-    return fused(x).chunk(3, dim=-1)
-
-
-def score_scale(module: nn.Module) -> float | None:
-    """1.0 once `prescale_query` has folded the scores' scale into the module's query, else
-    None (the attention's own 1/sqrt(head_dim))."""
-    return getattr(module, "score_scale", None)
 
 
 class ProjectedAttention(nn.Module):
@@ -127,8 +108,8 @@ class ProjectedAttention(nn.Module):
         self.value = nn.Linear(size, size)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return multi_head_attention(*project_qkv(self, x), self.heads, mask, self.dropout,
-                                    self.training, score_scale(self))
+        return multi_head_attention(self.query(x), self.key(x), self.value(x), self.heads, mask,
+                                    self.dropout, self.training)
 
 
 class TaskAdapter(nn.Module):
@@ -176,9 +157,9 @@ class PalBert(nn.Module):
         super().__init__()
         cfg = trunk.config
         if getattr(cfg, "position_embedding_type", "absolute") != "absolute":
-            raise ValueError("only BERT checkpoints with absolute position embeddings are supported")
+            raise ConfigError("only BERT checkpoints with absolute position embeddings are supported")
         if trunk.pooler is None:
-            raise ValueError("the trunk was loaded without its pooler (add_pooling_layer=False)")
+            raise ConfigError("the trunk was loaded without its pooler (add_pooling_layer=False)")
         self.trunk = trunk
         self.tasks = {t.name: t for t in tasks}
         self.pal = pal
@@ -221,9 +202,9 @@ class PalBert(nn.Module):
         block = self.trunk.encoder.layer[index]
         attn = block.attention
         cfg = self.trunk.config
-        ctx = multi_head_attention(*project_qkv(attn.self, h), cfg.num_attention_heads, mask,
-                                   cfg.attention_probs_dropout_prob, self.training,
-                                   score_scale(attn.self))
+        q, k, v = attn.self.query(h), attn.self.key(h), attn.self.value(h)
+        ctx = multi_head_attention(q, k, v, cfg.num_attention_heads, mask,
+                                   cfg.attention_probs_dropout_prob, self.training)
         a = attn.output.LayerNorm(attn.output.dropout(attn.output.dense(ctx)) + h)
         ffn = block.output.dropout(block.output.dense(ACT2FN[cfg.hidden_act](
             block.intermediate.dense(a))))
@@ -257,15 +238,8 @@ class PalBert(nn.Module):
                   shared: bool) -> torch.Tensor:
         """Every task's PAL output in layer `index`, as one batch (slice t is task t). `h` and
         `mask` hold one equal slice per task, or (`shared`) one slice that every task reads; a
-        one-row mask serves every row. With the tasks' adapters stacked (fuse_for_inference)
-        they run as batched matrix multiplies and one softmax, otherwise one after the other."""
+        one-row mask serves every row."""
         n = len(tasks)
-        stacked = self._modules.get("stacked")
-        if stacked is not None and tasks == self.stacked_tasks:
-            if shared:
-                h = h.repeat(n, 1, 1)
-                mask = mask.repeat(n, 1, 1, 1) if mask.shape[0] > 1 else mask
-            return stacked(index, h, mask)
         hs = [h] * n if shared else h.chunk(n)
         masks = mask.chunk(n) if not shared and mask.shape[0] > 1 else [mask] * n
         return torch.cat([self.adapters[t](index, x, m) for t, x, m in zip(tasks, hs, masks)])
@@ -332,103 +306,3 @@ class PalBert(nn.Module):
         specific = sum(p.numel() for t in self.tasks for p in self.task_parameters(t).values())
         return {"params_trunk": trunk, "params_task_specific": specific,
                 "params_total": trunk + specific}
-
-
-# ---- inference-only fusion (measured for export: docs/compute-sharing.md) ----------------------
-
-def _linear(weight: torch.Tensor, bias: torch.Tensor) -> nn.Linear:
-    out = nn.Linear(weight.shape[1], weight.shape[0])
-    out.weight, out.bias = nn.Parameter(weight.float()), nn.Parameter(bias.float())
-    return out
-
-
-def fold_encoder(module: nn.Module, encoder: nn.Linear) -> None:
-    """Compose a PAL's V^E into its query, key and value: q(h) = W_q (W_E h + b_E) + b_q, a
-    d -> d_s multiply each instead of V^E once and three d_s -> d_s (composed in float64)."""
-    w_e, b_e = encoder.weight.detach().double(), encoder.bias.detach().double()
-    for name in ("query", "key", "value"):
-        part = getattr(module, name)
-        w = part.weight.detach().double()
-        setattr(module, name, _linear(w @ w_e, w @ b_e + part.bias.detach().double()))
-
-
-def fuse_qkv(module: nn.Module) -> None:
-    """Put one Linear `qkv` ([W_q; W_k; W_v], outputs side by side) in place of the module's
-    query/key/value Linears."""
-    parts = (module.query, module.key, module.value)
-    module.qkv = _linear(torch.cat([p.weight.detach() for p in parts]),
-                         torch.cat([p.bias.detach() for p in parts]))
-    del module.query, module.key, module.value
-
-
-def prescale_query(module: nn.Module, heads: int) -> None:
-    """Fold the scores' 1/sqrt(head_dim) into the query's weight and bias (the first third of
-    `qkv` when fused), so the attention skips one multiply over its [heads, S, S] scores."""
-    fused = hasattr(module, "qkv")
-    linear = module.qkv if fused else module.query
-    width = linear.out_features // 3 if fused else linear.out_features
-    factor = (width // heads) ** -0.5
-    with torch.no_grad():
-        linear.weight[:width] *= factor
-        linear.bias[:width] *= factor
-    module.score_scale = 1.0
-
-
-class StackedLinear(nn.Module):
-    """T tasks' Linears as one batched matrix multiply: the input's first dimension holds T equal
-    slices, and slice t goes through Linear t."""
-
-    def __init__(self, linears: list[nn.Linear]):
-        super().__init__()
-        self.weight = nn.Parameter(torch.stack([m.weight.detach().t() for m in linears]))
-        self.bias = nn.Parameter(torch.stack([m.bias.detach() for m in linears])[:, None])
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        tasks, width, out = self.weight.shape
-        y = torch.bmm(x.reshape(tasks, -1, width), self.weight) + self.bias
-        return y.reshape(x.shape[0], -1, out)  # -1 for the length: see multi_head_attention
-
-
-def stack_adapters(adapters: list[TaskAdapter]) -> TaskAdapter:
-    """One TaskAdapter running every given adapter on its own slice of the batch: the same
-    module (the one PAL implementation), with each Linear replaced by a StackedLinear."""
-    stacked = copy.deepcopy(adapters[0])
-    for name, module in list(stacked.named_modules()):
-        if isinstance(module, nn.Linear):
-            stacked.set_submodule(name, StackedLinear([a.get_submodule(name) for a in adapters]))
-    return stacked
-
-
-def fuse_for_inference(model: PalBert, qkv: bool = True, fold: bool = False,
-                       stack: bool = True, prescale: bool = False) -> PalBert:
-    """An eval copy of `model` with the same outputs (within float rounding) in fewer, larger
-    matrix multiplies, for export only (its parameter names are not a checkpoint's): `qkv`, each
-    self-attention's query/key/value as one Linear (trunk and PALs); `fold`, V^E composed into
-    the PALs' query/key/value; `stack`, with several tasks, their adapters stacked so that
-    forward_all runs every task's PAL as batched matrix multiplies and one softmax; `prescale`,
-    the scores' scale folded into every query. On ExecuTorch int8 none of the first three was
-    faster (docs/compute-sharing.md), so its export does not use them; `python -m
-    bench.compute_sharing` measures them again."""
-    fused = copy.deepcopy(model).eval()
-    for adapter in fused.adapters.values():
-        share = adapter.cfg.share_projections
-        for slot, attn in enumerate(adapter.attentions):
-            if fold:
-                fold_encoder(attn, adapter.encoders[0 if share else slot])
-            if qkv:
-                fuse_qkv(attn)
-        if fold:
-            adapter.encoders = nn.ModuleList(nn.Identity() for _ in adapter.encoders)
-    if qkv:
-        for block in fused.trunk.encoder.layer:
-            fuse_qkv(block.attention.self)
-    if prescale:
-        for block in fused.trunk.encoder.layer:
-            prescale_query(block.attention.self, fused.trunk.config.num_attention_heads)
-        for adapter in fused.adapters.values():
-            for attn in adapter.attentions:
-                prescale_query(attn, attn.heads)
-    if stack and len(fused.adapters) > 1:
-        fused.stacked_tasks = list(fused.adapters)
-        fused.stacked = stack_adapters([fused.adapters[t] for t in fused.stacked_tasks])
-    return fused

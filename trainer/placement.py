@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 
+from trainer.errors import ConfigError
+
 NAMED = ("all", "top", "bottom")
 HELP = ("all, the top or bottom half, top-N (the top N layers) or explicit layer indices "
         "counted from 0 (e.g. 3,4,5); the layers below the first adapted one are identical for "
@@ -19,9 +21,9 @@ def check_placement(which: str) -> None:
     """Refuse a spelling that no trunk could mean (ValueError naming the option)."""
     if which in NAMED or _TOP_N.fullmatch(which) or _INDICES.fullmatch(which):
         if _TOP_N.fullmatch(which) and int(which[4:]) < 1:
-            raise ValueError("pal_layers top-N needs N >= 1")
+            raise ConfigError("pal_layers top-N needs N >= 1")
         return
-    raise ValueError(f"pal_layers must be all, top, bottom, top-N or layer indices like 3,4,5; "
+    raise ConfigError(f"pal_layers must be all, top, bottom, top-N or layer indices like 3,4,5; "
                      f"got '{which}'")
 
 
@@ -35,12 +37,12 @@ def pal_layer_indices(num_layers: int, which: str) -> tuple[int, ...]:
     elif which.startswith("top-"):
         n = int(which[4:])
         if n > num_layers:
-            raise ValueError(f"pal_layers {which}: the trunk has only {num_layers} layers")
+            raise ConfigError(f"pal_layers {which}: the trunk has only {num_layers} layers")
         chosen = range(num_layers - n, num_layers)
     else:
         chosen = sorted({int(i) for i in which.split(",")})
         if chosen[-1] >= num_layers:
-            raise ValueError(f"pal_layers {which}: layer {chosen[-1]} does not exist (the trunk "
+            raise ConfigError(f"pal_layers {which}: layer {chosen[-1]} does not exist (the trunk "
                              f"has layers 0-{num_layers - 1})")
     return tuple(chosen)
 

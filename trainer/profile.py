@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import platform
 import statistics
 import subprocess
 import time
@@ -32,6 +31,7 @@ import torch
 from trainer.checkpoint import read_json
 from trainer.config import TrainConfig
 from trainer.fileio import write_json
+from trainer.host import cpu_model
 from trainer.model import PalBert
 from trainer.sampling import epoch_task_schedule
 from trainer.train import PhaseContext, Run, TrainingError
@@ -128,16 +128,7 @@ def peak_flops(device: torch.device, precision: str) -> float | None:
 def describe_device(device: torch.device) -> str:
     if device.type == "cuda":
         return f"cuda ({torch.cuda.get_device_name(device)})"
-    return f"cpu ({cpu_name()}, {torch.get_num_threads()} threads)"
-
-
-def cpu_name() -> str:
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
+    return f"cpu ({cpu_model()}, {torch.get_num_threads()} threads)"
 
 
 def summarise(timing: Timing, peak: float | None) -> dict[str, Any]:

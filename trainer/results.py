@@ -12,6 +12,8 @@ from trainer.checkpoint import (read_json, read_run_config, read_training_state,
                                 separate_models, write_json)
 from trainer.add_task import ADD_TASK_DEFAULTS
 from trainer.config import TrainConfig
+from trainer.errors import ConfigError
+from trainer.host import machine_name
 
 def canonical_command(cfg: dict[str, Any], out: str) -> str:
     """The `cli.py train` line that reproduces a run: every option that differs from defaults."""
@@ -64,7 +66,7 @@ def run_facts(run: Path) -> dict[str, Any]:
                 "wall_time_s": round(sum(s["wall_time_s"] for s in subs), 1), "config": cfg}
     state = read_training_state(run)
     if not state.finished:
-        raise ValueError(f"{run}: the run has not finished; resume it with "
+        raise ConfigError(f"{run}: the run has not finished; resume it with "
                          f"`python cli.py train --resume --out {run}`")
     summary = read_json(run / "model" / "summary.json")
     return {"mode": cfg["mode"], "sampling": cfg["sampling"] if len(cfg["tasks"]) > 1 else None,
@@ -75,19 +77,6 @@ def run_facts(run: Path) -> dict[str, Any]:
 
 METRIC_SUFFIXES = ("_acc", "_f1", "_pearson", "_spearman")
 WALL_TIME_NOTE = "time in training steps; excludes model loading and per-epoch dev evaluation"
-
-
-def adapter_bytes(bundle: Path, task: str) -> dict[str, int]:
-    """Bytes of one task's files in an exported bundle, per runtime (from its manifest)."""
-    from export.manifest import BundleError, read_manifest
-
-    manifest = read_manifest(bundle)
-    try:
-        entry = manifest.task(task)
-    except BundleError:
-        raise ValueError(f"{bundle}: has no task '{task}'; export it with "
-                         f"`python cli.py export RUN --adapter {task} --out {bundle}`") from None
-    return {rt: manifest.files[path].bytes for rt, path in entry.files.items()}
 
 
 def record(results: Path, name: str, facts: dict[str, Any], split: str,
@@ -104,20 +93,6 @@ def record(results: Path, name: str, facts: dict[str, Any], split: str,
     entries = [e for e in entries if (e["name"], e["split"]) != (name, split)] + [entry]
     write_json(results, entries)
     write_markdown(results.with_suffix(".md"), entries)
-
-
-def machine_name() -> str:
-    import os
-    import platform
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"host CPU: {model}, {os.cpu_count()} cores"
 
 
 def fmt(value: Any, scale: float = 100.0) -> str:

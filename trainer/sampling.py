@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import torch
 
+from trainer.errors import ConfigError
+
 
 def sampling_alpha(sampling: str, epoch: int, epochs: int) -> float | None:
     """The exponent in p_t ∝ N_t^α for 1-based `epoch`; None for round-robin."""
@@ -20,7 +22,7 @@ def sampling_alpha(sampling: str, epoch: int, epochs: int) -> float | None:
         return 0.5
     if sampling == "annealed":
         return 1.0 - 0.8 * (epoch - 1) / max(1, epochs - 1)
-    raise ValueError(f"unknown sampling '{sampling}'")
+    raise ConfigError(f"unknown sampling '{sampling}'")
 
 
 def task_probabilities(sizes: list[int], alpha: float | None) -> list[float]:

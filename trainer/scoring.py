@@ -1,4 +1,4 @@
-"""Score whatever a user points `palkit evaluate` at: a run, a model folder, a separate run, a bundle."""
+"""Score a training run: a run, a model folder, or a separate run (bundles: export/evaluate.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,17 +6,6 @@ from typing import Any
 
 from trainer.checkpoint import read_json, resolve_model_dir
 from trainer.metrics import average_score
-
-
-def score_target(target: Path, data_dir: Path, split: str, max_len: int | None,
-                 max_examples: int | None, runtime: str | None) -> dict[str, Any]:
-    """Metrics (fractions) of a bundle folder (run by its runtime) or of a training run."""
-    from export.manifest import MANIFEST_FILE
-
-    if (target / MANIFEST_FILE).is_file():
-        from export.evaluate import evaluate_bundle
-        return evaluate_bundle(target, data_dir, split, max_examples, runtime)
-    return score_run(target, data_dir, split, max_len, max_examples)
 
 
 def score_run(target: Path, data_dir: Path, split: str, max_len: int | None,

@@ -9,6 +9,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from trainer.errors import ConfigError
+
 # The three kinds the model knows how to head and score.
 TASK_KINDS = ("single_classification", "pair_classification", "pair_regression")
 # Task names become folder and file names (run dirs, bundles, the app's menu).
@@ -31,19 +33,19 @@ class TaskSpec:
     def __post_init__(self) -> None:
         where = f"task '{self.name}'"
         if not TASK_NAME.fullmatch(self.name):
-            raise ValueError(f"{where}: a name is 1-64 letters, digits, '_' or '-', starting "
+            raise ConfigError(f"{where}: a name is 1-64 letters, digits, '_' or '-', starting "
                              "with a letter or digit")
         if self.kind not in TASK_KINDS:
-            raise ValueError(f"{where}: kind '{self.kind}' is not one of {', '.join(TASK_KINDS)}")
+            raise ConfigError(f"{where}: kind '{self.kind}' is not one of {', '.join(TASK_KINDS)}")
         want_texts = 1 if self.kind == "single_classification" else 2
         if len(self.text_columns) != want_texts:
-            raise ValueError(f"{where}: kind {self.kind} needs {want_texts} text column(s), "
+            raise ConfigError(f"{where}: kind {self.kind} needs {want_texts} text column(s), "
                              f"got {list(self.text_columns)}")
         if self.is_regression:
             if self.score_range is None or self.score_range[0] >= self.score_range[1]:
-                raise ValueError(f"{where}: pair_regression needs score_range [low, high]")
+                raise ConfigError(f"{where}: pair_regression needs score_range [low, high]")
         elif not self.labels or len(self.labels) < 2:
-            raise ValueError(f"{where}: classification needs at least two labels")
+            raise ConfigError(f"{where}: classification needs at least two labels")
 
     @property
     def is_regression(self) -> bool:
@@ -71,15 +73,15 @@ class TaskSpec:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TaskSpec":
         if not isinstance(d, dict):
-            raise ValueError(f"a task description must be an object of fields, got {d!r:.60}")
+            raise ConfigError(f"a task description must be an object of fields, got {d!r:.60}")
         known = {"name", "kind", "text_columns", "label_column", "labels", "score_range", "files"}
         unknown = set(d) - known
         if unknown:
-            raise ValueError(f"task '{d.get('name', '?')}': unknown field(s) {sorted(unknown)}; "
+            raise ConfigError(f"task '{d.get('name', '?')}': unknown field(s) {sorted(unknown)}; "
                              f"known: {sorted(known)}")
         missing = {"name", "kind", "text_columns", "label_column"} - set(d)
         if missing:
-            raise ValueError(f"task '{d.get('name', '?')}': missing field(s) {sorted(missing)}")
+            raise ConfigError(f"task '{d.get('name', '?')}': missing field(s) {sorted(missing)}")
         _check_field_types(d)
         return cls(
             name=str(d["name"]),
@@ -98,11 +100,11 @@ def _check_field_types(d: dict[str, Any]) -> None:
 
     def strings(key: str, value: Any) -> None:
         if not (isinstance(value, list) and all(isinstance(x, str) for x in value)):
-            raise ValueError(f"{where}: '{key}' must be a list of strings, got {value!r:.60}")
+            raise ConfigError(f"{where}: '{key}' must be a list of strings, got {value!r:.60}")
 
     for key in ("name", "kind", "label_column"):
         if not isinstance(d[key], str):
-            raise ValueError(f"{where}: '{key}' must be a string, got {d[key]!r:.60}")
+            raise ConfigError(f"{where}: '{key}' must be a string, got {d[key]!r:.60}")
     strings("text_columns", d["text_columns"])
     if d.get("labels") is not None:
         strings("labels", d["labels"])
@@ -110,11 +112,11 @@ def _check_field_types(d: dict[str, Any]) -> None:
     if score_range is not None and not (
             isinstance(score_range, list) and len(score_range) == 2
             and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in score_range)):
-        raise ValueError(f"{where}: 'score_range' must be two numbers, got {score_range!r:.60}")
+        raise ConfigError(f"{where}: 'score_range' must be two numbers, got {score_range!r:.60}")
     files = d.get("files", {})
     if not (isinstance(files, dict) and all(isinstance(k, str) and isinstance(v, str)
                                             for k, v in files.items())):
-        raise ValueError(f"{where}: 'files' must map split names to file names, got "
+        raise ConfigError(f"{where}: 'files' must map split names to file names, got "
                          f"{files!r:.60}")
 
 
@@ -165,9 +167,9 @@ def resolve_tasks(names: list[str] | tuple[str, ...],
     out = []
     for name in names:
         if name not in table:
-            raise ValueError(f"unknown task '{name}'; known: {', '.join(sorted(table))} "
+            raise ConfigError(f"unknown task '{name}'; known: {', '.join(sorted(table))} "
                              "(describe new tasks under 'custom_tasks' in a --config file)")
         out.append(table[name])
     if len({t.name for t in out}) != len(out):
-        raise ValueError(f"task listed twice in {list(names)}")
+        raise ConfigError(f"task listed twice in {list(names)}")
     return out
