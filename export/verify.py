@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -352,7 +353,8 @@ class Verifier:
         self.inputs = {t: verification_inputs(model.tasks[t], tokenizer, max_len, data_dir,
                                               gate.max_examples) for t in tasks}
         t0 = time.time()
-        self.refs = {t: reference_batched(model, t, self.inputs[t][0]) for t in tasks}
+        with one_thread():
+            self.refs = {t: reference_batched(model, t, self.inputs[t][0]) for t in tasks}
         log(f"fp32 reference for {sum(len(r) for r in self.refs.values())} examples in "
             f"{time.time() - t0:.1f} s")
 
@@ -411,7 +413,19 @@ class Verifier:
         return {"tasks": tasks, "failures": failures}
 
     def layers(self, runtime: str) -> list[dict[str, Any]]:
-        return layer_sqnr(self.model, self.tasks, self.inputs, runtime)
+        with one_thread():
+            return layer_sqnr(self.model, self.tasks, self.inputs, runtime)
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """PyTorch on one thread: on a busy 2-core machine a second thread mostly spins."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def summary(report: dict[str, Any]) -> str:
