@@ -47,7 +47,7 @@ CONFIDENCE = 0.95
 RESAMPLES = 2000
 SEED = 0
 MAX_FLOAT_LAYERS = 4       # the fallback's limit: layers kept in float per runtime
-SQNR_EXAMPLES = 64         # dev examples per task replayed for the per-layer report
+SQNR_EXAMPLES = 16         # dev examples per task replayed for the per-layer report
 ALL_TASKS_EXAMPLES = 32    # per task, through the all-tasks program (it runs every task each call)
 CLOSE = 0.5                # print the layer table once the drop bound passes this share of the limit
 BUILTIN_SENTENCES = [
@@ -275,22 +275,25 @@ def fake_int8_activation(x: torch.Tensor, per_token: bool) -> torch.Tensor:
 RECIPES = {"executorch": {"per_token": True}, "onnxruntime": {"per_token": False}}
 
 
-def layer_sqnr(model, tasks: list[str], inputs: dict[str, Any], runtime: str,
-               n: int = SQNR_EXAMPLES) -> list[dict[str, Any]]:
-    """Every nn.Linear of the model the tasks use, with the SQNR (dB) of its output when its
-    weight and input are quantized as `runtime` does, fed the fp32 model's own input (so each
-    layer's figure is its own error, not its inputs'); over the first n inputs of each task,
-    one at a time as the runtimes see them. Worst first."""
-    per_token = RECIPES[runtime]["per_token"]
-    sums: dict[str, list[float]] = {}
+def layer_sqnr(model, tasks: list[str], inputs: dict[str, Any], runtimes: list[str],
+               n: int = SQNR_EXAMPLES) -> dict[str, list[dict[str, Any]]]:
+    """For each runtime, every nn.Linear of the model the tasks use, with the SQNR (dB) of its
+    output when its weight and input are quantized as that runtime does, fed the fp32 model's
+    own input (so each layer's figure is its own error, not its inputs'); over the first n
+    inputs of each task, one at a time as the runtimes see them. Worst first. One pass of the
+    fp32 model serves every runtime."""
+    sums: dict[str, dict[str, list[float]]] = {r: {} for r in runtimes}
     names = {m: name for name, m in model.named_modules() if isinstance(m, nn.Linear)}
     weights = {m: fake_int8_weight(m.weight.detach().float()) for m in names}
 
     def hook(module: nn.Linear, args: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
-        y_q = F.linear(fake_int8_activation(args[0], per_token), weights[module], module.bias)
-        s = sums.setdefault(names[module], [0.0, 0.0])
-        s[0] += float(out.double().pow(2).sum())
-        s[1] += float((out - y_q).double().pow(2).sum())
+        signal = float(out.double().pow(2).sum())
+        for runtime in runtimes:
+            x = fake_int8_activation(args[0], RECIPES[runtime]["per_token"])
+            noise = (out - F.linear(x, weights[module], module.bias)).double().pow(2).sum()
+            s = sums[runtime].setdefault(names[module], [0.0, 0.0])
+            s[0] += signal
+            s[1] += float(noise)
 
     handles = [m.register_forward_hook(hook) for m in names]
     try:
@@ -300,9 +303,12 @@ def layer_sqnr(model, tasks: list[str], inputs: dict[str, Any], runtime: str,
     finally:
         for h in handles:
             h.remove()
-    rows = [{"layer": name, "sqnr_db": round(10 * math.log10(max(sig, 1e-30) / max(noise, 1e-30)), 2)}
-            for name, (sig, noise) in sums.items()]
-    return sorted(rows, key=lambda r: r["sqnr_db"])
+
+    def db(signal: float, noise: float) -> float:
+        return round(10 * math.log10(max(signal, 1e-30) / max(noise, 1e-30)), 2)
+
+    return {r: sorted(({"layer": name, "sqnr_db": db(*sn)} for name, sn in sums[r].items()),
+                      key=lambda row: row["sqnr_db"]) for r in runtimes}
 
 
 def fallback_candidates(runtime: str, layers: list[dict[str, Any]]) -> list[str]:
@@ -352,6 +358,7 @@ class Verifier:
             folder, model, int8, gate, tasks, log
         self.inputs = {t: verification_inputs(model.tasks[t], tokenizer, max_len, data_dir,
                                               gate.max_examples) for t in tasks}
+        self.sqnr: dict[str, list[dict[str, Any]]] = {}
         t0 = time.time()
         with one_thread():
             self.refs = {t: reference_batched(model, t, self.inputs[t][0]) for t in tasks}
@@ -413,8 +420,11 @@ class Verifier:
         return {"tasks": tasks, "failures": failures}
 
     def layers(self, runtime: str) -> list[dict[str, Any]]:
-        with one_thread():
-            return layer_sqnr(self.model, self.tasks, self.inputs, runtime)
+        """The per-layer SQNR table of `runtime` (every runtime's computed on the first call)."""
+        if runtime not in self.sqnr:
+            with one_thread():
+                self.sqnr = layer_sqnr(self.model, self.tasks, self.inputs, list(RECIPES))
+        return self.sqnr[runtime]
 
 
 @contextmanager

@@ -140,8 +140,8 @@ def test_layer_report_names_the_planted_layer(planted):
     model_dir, data = planted
     model, tokenizer, _ = load_model(model_dir)
     inputs = {"sst": verification_inputs(model.tasks["sst"], tokenizer, 128, data, None)}
-    for runtime in ("executorch", "onnxruntime"):
-        layers = layer_sqnr(model, ["sst"], inputs, runtime)
+    tables = layer_sqnr(model, ["sst"], inputs, ["executorch", "onnxruntime"])
+    for runtime, layers in tables.items():
         assert layers[0]["layer"] == PLANTED and layers[0]["sqnr_db"] < 0, layers[:2]
         assert layers[1]["sqnr_db"] > 30  # every other Linear is quantized well
         names = {r["layer"] for r in layers}
