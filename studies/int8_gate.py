@@ -7,8 +7,8 @@
 2. The same model with every Linear int8 ("plain", the default bundle when no fallback ran) and
    with the `--keep` worst layers by SQNR kept in float ("float-k", the fallback's bundle when it
    ran): metric changes against PyTorch fp32 on dev and test with their 95% intervals, flips,
-   KL, bytes, and one-task latency (mean ms per dev example, one thread, the two bundles run in
-   alternation in one process).
+   KL, bytes, and one-task latency (mean ms per dev example, the runtimes' default threads, the
+   two bundles run in alternation in one process).
 3. False refusals: the plain bundle's dev outputs gated again with 20 bootstrap seeds and on 20
    random halves of dev.
 """
@@ -33,6 +33,7 @@ from trainer.data import read_examples
 from trainer.fileio import write_json, write_text
 
 OFF = dict(max_drop=None, min_agreement=0.0)
+REUSE = False
 LATENCY_EXAMPLES = 200
 ROUNDS = 3
 
@@ -46,7 +47,15 @@ def machine() -> str:
 
 
 def export(model_dir: Path, out: Path, data: Path, gate: Gate, lines: list[str]) -> dict[str, Any]:
+    """Export (or, with --reuse, read back an earlier run's bundle or refusal and its log)."""
     t0 = time.time()
+    refused = out.parent / f"{out.name}.refused-verify.json"
+    saved = out.parent / f"{out.name}.log.json"
+    if REUSE and ((out / "verify.json").is_file() or refused.is_file()) and saved.is_file():
+        lines += json.loads(saved.read_text())["lines"]
+        done = out / "verify.json" if (out / "verify.json").is_file() else refused
+        return {"seconds": json.loads(saved.read_text())["seconds"],
+                "report": json.loads(done.read_text())}
 
     def log(message: str) -> None:
         lines.append(f"{time.time() - t0:7.1f}s {message}")
@@ -58,7 +67,8 @@ def export(model_dir: Path, out: Path, data: Path, gate: Gate, lines: list[str])
         report = json.loads((out / "verify.json").read_text())
     except Exception as e:  # a refusal: its report lies beside the target
         log(f"refused: {e}")
-        report = json.loads((out.parent / f"{out.name}.refused-verify.json").read_text())
+        report = json.loads(refused.read_text())
+    write_json(saved, {"lines": lines, "seconds": time.time() - t0})
     return {"seconds": time.time() - t0, "report": report}
 
 
@@ -77,7 +87,7 @@ def score(bundle: Path, model, inputs, refs,
     """Per runtime and task: compare() of the bundle's outputs against fp32, and the outputs."""
     rows, outputs = {}, {}
     for runtime in runtimes:
-        engine = Engine(load_bundle(bundle), runtime, threads=1)
+        engine = Engine(load_bundle(bundle), runtime)
         for t, (encoded, gold) in inputs.items():
             got, _ = run_task(engine, t, encoded)
             outputs[(runtime, t)] = got
@@ -86,10 +96,10 @@ def score(bundle: Path, model, inputs, refs,
 
 
 def latency(bundles: dict[str, Path], inputs) -> dict[str, dict[str, float]]:
-    """Mean ms per call over the first dev examples of each task, one thread; the bundles run
+    """Mean ms per call over the first dev examples of each task; the bundles run
     in alternation, ROUNDS times, and each keeps its fastest round."""
     best: dict[str, dict[str, float]] = {}
-    engines = {(name, rt): Engine(load_bundle(path), rt, threads=1)
+    engines = {(name, rt): Engine(load_bundle(path), rt)
                for name, path in bundles.items() for rt in ("executorch", "onnxruntime")}
     for _ in range(ROUNDS):
         for (name, rt), engine in engines.items():
@@ -162,7 +172,10 @@ def main() -> None:
     p.add_argument("--keep", type=int, default=2)
     p.add_argument("--steps", type=int, required=True, help="training steps of the model")
     p.add_argument("--results", type=Path, default=Path("results"))
+    p.add_argument("--reuse", action="store_true", help="read back bundles an earlier run wrote")
     a = p.parse_args()
+    global REUSE
+    REUSE = a.reuse
     a.work.mkdir(parents=True, exist_ok=True)
     model, tokenizer, _ = load_model(a.model_dir)
     out: dict[str, Any] = {"model": str(a.model_dir), "training_steps": a.steps,
