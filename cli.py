@@ -18,6 +18,7 @@ from trainer import palkit_version
 from trainer.commands import app as trainer_app
 from trainer.errors import PalkitError
 from ui import quiet
+from ui.help import flags_without_types
 
 # Before any command runs: worker processes that export and bench spawn import this module
 # first, and inherit the choice made by --verbose through the environment.
@@ -53,7 +54,7 @@ def main_options(
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status (0 ok, 2 bad input, 130 interrupted)."""
-    command = typer.main.get_command(app)
+    command = flags_without_types(typer.main.get_command(app))
     try:
         result = command.main(args=argv, prog_name="palkit", standalone_mode=False)
     except typer.TyperException as e:

@@ -124,35 +124,43 @@ def _times(bound: float | None, v: float | None) -> float | None:
 
 
 def headline_figure(rows: list[Row], data: dict[str, Any], path: Path) -> None:
+    save(draw_headline(rows, data), path)
+
+
+def draw_headline(rows: list[Row], data: dict[str, Any]):
     plt = _plt()
     threads, seq = reference_condition(data)
     # at most 16 x 10 inches: 1600 x 1000 px, one screen; more rows get thinner bars
-    fig, axes = plt.subplots(1, 3, figsize=(16, min(10.0, 2.6 + 0.55 * len(rows))), sharey=True)
+    fig, axes = plt.subplots(1, 3, figsize=(16, min(10.0, 3.2 + 0.55 * len(rows))), sharey=True)
     peers = [r.one_ms for r in rows if r.role == "peer" and r.one_ms is not None]
+    peer_target = min(peers) * TARGETS["latency_ratio_pal_vs_best_peer"][1] if peers else None
     _panel(axes[0], rows, [r.mib for r in rows], [r.size_target for r in rows],
            "bundle size, all tasks", "MiB on disk", "{:.1f}")
     _panel(axes[1], rows, [r.one_ms for r in rows], [r.one_target for r in rows],
-           "one task, p50", "ms", "{:.1f}")
-    if peers:
-        axes[1].axvline(min(peers) * TARGETS["latency_ratio_pal_vs_best_peer"][1], color="black",
-                        linestyle="--", linewidth=1.2)
+           "one task, p50", "ms", "{:.1f}", line=peer_target)
     all_text = [("" if a is None else f"{a:.0f} ({a / o:.2f}×)" if o else f"{a:.0f}")
                 for a, o in ((r.all_ms, r.one_ms) for r in rows)]
+    hatched = [not r.all_program and r.all_ms is not None for r in rows]
     _panel(axes[2], rows, [r.all_ms for r in rows], [r.all_target for r in rows],
            "all tasks on one input, p50", "ms (× one task)", "{:.0f}", all_text,
-           hatched=[not r.all_program for r in rows])
-    _headline_legend(fig, rows)
+           hatched=hatched)
+    targets = any(t is not None for r in rows
+                  for t in (r.size_target, r.one_target, r.all_target))
+    _headline_legend(fig, rows, targets, peer_target is not None, any(hatched))
     fig.suptitle(f"{machine_label(data['machine'])} · {seq} tokens, {threads} thread(s), batch 1",
                  fontsize=15)
     fig.text(0.01, 0.01, _target_caption(), fontsize=12, color="#333333")
     fig.tight_layout(rect=(0, 0.07, 1, 0.885))
-    save(fig, path)
+    for ax in axes:
+        fit_labels(ax)
+    return fig
 
 
 def _panel(ax, rows: list[Row], values: list[float | None], targets: list[float | None],
            title: str, xlabel: str, fmt: str, texts: list[str] | None = None,
-           hatched: list[bool] | None = None) -> None:
-    """Horizontal bars, value at each bar's end, a short black tick where a target bounds it."""
+           hatched: list[bool] | None = None, line: float | None = None) -> None:
+    """Horizontal bars, value at each bar's end, a short black tick where a target bounds it,
+    and a dashed line across all bars where one target bounds them all."""
     y = range(len(rows))
     ax.barh(list(y), [v or 0 for v in values], color=[ROLE_COLOR[r.role] for r in rows],
             edgecolor="white")
@@ -165,8 +173,10 @@ def _panel(ax, rows: list[Row], values: list[float | None], targets: list[float 
     for i, t in enumerate(targets):
         if t is not None:
             ax.plot([t, t], [i - 0.42, i + 0.42], color="black", linewidth=3)
-    top = max([v for v in values + targets if v is not None], default=1.0)
-    ax.set_xlim(0, top * 1.3)
+    if line is not None:
+        ax.axvline(line, color="black", linestyle="--", linewidth=1.2)
+    top = max([v for v in values + targets + [line] if v is not None], default=1.0)
+    ax.set_xlim(0, top * 1.15)
     ax.set_yticks(list(y), [r.label for r in rows])
     ax.invert_yaxis()
     ax.set_title(title)
@@ -174,16 +184,34 @@ def _panel(ax, rows: list[Row], values: list[float | None], targets: list[float 
     ax.grid(axis="x", alpha=0.3)
 
 
-def _headline_legend(fig, rows: list[Row]) -> None:
+def fit_labels(ax, pad_px: float = 6.0) -> None:
+    """Widen a bar panel's x axis (from 0) until every label written in it ends inside it: a
+    label's width is fixed in pixels, so the axis must reach x * W / (W - width - pad)."""
+    renderer = ax.figure.canvas.get_renderer()
+    width = ax.get_window_extent(renderer).width
+    right = ax.get_xlim()[1]
+    for text in ax.texts:
+        x, room = text.get_position()[0], width - text.get_window_extent(renderer).width - pad_px
+        if room > 0:
+            right = max(right, x * width / room)
+    ax.set_xlim(0, right)
+
+
+def _headline_legend(fig, rows: list[Row], targets: bool, peer_target: bool,
+                     hatched: bool) -> None:
+    """A key for what the panels draw, and nothing they do not."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     roles = [r for r in ROLE_ORDER if any(row.role == r for row in rows)]
     handles = [Patch(color=ROLE_COLOR[r], label=ROLE_LEGEND[r]) for r in roles]
-    handles.append(Line2D([], [], color="black", linewidth=3, label="target for that bar"))
-    handles.append(Line2D([], [], color="black", linestyle="--", label="target: fastest peer"))
-    handles.append(Patch(facecolor="#999999", hatch="//", edgecolor="white",
-                         label="tasks run one after the other"))
+    if targets:
+        handles.append(Line2D([], [], color="black", linewidth=3, label="target for that bar"))
+    if peer_target:
+        handles.append(Line2D([], [], color="black", linestyle="--", label="target: fastest peer"))
+    if hatched:
+        handles.append(Patch(facecolor="#999999", hatch="//", edgecolor="white",
+                             label="tasks run one after the other"))
     fig.legend(handles=handles, loc="upper center", ncol=3, frameon=False,
                bbox_to_anchor=(0.5, 0.955))
 
@@ -233,6 +261,16 @@ def _family(subject: dict[str, Any], runs: dict[str, str]) -> str | None:
 
 def accuracy_figure(points: list[dict[str, Any]], lines: list[dict[str, Any]],
                     data: dict[str, Any], path: Path) -> None:
+    save(draw_accuracy(points, lines, data), path)
+
+
+# The y axis shows at least this many points either side of the data: a gap of a tenth of a
+# point must look as small as it is, not fill the chart.
+ACCURACY_PAD_POINTS = 1.0
+
+
+def draw_accuracy(points: list[dict[str, Any]], lines: list[dict[str, Any]],
+                  data: dict[str, Any]):
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
@@ -257,7 +295,10 @@ def accuracy_figure(points: list[dict[str, Any]], lines: list[dict[str, Any]],
         ax.axhline(bound, color="black", linestyle=":", linewidth=1.5)
         ax.text(0, bound, f" target {bound:.1f}", va="bottom")
     ax.set_xlim(0, right)
-    ax.margins(y=0.08)
+    shown = [p["acc"] for p in points] + [ln["acc"] for ln in lines] + \
+        ([bound] if separate else [])
+    pad = max(ACCURACY_PAD_POINTS, 0.08 * (max(shown) - min(shown)))
+    ax.set_ylim(min(shown) - pad, max(shown) + pad)
     ax.set_xlabel("MiB on disk, all tasks (bundles as exported)")
     ax.set_ylabel(f"average score, {split} (points)")
     ax.set_title(f"accuracy vs size · {machine_label(data['machine'])}")
@@ -272,7 +313,7 @@ def accuracy_figure(points: list[dict[str, Any]], lines: list[dict[str, Any]],
                               label=f"target: separate fp32 − {-gap:g} point"))
     ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     fig.tight_layout()
-    save(fig, path)
+    return fig
 
 
 # ---- deployment frontier ------------------------------------------------------------------------

@@ -69,6 +69,16 @@ def all_tasks_id(prefix: str, subject: str, threads: int, seq: int) -> str:
     return f"{prefix}{latency_id(subject, 'all_tasks', threads, seq)}:p50_ms"
 
 
+# What fills a headline key that no host bench file can measure alone
+MISSING_INPUT = {
+    "all_tasks_ratio_best_placement": "needs the accuracy of several PAL placements trained to "
+    "one budget: `palkit report --accuracy FILE` with a study's table (`palkit study-results`, e.g. "
+    "results/converged.json) and their bundles benchmarked",
+    "best_placement_accuracy_gap": "needs `palkit report --accuracy FILE` (see "
+    "all_tasks_ratio_best_placement)",
+}
+
+
 @dataclass
 class Headline:
     """The headline of one host file as it is worked out: values, sources and notes."""
@@ -147,7 +157,8 @@ def headline(data: dict[str, Any], prefix: str, m: Measurements) -> tuple[dict[s
     for key in SUMMARY_KEYS:
         if key not in ("machine", "notes") and h.out[key] is None:
             if not any(n.startswith(f"{key}:") for n in h.notes):
-                h.notes.append(f"{key}: not measured (the inputs lack what it needs)")
+                why = MISSING_INPUT.get(key, "not measured (the inputs lack what it needs)")
+                h.notes.append(f"{key}: {why}")
     h.notes.append(f"accuracy in points (0-100, the trainer's average: accuracies and "
                    f"(Pearson+1)/2) on the {accuracy_split(data)} split")
     h.out["notes"] = h.notes
@@ -224,8 +235,10 @@ def all_tasks_subject(h: Headline, names: list[str]) -> str | None:
 def _all_tasks_ratio(h: Headline, key: str, names: list[str]) -> None:
     n = all_tasks_subject(h, names)
     if n is None:
+        layers, out = ("top", "runs/pals-top") if "top" in key else ("all", "runs/default")
         h.notes.append(f"{key}: no {'top-half' if 'top' in key else 'all-layer'} PAL bundle "
-                       "was benchmarked")
+                       f"was benchmarked; train one (`palkit train --pal-layers {layers} --out "
+                       f"{out}`), export it and bench it with the others")
         return
     h.notes.append(f"{key}: subject {n}")
     one, one_ids = h.task_p50(n)

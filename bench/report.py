@@ -26,7 +26,7 @@ def build_report(bench_files: list[Path], device_files: list[Path], out: Path,
                  accuracy_file: Path | None = None,
                  int8_accuracy_file: Path | None = None) -> dict[str, Any]:
     if not bench_files and not device_files:
-        raise ReportError("nothing to report: give --bench FILE (from `cli.py bench`) and/or "
+        raise ReportError("nothing to report: give --bench FILE (from `palkit bench`) and/or "
                           "--device-results FILE (from the Android app)")
     m = Measurements()
     hosts, devices = read_inputs(bench_files, device_files, m)
@@ -67,7 +67,7 @@ def _summary(hosts, m: Measurements) -> tuple[dict[str, Any], dict[str, Any]]:
     """The headline of the first host file, every cited id checked to exist."""
     if not hosts:
         summary: dict[str, Any] = {k: None for k in SUMMARY_KEYS}
-        summary["notes"] = ["no host bench file: the headline needs `cli.py bench` results"]
+        summary["notes"] = ["no host bench file: the headline needs `palkit bench` results"]
         return summary, {}
     summary, sources = headline(hosts[0].data, hosts[0].key, m)
     for key, ids in sources.items():

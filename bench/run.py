@@ -86,7 +86,7 @@ def run_worker(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
             env[var] = str(spec.get("threads", 1))
         try:
             proc = subprocess.run([sys.executable, "-m", "bench.worker", str(spec_path),
-                                   str(out_path)], cwd=ROOT, env=env, capture_output=True,
+                                   str(out_path)], env=env, capture_output=True,
                                   text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             return {"error": f"worker timed out after {timeout:.0f} s"}
@@ -308,7 +308,7 @@ def bench(bundles: list[Path], runs: list[Path], out: Path,
     started = time.time()
     machine = host_machine()
     say(f"host: {machine['model']}, {machine['cores_logical']} logical cores, "
-        f"load average {machine['load_avg_1min_at_start']}")
+        f"load average {machine['load_avg_1min_at_start']:.1f}")
     subjects, _, notes = discover(bundles, runs, o.runtimes, o.peers, o.work)
     if not subjects:
         raise BenchError("nothing to measure: give bundles, or --run a `--mode separate` run "
@@ -386,14 +386,19 @@ def merge_rounds(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return merged
 
 
+def command_line() -> list[str] | None:
+    """The command that produced the file, as `palkit ...` whether typed as `palkit` or as
+    `python cli.py`; None when the bench is called from Python."""
+    return ["palkit", *sys.argv[1:]] if Path(sys.argv[0]).name in ("palkit", "cli.py") else None
+
+
 def new_bench_data(machine: dict[str, Any], notes: list[str], threads: list[int],
                    seq_lens: list[int], timing: Timing) -> dict[str, Any]:
     return {
         "schema": SCHEMA, "version": VERSION, "machine": machine,
         "bundle": {}, "results": [], "load_ms": {}, "swap_ms": {}, "memory_rss_bytes": {},
         "subjects": {}, "flops": {}, "ceiling": {}, "accuracy": {}, "notes": notes,
-        "command": ["palkit", *sys.argv[1:]] if Path(sys.argv[0]).name in ("palkit", "cli.py")
-        else None,  # None: called from Python, not the command line
+        "command": command_line(),
         "settings": {"threads": threads, "seq_lens": seq_lens, "warmup": timing.warmup,
                      "min_runs": timing.min_runs, "min_seconds": timing.min_seconds,
                      "max_seconds": timing.max_seconds, "block": timing.block,

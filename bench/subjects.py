@@ -83,13 +83,14 @@ def run_model_dirs(run: Path) -> list[Path]:
 def bundle_sizes(bundle: Path, m: Manifest, runtime: str) -> dict[str, Any]:
     """Bytes of the trunk, each task's file and the vocabulary, as the manifest lists them."""
     adapters = {t.name: m.files[t.files[runtime]].bytes for t in m.tasks}
-    out: dict[str, Any] = {"trunk_bytes": m.files[m.trunk_file(runtime)].bytes,
+    out: dict[str, Any] = {"trunk_bytes": sum(m.files[rel].bytes
+                                              for rel in m.runtimes[runtime].runtime_files),
                            "adapter_bytes": adapters,
                            "vocab_bytes": m.files[m.tokenizer.vocab_file].bytes}
     out["total_bytes"] = out["trunk_bytes"] + sum(adapters.values())
     program = m.all_tasks(runtime)
     if program is not None:
-        out["all_tasks_program_bytes"] = m.files[program.file].bytes
+        out["all_tasks_program_bytes"] = 0  # a method of the trunk program: no file of its own
     return out
 
 

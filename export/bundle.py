@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import torch
 
-from export.manifest import (IO, AllTasksProgram, ExecuTorchSection, FileEntry, Manifest,
+from export.manifest import (IO, AllTasksMethod, ExecuTorchSection, FileEntry, Manifest,
                              OnnxRuntimeSection, TaskEntry, TokenizerSettings, Trunk,
                              write_manifest)
 from export.programs import PAD_OUTPUTS
@@ -67,7 +67,7 @@ def tokenizer_settings(trunk_dir: Path, tokenizer, max_length: int) -> Tokenizer
 def task_entry(spec, trunk_sha: str, runtimes: list[str]) -> TaskEntry:
     files = {}
     if "executorch" in runtimes:
-        files["executorch"] = f"executorch/{spec.name}.pte"
+        files["executorch"] = f"executorch/{spec.name}.safetensors"
     if "onnxruntime" in runtimes:
         files["onnxruntime"] = f"onnx/{spec.name}.onnx_adapter"
     return TaskEntry(name=spec.name, kind=spec.kind,
@@ -186,34 +186,23 @@ def export_bundle(model_dir: Path, out: Path, target: str, quant: str, tasks: li
 
 def write_executorch(model, names: list[str], build: Path, int8: bool, max_len: int, calib,
                      all_tasks: bool, log: Log) -> dict[str, Any]:
-    """executorch/<task>.pte for each task, the one trunk.ptd they share, and (several tasks)
-    _all_tasks.pte. Returns what the manifest records about them."""
-    from export.executorch_export import ALL_TASKS_PROGRAM, lower_programs
+    """executorch/trunk.pte (the one program: task weights are method inputs), its trunk.ptd,
+    and one weights file per task (executorch/<task>.safetensors). Returns what the manifest
+    records about them."""
+    from export.executorch_export import (ALL_TASKS_METHOD, lower_trunk_program,
+                                          write_task_weights)
 
-    (build / "executorch").mkdir()
-    programs = {name: [name] for name in names}
-    if all_tasks and len(names) > 1:
-        programs[ALL_TASKS_PROGRAM] = list(names)
-    facts = lower_programs(model, programs, build / ".et", int8, max_len, calib, log=log)
-    for name in programs:
-        sub = build / ".et" / name
-        keep_shared_trunk(sub / "trunk.ptd", build / "executorch" / "trunk.ptd",
-                          f"{name}'s trunk.ptd differs from the other programs'; the trunk "
-                          "would be stored twice (please report this)")
-        os.replace(sub / f"{name}.pte", build / "executorch" / f"{name}.pte")
-    details = {"non_delegated_ops": facts[names[-1]]["non_delegated_ops"], "all_tasks": None}
-    if ALL_TASKS_PROGRAM in programs:
-        details["all_tasks"] = AllTasksProgram(f"executorch/{ALL_TASKS_PROGRAM}.pte", list(names))
-    remove_tree(build / ".et")
-    return details
-
-
-def keep_shared_trunk(new: Path, shared: Path, mismatch: str) -> None:
-    """Move the first trunk.ptd into place; every later one must be byte-identical to it."""
-    if not shared.exists():
-        os.replace(new, shared)
-    elif file_digest(new)[0] != file_digest(shared)[0]:
-        raise ExportError(mismatch)
+    folder = build / "executorch"
+    folder.mkdir()
+    several = all_tasks and len(names) > 1
+    facts = lower_trunk_program(model, list(names) if several else None, folder, int8, max_len,
+                                calib, log=log)
+    for name in names:
+        if write_task_weights(model, name, folder / f"{name}.safetensors") != facts["task_inputs"]:
+            raise ExportError(f"task '{name}' has other weights than the program's inputs (a "
+                              "different PAL placement?); please report this")
+    return {"non_delegated_ops": facts["non_delegated_ops"], "task_inputs": facts["task_inputs"],
+            "all_tasks": AllTasksMethod(ALL_TASKS_METHOD, list(names)) if several else None}
 
 
 def write_onnx(model, names: list[str], build: Path, int8: bool, calib,
@@ -233,6 +222,7 @@ def write_onnx(model, names: list[str], build: Path, int8: bool, calib,
 def build_manifest(build: Path, model, model_dir: Path, trunk_sha: str, tokenizer, max_len: int,
                    int8: bool, details: dict[str, Any], names: list[str]) -> Manifest:
     """The manifest of the bundle written in `build` (`details`: what each runtime wrote)."""
+    from export.executorch_export import ONE_TASK_METHOD
     from export.onnx_export import OPSET
     from quant import onnx_int8, xnnpack
 
@@ -244,7 +234,9 @@ def build_manifest(build: Path, model, model_dir: Path, trunk_sha: str, tokenize
         et = details["executorch"]
         runtimes["executorch"] = ExecuTorchSection(
             version=versions["executorch"], torch=versions["torch"], backend="xnnpack",
-            trunk_data="executorch/trunk.ptd", seq_len={"min": 2, "max": max_len, "dynamic": True},
+            program="executorch/trunk.pte", trunk_data="executorch/trunk.ptd",
+            method=ONE_TASK_METHOD, task_inputs=et["task_inputs"], output_columns=PAD_OUTPUTS,
+            seq_len={"min": 2, "max": max_len, "dynamic": True},
             non_delegated_ops=et["non_delegated_ops"], all_tasks=et["all_tasks"])
     if "onnxruntime" in details:
         ort = details["onnxruntime"]
@@ -292,9 +284,9 @@ def add_adapter(run: Path, task: str, bundle_dir: Path, replace: bool = False,
     build = staging_dir(bundle_dir)
     try:
         new = write_task_files(model, tokenizer, task, old.manifest, build / ".new", log)
-        manifest, stale = manifest_with_task(old.manifest, model.tasks[task], run_sha,
-                                             build / ".new", new)
-        stage_bundle(bundle_dir, build, new, skip={stale} if stale else set())
+        manifest = manifest_with_task(old.manifest, model.tasks[task], run_sha, build / ".new",
+                                      new)
+        stage_bundle(bundle_dir, build, new)
         write_manifest(build, manifest)
         report = verify_bundle(build, model, tokenizer, max_len, data_dir, int8, gate, [task],
                                log=log)
@@ -309,9 +301,6 @@ def add_adapter(run: Path, task: str, bundle_dir: Path, replace: bool = False,
         replace_dir(build, bundle_dir)
     finally:
         remove_tree(build)
-    if stale:
-        log(f"removed {stale}: it held the replaced '{task}'; re-export the bundle to rebuild "
-            "the all-tasks program")
     log(f"added task '{task}' to {bundle_dir}")
     return bundle_dir
 
@@ -339,14 +328,15 @@ def write_task_files(model, tokenizer, task: str, manifest: Manifest, folder: Pa
     max_len, int8 = manifest.tokenizer.max_length, manifest.int8
     new = {}
     if "executorch" in manifest.runtimes:
-        from export.executorch_export import lower_task
-        log(f"executorch: lowering {task}")
-        lower_task(model, task, folder, int8, max_len,
-                   calibration_inputs(model, max_len, tokenizer))
-        if file_digest(folder / "trunk.ptd")[0] != manifest.files["executorch/trunk.ptd"].sha256:
-            raise ExportError("the re-lowered trunk.ptd differs from the bundle's (different "
-                              "palkit/ExecuTorch version?); export a new bundle instead")
-        new[f"executorch/{task}.pte"] = f"{task}.pte"
+        from export.executorch_export import write_task_weights
+        log(f"executorch: writing {task}.safetensors (no lowering: the bundle's program takes "
+            "it as inputs)")
+        if write_task_weights(model, task, folder / f"{task}.safetensors") != \
+                manifest.runtimes["executorch"].task_inputs:
+            raise ExportError(f"task '{task}' has other weights than this bundle's program "
+                              "takes (another PAL placement, or an older palkit); export a new "
+                              "bundle with all its tasks")
+        new[f"executorch/{task}.safetensors"] = f"{task}.safetensors"
     if "onnxruntime" in manifest.runtimes:
         from export.onnx_export import write_adapter
         ort = manifest.runtimes["onnxruntime"]
@@ -365,29 +355,24 @@ def write_task_files(model, tokenizer, task: str, manifest: Manifest, folder: Pa
 
 
 def manifest_with_task(m: Manifest, spec, run_sha: str, folder: Path,
-                       new: dict[str, str]) -> tuple[Manifest, str | None]:
-    """The manifest with `spec`'s entry and files (new or replaced), and the all-tasks program
-    file it no longer lists (the program holds the old weights of a replaced task), if any."""
-    runtimes, files, stale = dict(m.runtimes), dict(m.files), None
-    program = m.all_tasks("executorch")
-    if program and spec.name in program.tasks:
-        stale = program.file
-        runtimes["executorch"] = dataclasses.replace(runtimes["executorch"], all_tasks=None)
-        del files[stale]
+                       new: dict[str, str]) -> Manifest:
+    """The manifest with `spec`'s entry and files, new or replaced. The all-tasks method keeps
+    its tasks: it takes their weights as inputs, so a replaced task's new weights apply to it."""
+    files = dict(m.files)
     tasks = [t for t in m.tasks if t.name != spec.name]
     tasks.append(task_entry(spec, run_sha, m.runtime_names))
     for rel, name in new.items():
         files[rel] = FileEntry(*file_digest(folder / name))
-    return dataclasses.replace(m, runtimes=runtimes, tasks=tasks, files=files), stale
+    return dataclasses.replace(m, tasks=tasks, files=files)
 
 
-def stage_bundle(bundle_dir: Path, build: Path, new: dict[str, str], skip: set[str]) -> None:
-    """Fill `build` with the bundle's files (hard links: the trunk files are not rewritten),
-    the task's new files from build/.new, and without the `skip` paths."""
+def stage_bundle(bundle_dir: Path, build: Path, new: dict[str, str]) -> None:
+    """Fill `build` with the bundle's files (hard links: the trunk files are not rewritten) and
+    the task's new files from build/.new."""
     for src in sorted(p for p in bundle_dir.rglob("*") if p.is_file()):
         rel = src.relative_to(bundle_dir).as_posix()
         # rewritten for the new bundle (model.sig too: signing must not write through a link)
-        if rel in skip or rel in new or rel in ("manifest.json", "verify.json", SIGNATURE_FILE):
+        if rel in new or rel in ("manifest.json", "verify.json", SIGNATURE_FILE):
             continue
         dst = build / rel
         dst.parent.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Annotated, Literal, Optional
+from typing import TYPE_CHECKING, Annotated, Literal, Optional
 
 import typer
 
@@ -15,9 +15,11 @@ from trainer.errors import PalkitError
 from trainer.options import (SCORING, DataDirOption, RuntimeOption, ThreadsOption,
                              TrustKeyOption)
 
+if TYPE_CHECKING:
+    from export.runtime import Bundle, Engine
+
 app = typer.Typer()
 EXPORT, RUN, TRUST = "Export", "Run a bundle", "Trust"
-
 
 
 def _data_dir(value: str | None) -> Path | None:
@@ -51,7 +53,8 @@ def export(
     onnx: Annotated[bool, typer.Option(
         help="with --target android, also write the ONNX Runtime files")] = True,
     out: Annotated[Optional[Path], typer.Option(
-        metavar="DIR", help="bundle folder (default bundles/<run name>-<quant>)")] = None,
+        metavar="DIR", help="bundle folder (default: in bundles/, the run folder's name, a "
+        "dash and --quant, e.g. bundles/default-int8)")] = None,
     overwrite: Annotated[bool, typer.Option(
         help="replace an existing bundle folder at --out")] = False,
     adapter: Annotated[Optional[str], typer.Option(
@@ -114,16 +117,39 @@ def summarize(path: Path) -> None:
                            f"{x['max_abs_diff']:.2e} ({x['source']})")
 
 
-def _engine(bundle: Path, runtime: str | None, threads: int, tasks: list[str] | None):
-    """Load the bundle on one runtime: its signature first when a key is trusted, then only
-    the files that runtime and `tasks` use."""
-    from export.runtime import Engine, load_bundle
+def _import_runtime(runtime: str) -> float:
+    """Import the runtime's Python side as its runner would (export/engines.py), timed apart
+    from the bundle so that "loaded in" is loading; returns milliseconds."""
+    from export.engines import import_runtime
+    from ui.quiet import native_stderr_filtered
 
     t0 = time.perf_counter()
-    loaded = load_bundle(bundle, runtime=runtime, tasks=tasks)
+    with native_stderr_filtered():  # the thread pool's start-up lines
+        import_runtime(runtime)
+    return (time.perf_counter() - t0) * 1000
+
+
+def _open_bundle(folder: Path, runtime: str | None,
+                 tasks: list[str] | None) -> tuple["Bundle", float]:
+    """Check the bundle (signature when a key is trusted, manifest, the files of `runtime` and
+    `tasks`) without importing any runtime; returns it and the milliseconds it took."""
+    from export.runtime import load_bundle
+
+    t0 = time.perf_counter()
+    loaded = load_bundle(folder, runtime=runtime, tasks=tasks)
+    return loaded, (time.perf_counter() - t0) * 1000
+
+
+def _start_engine(loaded: "Bundle", runtime: str | None,
+                  threads: int) -> tuple["Engine", float, float]:
+    """Import the runtime, then load the bundle's trunk on it: (engine, load ms, import ms)."""
+    from export.runtime import Engine
+
     runtime = runtime or loaded.runtimes[0]
+    import_ms = _import_runtime(runtime)
+    t0 = time.perf_counter()
     engine = Engine(loaded, runtime, threads)
-    return engine, (time.perf_counter() - t0) * 1000
+    return engine, (time.perf_counter() - t0) * 1000, import_ms
 
 
 @app.command(rich_help_panel=RUN, epilog='Example: palkit predict bundles/default --all '
@@ -133,32 +159,58 @@ def predict(
     texts: Annotated[list[str], typer.Argument(metavar="TEXT...",
                                                help="one text, or two for pair tasks")],
     task: Annotated[Optional[str], typer.Option(help="the task to run")] = None,
-    all_: Annotated[bool, typer.Option("--all", help="run every task on the input")] = False,
+    all_: Annotated[bool, typer.Option("--all", help="run every task that reads the input: "
+                                       "single-text tasks on one text, pair tasks on two")] = False,
     runtime: RuntimeOption = None,
     threads: ThreadsOption = 1,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     trust_key: TrustKeyOption = None,
 ) -> None:
-    """Classify text with a bundle: one task, or every task (--all)."""
-    from export.runtime import BundleError
+    """Classify text with a bundle: one task, or every task (--all).
+
+    Every input is checked before a runtime is imported; "loaded in" is the time to check and
+    load the bundle, the runtime's import shown apart.
+    """
+    from export.inputs import InputError, check_task_reads, check_texts, needs, tasks_for
     from ui.tables import predictions_table
 
     if (task is None) == (not all_):
-        raise BundleError("give exactly one of --task NAME and --all")
-    if len(texts) > 2:
-        raise BundleError(f"give one or two texts, got {len(texts)}")
-    engine, load_ms = _engine(bundle, runtime, threads, None if all_ else [task])
-    pair = texts[1] if len(texts) == 2 else None
-    preds = engine.predict_all(texts[0], pair) if all_ else [engine.predict(task, texts[0], pair)]
-    read = {p.task: "text 1 + text 2" if engine.bundle.task(p.task).is_pair else "text 1"
-            for p in preds}
+        raise InputError("give exactly one of --task NAME and --all")
+    given = check_texts(texts)
+    loaded, check_ms = _open_bundle(bundle, runtime, None if all_ else [task])
+    if all_:
+        chosen, skipped = tasks_for(loaded.tasks.values(), given)
+        if not chosen:
+            raise InputError(f"{bundle}: no task reads {given.count} text(s) (tasks: "
+                             f"{', '.join(f'{t.name} needs {needs(t)}' for t in skipped)})")
+    else:
+        chosen, skipped = [loaded.task(task)], []
+        check_task_reads(chosen[0], given)
+    engine, load_ms, import_ms = _start_engine(loaded, runtime, threads)
+    # Every task on one input in one call when the bundle has a program of all of them.
+    one_call = all_ and engine.all_tasks_program() == [t.name for t in chosen]
+    t0 = time.perf_counter()
+    if one_call:   # programs are loaded here, so that the latency column is running only
+        engine.load_all_tasks()
+    else:
+        for t in chosen:
+            engine.swap(t.name)
+    load_ms += check_ms + (time.perf_counter() - t0) * 1000
+    preds = (engine.predict_all(given.first, given.second) if one_call else
+             [engine.predict(t.name, given.first, given.second) for t in chosen])
+    read = "text 1 + text 2" if given.second is not None else "text 1"
     if as_json:
-        typer.echo(json.dumps({"runtime": engine.runtime, "load_ms": load_ms, "predictions": [
-            {**p.to_dict(), "read": read[p.task]} for p in preds]}, indent=2))
+        typer.echo(json.dumps({
+            "runtime": engine.runtime, "load_ms": load_ms, "import_ms": import_ms,
+            "predictions": [{**p.to_dict(), "read": read} for p in preds],
+            "skipped": [{"task": t.name, "needs": needs(t)} for t in skipped]}, indent=2))
         return
-    predictions_table([{"task": p.task, "read": read[p.task], "prediction": p.summary().split(
-        ": ", 1)[1], "latency": f"{p.latency_ms:.1f} ms ({p.tokens} tokens)"} for p in preds],
-        f"{engine.runtime}; bundle loaded in {load_ms:.0f} ms")
+    rows = [{"task": p.task, "read": read, "prediction": p.summary().split(": ", 1)[1],
+             "latency": f"{p.latency_ms:.1f} ms ({p.tokens} tokens)"} for p in preds]
+    rows += [{"task": t.name, "read": "–", "prediction": f"skipped: needs {needs(t)}",
+              "latency": ""} for t in skipped]
+    predictions_table(rows, f"{engine.runtime}; bundle loaded in {load_ms:.0f} ms (importing "
+                      f"{engine.runtime} took {import_ms:.0f} ms more)")
 
 
 @app.command(rich_help_panel=RUN, epilog="Example: palkit demo bundles/default")
@@ -170,13 +222,15 @@ def demo(
 ) -> None:
     """Interactive demo: type text, see every task's result.
 
-    A line is one text, or two texts separated by '|||' for pair tasks. ':task NAME' runs only
-    that task, ':all' every task, ':quit' ends. Line editing and history on a terminal.
+    A line is one text, or two texts separated by '|||' for pair tasks: one text runs the
+    single-text tasks, two the pair tasks. ':task NAME' runs only that task, ':all' every task,
+    ':quit' ends. Line editing and history on a terminal.
     """
     from export.demo import run_demo
 
-    engine, load_ms = _engine(bundle, runtime, threads, None)
-    run_demo(engine, load_ms)
+    loaded, check_ms = _open_bundle(bundle, runtime, None)
+    engine, load_ms, import_ms = _start_engine(loaded, runtime, threads)
+    run_demo(engine, load_ms + check_ms, import_ms)
 
 
 @app.command(rich_help_panel=SCORING,

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import sys
 
+from export.inputs import PAIR_SEPARATOR, InputError, needs, split_line, tasks_for
 from export.runtime import BundleError, Engine
 
-PAIR_SEPARATOR = "|||"
 QUIT = (":quit", ":q", ":exit")
 
 
@@ -20,10 +20,11 @@ def _read_line(interactive: bool) -> str | None:
     return line if line else None
 
 
-def run_demo(engine: Engine, load_ms: float) -> None:
+def run_demo(engine: Engine, load_ms: float, import_ms: float) -> None:
     tasks = list(engine.bundle.tasks)
-    print(f"palkit demo: {engine.bundle.folder} on {engine.runtime}; trunk loaded in "
-          f"{load_ms:.0f} ms (file checks {engine.bundle.verify_seconds * 1000:.0f} ms)")
+    print(f"palkit demo: {engine.bundle.folder} on {engine.runtime}; bundle loaded in "
+          f"{load_ms:.0f} ms (file checks {engine.bundle.verify_seconds * 1000:.0f} ms; importing "
+          f"{engine.runtime} took {import_ms:.0f} ms more)")
     for t in tasks:
         print(f"  adapter {t}: first swap {engine.swap(t):.1f} ms, swap back "
               f"{engine.swap(t):.2f} ms")
@@ -32,15 +33,21 @@ def run_demo(engine: Engine, load_ms: float) -> None:
     interactive = sys.stdin.isatty()
     if interactive:
         import readline  # noqa: F401  (importing it gives input() history and line editing)
-    selected = tasks
+    selected, empty, number = tasks, [], 0
     while (line := _read_line(interactive)) is not None:
+        number += 1
         line = line.strip()
         if line in QUIT:
             break
         if line.startswith(":"):
             selected = _command(line, tasks, selected)
         elif line:
-            _predict_line(engine, selected, line)
+            _predict_line(engine, selected, line, f"line {number}")
+        else:
+            empty.append(number)
+    if empty and not interactive:  # on a terminal the user saw the empty line; in a file, not
+        print(f"note: {len(empty)} empty line(s) skipped (line {', '.join(map(str, empty))})",
+              file=sys.stderr)
 
 
 def _command(line: str, tasks: list[str], selected: list[str]) -> list[str]:
@@ -59,17 +66,19 @@ def _command(line: str, tasks: list[str], selected: list[str]) -> list[str]:
     return selected
 
 
-def _predict_line(engine: Engine, selected: list[str], line: str) -> None:
-    parts = [s.strip() for s in line.split(PAIR_SEPARATOR, 1)]
-    a, b = parts[0], (parts[1] if len(parts) == 2 else None)
-    for name in selected:
-        info = engine.bundle.tasks[name]
-        if info.is_pair != (b is not None):
-            need = f"two texts (a {PAIR_SEPARATOR} b)" if info.is_pair else "one text"
-            print(f"  {name}: skipped, needs {need}")
-            continue
+def _predict_line(engine: Engine, selected: list[str], line: str, where: str) -> None:
+    try:
+        texts = split_line(line, where)
+    except InputError as e:
+        print(f"error: {e}")
+        return
+    chosen, skipped = tasks_for((engine.bundle.tasks[name] for name in selected), texts)
+    for info in skipped:
+        hint = f" (a {PAIR_SEPARATOR} b)" if info.is_pair else ""
+        print(f"  {info.name}: skipped, needs {needs(info)}{hint}")
+    for info in chosen:
         try:
-            p = engine.predict(name, a, b if info.is_pair else None)
+            p = engine.predict(info.name, texts.first, texts.second)
         except BundleError as e:
             print(f"  error: {e}")
             return

@@ -78,6 +78,14 @@ def executorch_lib() -> Any:
     return portable_lib
 
 
+def import_runtime(runtime: str) -> None:
+    """Import a runtime's Python side as its runner does (for timing the import apart)."""
+    if runtime == "executorch":
+        executorch_lib()
+    else:
+        import onnxruntime  # noqa: F401
+
+
 _executorch_threads: list[int] = []  # the count this process set, once
 _executorch_programs_loaded = False
 
@@ -131,9 +139,10 @@ def ort_errors() -> tuple[type[BaseException], ...]:
 
 
 class ExecuTorchRunner(TaskRunner):
-    """Per-task programs that share trunk.ptd; each program is loaded once, then kept."""
-
-    ALL_TASKS = "__all_tasks__"  # the all-tasks program's slot among the loaded programs
+    """The bundle's one program, loaded once (the trunk packed once); a task is its weights
+    file, read once and then passed as the method's task inputs, so a swap is choosing another
+    task's tensors. The program does not plan memory for its inputs: the method reads the
+    tensors where they lie, nothing is copied per call (export/executorch_export.py)."""
 
     def __init__(self, bundle: "Bundle", threads: int | None):
         super().__init__(bundle, threads)
@@ -142,41 +151,69 @@ class ExecuTorchRunner(TaskRunner):
                 set_executorch_threads(threads)
             else:
                 executorch_lib()
-        self.trunk = bundle.path(bundle.manifest.trunk_file("executorch"))
-        self.methods: dict[str, Any] = {}
+        self.section = bundle.manifest.runtimes["executorch"]
+        pte = bundle.path(self.section.program, "runtimes.executorch")
+        trunk = bundle.path(self.section.trunk_data, "runtimes.executorch")
+        try:
+            with native_stderr_filtered():
+                self.program = load_executorch_program(pte, trunk)
+                self.method = self.program.load_method(self.section.method)
+        except RuntimeError as e:  # the pybindings' errors carry an error code
+            raise BundleError(f"{pte}: ExecuTorch cannot load it with {trunk.name} ({e}); "
+                              "re-export the bundle") from None
+        self.weights: dict[str, tuple[Any, ...]] = {}
+        self.all_method: Any = None
+        self.all_weights: tuple[Any, ...] = ()
 
-    def _method(self, key: str, rel: str) -> Any:
-        if key not in self.methods:
-            pte = self.bundle.path(rel)
-            try:
-                with native_stderr_filtered():
-                    program = load_executorch_program(pte, self.trunk)
-                    self.methods[key] = (program, program.load_method("forward"))
-            except RuntimeError as e:  # the pybindings' errors carry an error code
-                raise BundleError(f"{pte}: ExecuTorch cannot load it with {self.trunk.name} "
-                                  f"({e}); re-export the bundle") from None
-        return self.methods[key][1]
+    def task_weights(self, task: TaskEntry) -> tuple[Any, ...]:
+        """The task's weights file as the method's task inputs, read on first use."""
+        if task.name not in self.weights:
+            path = self.bundle.path(task.files["executorch"], f"task '{task.name}'")
+            self.weights[task.name] = read_task_weights(path, self.section.task_inputs)
+        return self.weights[task.name]
 
     def select(self, task: TaskEntry) -> None:
-        self.current = self._method(task.name, task.files["executorch"])
+        self.current = self.task_weights(task)
 
     def run(self, task, ids, mask, types):
-        out = self.current(_torch_inputs(ids, mask, types))[0]
+        out = self.method((*_torch_inputs(ids, mask, types), *self.current))[0]
         return out.numpy()[0, : task.num_outputs]
 
     def load_all(self) -> list[str]:
-        program = self.bundle.manifest.all_tasks("executorch")
-        if program is None:
+        spec = self.bundle.manifest.all_tasks("executorch")
+        if spec is None:
             return super().load_all()
-        self._method(self.ALL_TASKS, program.file)
-        return list(program.tasks)
+        if self.all_method is None:
+            import torch
+            parts = [self.task_weights(self.bundle.tasks[t]) for t in spec.tasks]
+            self.all_weights = tuple(torch.cat(p) for p in zip(*parts))
+            try:
+                self.all_method = self.program.load_method(spec.method)
+            except RuntimeError as e:
+                raise BundleError(f"{self.bundle.folder}: ExecuTorch cannot load the program's "
+                                  f"{spec.method} ({e}); re-export the bundle") from None
+        return list(spec.tasks)
 
     def run_all(self, ids, mask, types):
-        program = self.bundle.manifest.all_tasks("executorch")
-        self.load_all()
-        outs = self.methods[self.ALL_TASKS][1](_torch_inputs(ids, mask, types))
-        return {t: o.numpy()[0, : self.bundle.tasks[t].num_outputs]
-                for t, o in zip(program.tasks, outs)}
+        tasks = self.load_all()
+        out = self.all_method((*_torch_inputs(ids, mask, types), *self.all_weights))[0].numpy()
+        return {t: out[i, : self.bundle.tasks[t].num_outputs] for i, t in enumerate(tasks)}
+
+
+def read_task_weights(path: Path, names: list[str]) -> tuple[Any, ...]:
+    """A task's weights file (safetensors) as tensors in the program's input order."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        tensors = load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as e:
+        raise BundleError(f"{path}: not a readable task weights file ({e}); re-export the "
+                          "bundle") from None
+    if sorted(tensors) != sorted(names):
+        raise BundleError(f"{path}: holds other tensors than the bundle's program takes; "
+                          "re-export the bundle")
+    return tuple(tensors[n] for n in names)
 
 
 def _torch_inputs(*arrays: np.ndarray) -> tuple[Any, ...]:

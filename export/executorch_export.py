@@ -1,44 +1,30 @@
-"""Lower a program to ExecuTorch/XNNPACK: `<task>.pte` (one task) or `_all_tasks.pte` (every
-task on one input), plus the shared `trunk.ptd`.
+"""Lower a bundle's one ExecuTorch/XNNPACK program, `trunk.pte` + `trunk.ptd`, and write each
+task's weights file, `<task>.safetensors`.
 
-Every constant the trunk owns (XNNPACK-packed linear weights and the non-delegated embedding and
-LayerNorm tables) is tagged into the external file "trunk"; XNNPACK keys its data by content hash,
-so trunk.ptd comes out byte-identical for every task of the same trunk and quantization. The
-task's PAL and head weights stay inside its .pte.
+The program (TaskSlotProgram, export/programs.py) takes every task-specific matrix as a method
+input, so one lowering serves every task, present and future: adding a task writes its weights
+file and no program. `forward` runs one task; `forward_all` runs the bundle's tasks stacked on one
+input. Every constant the trunk owns (XNNPACK-packed linear weights and the non-delegated
+embedding and LayerNorm tables) is tagged into the external file "trunk" (trunk.ptd).
 
-Lowering is single-threaded Python (most of it ExecuTorch's per-partition XNNPACK passes) and
-takes a minute or more of CPU per program for a MiniLM; `lower_programs` lowers a bundle's
-programs side by side in worker processes, each byte-identical to lowering it in this process.
+Lowering is single-threaded Python (most of it ExecuTorch's per-partition XNNPACK passes): a
+minute or more of CPU per method for a MiniLM, the same for 3 tasks or 30.
 """
 from __future__ import annotations
 
-import multiprocessing
 import os
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch.fx.passes.infra.pass_base import PassResult
 
-from export.programs import TEXT_INPUTS, AllTasksProgram, TaskProgram
+from export.programs import TEXT_INPUTS, TaskSlotProgram, task_tensors
 from trainer.model import PalBert
 from ui.progress import say
 
 TRUNK_DATA = "trunk"  # -> trunk.ptd
-# Task names start with a letter or digit (trainer/tasks.py), so this file name cannot clash.
-ALL_TASKS_PROGRAM = "_all_tasks"
-# Each worker holds a model copy and its lowering (about 1.7 GB at peak for MiniLM).
-MAX_WORKERS = 4
-
-
-def example_inputs(seq: int, vocab: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(5, vocab, (1, seq), generator=g)
-    types = torch.zeros(1, seq, dtype=torch.long)
-    types[:, seq // 2:] = 1
-    return ids, torch.ones(1, seq, dtype=torch.long), types
 
 
 def _owner_table(ep: torch.export.ExportedProgram) -> dict[str, str]:
@@ -84,76 +70,46 @@ def _op_name(target: Any) -> str:
     return getattr(target, "__name__", type(target).__name__)
 
 
-def lower_task(model: PalBert, task: str, out_dir: Path, int8: bool, max_len: int,
-               calibration: list[tuple[torch.Tensor, ...]]) -> dict[str, Any]:
-    """Write out_dir/<task>.pte and out_dir/trunk.ptd; return facts for the manifest."""
-    return lower_program(TaskProgram(model, task), task, out_dir, int8, max_len, calibration)
+PROGRAM = "trunk"  # -> trunk.pte: the one program of a bundle
+ONE_TASK_METHOD = "forward"
+ALL_TASKS_METHOD = "forward_all"
 
 
-def lower_all_tasks(model: PalBert, tasks: list[str], out_dir: Path, int8: bool, max_len: int,
-                    calibration: list[tuple[torch.Tensor, ...]]) -> dict[str, Any]:
-    """Write out_dir/_all_tasks.pte (outputs in `tasks` order) and out_dir/trunk.ptd."""
-    return lower_program(AllTasksProgram(model, tasks), ALL_TASKS_PROGRAM, out_dir, int8,
-                         max_len, calibration)
+def lower_trunk_program(model: PalBert, all_tasks: list[str] | None, out_dir: Path, int8: bool,
+                        max_len: int, calibration: list[tuple[torch.Tensor, ...]],
+                        log: Callable[[str], None] = say) -> dict[str, Any]:
+    """Write out_dir/trunk.pte and out_dir/trunk.ptd: one program whose task weights are method
+    inputs (TaskSlotProgram): `forward` runs one task, `forward_all` (when `all_tasks` lists
+    several) those tasks stacked in that order on one input. Calibration runs with the model's
+    own task weights. Returns the delegation facts and the task input names in method order."""
+    tasks = all_tasks or [next(iter(model.tasks))]
+    one = TaskSlotProgram(model, 1)
+    order = one.input_names()
+    weights = {t: task_tensors(model, t) for t in tasks}
+    methods = {ONE_TASK_METHOD: (one, [x + tuple(weights[tasks[0]][k] for k in order)
+                                       for x in calibration])}
+    if all_tasks and len(all_tasks) > 1:
+        stacked = stack_task_tensors([weights[t] for t in all_tasks], order)
+        methods[ALL_TASKS_METHOD] = (TaskSlotProgram(model, len(all_tasks)),
+                                     [x + tuple(stacked) for x in calibration])
+    log(f"executorch: lowering {PROGRAM}.pte ({', '.join(methods)})")
+    facts = lower_methods(methods, PROGRAM, out_dir, int8, max_len)
+    return {**facts, "task_inputs": order}
 
 
-def lower_named(model: PalBert, name: str, tasks: list[str], out_dir: Path, int8: bool,
-                max_len: int, calibration: list[tuple[torch.Tensor, ...]]) -> dict[str, Any]:
-    """One program by its bundle name: ALL_TASKS_PROGRAM over `tasks`, else the task `name`."""
-    if name == ALL_TASKS_PROGRAM:
-        return lower_all_tasks(model, tasks, out_dir, int8, max_len, calibration)
-    if tasks != [name]:
-        raise ValueError(f"the program '{name}' holds only its own task, not {tasks}")
-    return lower_task(model, name, out_dir, int8, max_len, calibration)
+def stack_task_tensors(tasks: list[dict[str, torch.Tensor]], order: list[str]) -> list[torch.Tensor]:
+    """The all-tasks method's task inputs: each input's per-task slices stacked, in task order."""
+    return [torch.cat([t[k] for t in tasks]) for k in order]
 
 
-def usable_cpus() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+def write_task_weights(model: PalBert, task: str, path: Path) -> list[str]:
+    """The task's weights file (safetensors: readable without Python): the trunk program's task
+    inputs for this task, by name. Returns the names in method order."""
+    from safetensors.torch import save_file
 
-
-def lower_programs(model: PalBert, programs: dict[str, list[str]], out_root: Path, int8: bool,
-                   max_len: int, calibration: list[tuple[torch.Tensor, ...]],
-                   workers: int | None = None,
-                   log: Callable[[str], None] = say) -> dict[str, dict[str, Any]]:
-    """Lower every program ({bundle name: its tasks}) into out_root/<name>/ (<name>.pte and
-    trunk.ptd); returns lower_named's facts by name. With more than one worker (default: one per
-    usable CPU, at most MAX_WORKERS) the programs are lowered in parallel processes, the largest
-    first."""
-    order = sorted(programs, key=lambda n: -len(programs[n]))
-    workers = min(len(order), workers or min(usable_cpus(), MAX_WORKERS))
-    if workers <= 1:
-        facts = {}
-        for name in order:
-            log(f"executorch: lowering {name}")
-            facts[name] = lower_named(model, name, programs[name], out_root / name, int8,
-                                      max_len, calibration)
-        return {name: facts[name] for name in programs}
-    log(f"executorch: lowering {len(order)} programs in {workers} processes")
-    # spawn, not fork: a forked child of a process whose torch thread pool has started can hang.
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                             initializer=_start_worker, initargs=(model,)) as pool:
-        jobs = {pool.submit(_lower_in_worker, name, programs[name], out_root / name, int8,
-                            max_len, calibration): name for name in order}
-        facts = {}
-        for job in as_completed(jobs):
-            facts[jobs[job]] = job.result()
-            log(f"executorch: lowered {jobs[job]} ({len(facts)}/{len(order)})")
-    return {name: facts[name] for name in programs}
-
-
-_worker_model: PalBert | None = None  # set once per worker process by _start_worker
-
-
-def _start_worker(model: PalBert) -> None:
-    global _worker_model
-    torch.set_num_threads(1)  # one process per CPU already; more threads only contend
-    _worker_model = model
-
-
-def _lower_in_worker(name: str, tasks: list[str], out_dir: Path, int8: bool, max_len: int,
-                     calibration: list[tuple[torch.Tensor, ...]]) -> dict[str, Any]:
-    assert _worker_model is not None, "_start_worker did not run in this process"
-    return lower_named(_worker_model, name, tasks, out_dir, int8, max_len, calibration)
+    tensors = task_tensors(model, task)
+    save_file(tensors, str(path))
+    return list(tensors)
 
 
 def infer_sequence_size(gm: torch.fx.GraphModule) -> PassResult:
@@ -181,43 +137,64 @@ def infer_sequence_size(gm: torch.fx.GraphModule) -> PassResult:
 
 def lower_program(program: torch.nn.Module, name: str, out_dir: Path, int8: bool, max_len: int,
                   calibration: list[tuple[torch.Tensor, ...]]) -> dict[str, Any]:
-    """The lowering steps, one after the other: int8 embeddings, export with a dynamic sequence
-    length, int8 linears (pt2e), trunk constants tagged into trunk.ptd, XNNPACK partitioning,
-    ExecuTorch program; writes out_dir/<name>.pte and out_dir/trunk.ptd."""
+    """One program with one method, `forward` (see lower_methods)."""
+    return lower_methods({"forward": (program, calibration)}, name, out_dir, int8, max_len)
+
+
+def lower_methods(methods: dict[str, tuple[torch.nn.Module, list[tuple[torch.Tensor, ...]]]],
+                  name: str, out_dir: Path, int8: bool, max_len: int) -> dict[str, Any]:
+    """The lowering steps, one after the other, for each method ({method: (module, calibration
+    inputs)}): int8 embeddings, export with a dynamic sequence length (the text inputs' dim 1;
+    any further inputs keep their shapes), int8 linears (pt2e), trunk constants tagged into
+    trunk.ptd; then XNNPACK partitioning and one ExecuTorch program holding every method
+    (constants the methods share are stored once). Writes out_dir/<name>.pte and
+    out_dir/trunk.ptd; returns the first method's delegation facts."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import (EdgeCompileConfig, ExecutorchBackendConfig,
                                  to_edge_transform_and_lower)
+    from executorch.exir.passes import MemoryPlanningPass
 
     from quant import xnnpack as q
 
-    program = program.eval()
-    if int8:
-        q.quantize_embeddings(program)
     seq = torch.export.Dim("seq", min=2, max=max_len)
-    dynamic = {text: {1: seq} for text in TEXT_INPUTS}
-    example = calibration[0]
-    with torch.no_grad():
-        ep = torch.export.export(program, example, dynamic_shapes=dynamic)
+    eps, owners = {}, {}
+    for method, (program, calibration) in methods.items():
+        program = program.eval()
         if int8:
-            ep = q.quantize_linears_pt2e(ep, calibration, dynamic)
-    owners = _owner_table(ep)
-    for node in ep.graph.nodes:
-        if node.op == "placeholder" and owners.get(node.name) == "trunk":
-            node.meta.setdefault("custom", {})["delegate_constant_tag"] = TRUNK_DATA
+            q.quantize_embeddings(program)
+        example = calibration[0]
+        dynamic: tuple[Any, ...] = tuple({1: seq} for _ in TEXT_INPUTS)
+        if len(example) > len(TEXT_INPUTS):  # a TaskSlotProgram's *tensors: static shapes
+            dynamic += (tuple(None for _ in example[len(TEXT_INPUTS):]),)
+        # the converted module that pt2e re-exports takes its inputs flat
+        flat = tuple({1: seq} if i < len(TEXT_INPUTS) else None for i in range(len(example)))
+        with torch.no_grad():
+            ep = torch.export.export(program, example, dynamic_shapes=dynamic)
+            if int8:
+                ep = q.quantize_linears_pt2e(ep, calibration, flat)
+        owners[method] = _owner_table(ep)
+        for node in ep.graph.nodes:
+            if node.op == "placeholder" and owners[method].get(node.name) == "trunk":
+                node.meta.setdefault("custom", {})["delegate_constant_tag"] = TRUNK_DATA
+        eps[method] = ep
+    owned = {n: o for table in owners.values() for n, o in table.items()}
 
     def external(node: torch.fx.Node) -> str | None:
         # Non-delegated constants (embeddings, LayerNorm): trunk-owned tables go to trunk.ptd;
         # scalars and task constants stay in the .pte.
         val = node.meta.get("val")
         big = val is not None and getattr(val, "numel", lambda: 0)() > 1
-        is_trunk = node.name.startswith("p_model_trunk_") or owners.get(node.name) == "trunk"
+        is_trunk = node.name.startswith("p_model_trunk_") or owned.get(node.name) == "trunk"
         return TRUNK_DATA if big and is_trunk else None
 
-    edge = to_edge_transform_and_lower(ep, transform_passes=[infer_sequence_size],
+    edge = to_edge_transform_and_lower(eps, transform_passes=[infer_sequence_size],
                                        partitioner=[XnnpackPartitioner()],
                                        compile_config=EdgeCompileConfig(_check_ir_validity=False))
-    et = edge.to_executorch(ExecutorchBackendConfig(external_constants=external,
-                                                    do_quant_fusion_and_const_prop=int8))
+    # Inputs not memory-planned: the method reads the caller's tensors in place, so a task's
+    # weights (method inputs) are bound once per swap, never copied per call.
+    et = edge.to_executorch(ExecutorchBackendConfig(
+        external_constants=external, do_quant_fusion_and_const_prop=int8,
+        memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False)))
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / f"{name}.pte", "wb") as f:
         et.write_to_file(f)
@@ -226,7 +203,8 @@ def lower_program(program: torch.nn.Module, name: str, out_dir: Path, int8: bool
     if extra:
         raise RuntimeError(f"unexpected ExecuTorch data files {extra}: only {TRUNK_DATA}.ptd "
                            "is supported")
-    return delegation_facts(edge.exported_program().graph_module)
+    first = next(iter(methods))
+    return delegation_facts(edge.exported_program(first).graph_module)
 
 
 def delegation_facts(gm: torch.fx.GraphModule) -> dict[str, Any]:

@@ -23,13 +23,15 @@ from trainer.fileio import write_json
 from trainer.tasks import TASK_KINDS
 
 FORMAT = "palkit-bundle"
-VERSION = 1
+# 2: ExecuTorch tasks are weights files bound to one trunk program (1: a program per task)
+VERSION = 2
 MANIFEST_FILE = "manifest.json"
 RUNTIMES = ("executorch", "onnxruntime")
-# The fixed inputs and output every program and graph of format version 1 has.
+# The text inputs and the output every program and graph has (a task's result: the first
+# num_outputs columns); ExecuTorch's task weights follow as further inputs (task_inputs).
 IO = {"inputs": [{"name": n, "dtype": "int64", "shape": [1, "seq"]}
                  for n in ("input_ids", "attention_mask", "token_type_ids")],
-      "outputs": [{"name": "logits", "dtype": "float32", "shape": [1, "num_outputs"]}]}
+      "outputs": [{"name": "logits", "dtype": "float32", "shape": [1, "output_columns"]}]}
 
 
 class BundleError(PalkitError, ValueError):
@@ -64,8 +66,8 @@ class TaskEntry:
 
 
 @dataclass(frozen=True)
-class AllTasksProgram:
-    file: str
+class AllTasksMethod:
+    method: str          # the program's method running `tasks`, stacked in this order
     tasks: list[str]
 
 
@@ -74,12 +76,20 @@ class ExecuTorchSection:
     version: str
     torch: str
     backend: str
-    trunk_data: str
+    program: str                       # the one program; its task weights are method inputs
+    trunk_data: str                    # the trunk's constants (trunk.ptd)
+    method: str                        # one task: text inputs, then task_inputs
+    task_inputs: list[str]             # tensor names in each task's weights file, input order
+    output_columns: int
     seq_len: dict[str, Any]
     non_delegated_ops: list[str] | None
-    all_tasks: AllTasksProgram | None = None    # written only when present
+    all_tasks: AllTasksMethod | None = None    # written only when present
 
     trunk_key = "trunk_data"
+
+    @property
+    def runtime_files(self) -> list[str]:
+        return [self.program, self.trunk_data]
 
 
 @dataclass(frozen=True)
@@ -92,6 +102,10 @@ class OnnxRuntimeSection:
     fusions: dict[str, int] | None
 
     trunk_key = "trunk_model"
+
+    @property
+    def runtime_files(self) -> list[str]:
+        return [self.trunk_model]
 
 
 @dataclass(frozen=True)
@@ -148,11 +162,11 @@ class Manifest:
         raise BundleError(f"no task '{name}' (it has: {', '.join(self.task_names)})")
 
     def task_bytes(self, name: str) -> dict[str, int]:
-        """Bytes of one task's own files, per runtime (its adapter blob or program)."""
+        """Bytes of one task's own files, per runtime (its adapter or weights file)."""
         return {rt: self.files[path].bytes for rt, path in self.task(name).files.items()}
 
-    def all_tasks(self, runtime: str) -> AllTasksProgram | None:
-        # Only ExecuTorch bundles have an all-tasks program.
+    def all_tasks(self, runtime: str) -> AllTasksMethod | None:
+        # Only ExecuTorch bundles have an all-tasks method.
         return getattr(self.runtimes.get(runtime), "all_tasks", None)
 
     def trunk_file(self, runtime: str) -> str:
@@ -162,15 +176,13 @@ class Manifest:
     def files_for(self, runtimes: list[str] | None = None,
                   tasks: list[str] | None = None) -> dict[str, str]:
         """Relative paths a reader of these runtimes and tasks loads (None: all), each with what
-        needs it. The all-tasks program is included when every task is asked for."""
+        needs it."""
         runtimes = self.runtime_names if runtimes is None else runtimes
         wanted = self.task_names if tasks is None else tasks
         needed = {self.tokenizer.vocab_file: "tokenizer"}
         for r in runtimes:
-            needed[self.trunk_file(r)] = f"runtimes.{r}"
-            program = self.all_tasks(r)
-            if program is not None and tasks is None:
-                needed[program.file] = f"runtimes.{r}.all_tasks"
+            for rel in self.runtimes[r].runtime_files:
+                needed[rel] = f"runtimes.{r}"
             for name in wanted:
                 needed[self.task(name).files[r]] = f"task '{name}'"
         return needed
@@ -209,8 +221,10 @@ def manifest_from_dict(m: Any, where: str) -> Manifest:
         found = m.get("format") if isinstance(m, dict) else None
         raise BundleError(f"{where}: not a palkit bundle manifest (format {found!r})")
     if m.get("version") != VERSION:
-        raise BundleError(f"{where}: bundle version {m.get('version')!r} is not supported "
-                          f"(this palkit reads version {VERSION}); re-export with this palkit")
+        raise BundleError(f"{where}: bundle format version {m.get('version')!r} is not "
+                          f"supported (this palkit reads version {VERSION}, where an ExecuTorch "
+                          "task is a weights file); re-export it: `palkit export RUN --out "
+                          "BUNDLE --overwrite`")
     body = _keys(Manifest, {k: v for k, v in m.items() if k not in ("format", "version")},
                  where, "manifest")
     built = Manifest(
@@ -250,7 +264,7 @@ def _build_runtimes(raw: Any, where: str) -> dict[str, ExecuTorchSection | OnnxR
     if "executorch" in raw:
         et = dict(_object(raw["executorch"], where, "runtimes.executorch"))
         if et.get("all_tasks") is not None:
-            et["all_tasks"] = _build(AllTasksProgram, et["all_tasks"], where,
+            et["all_tasks"] = _build(AllTasksMethod, et["all_tasks"], where,
                                      "runtimes.executorch.all_tasks")
         out["executorch"] = _build(ExecuTorchSection, et, where, "runtimes.executorch")
     if "onnxruntime" in raw:
@@ -262,7 +276,7 @@ def _build_runtimes(raw: Any, where: str) -> dict[str, ExecuTorchSection | OnnxR
 def check_path_types(m: Manifest, where: str) -> None:
     """Every path the manifest names is a string (JSON can say anything)."""
     paths = [("tokenizer.vocab_file", m.tokenizer.vocab_file)] + [
-        (f"runtimes.{r}", m.trunk_file(r)) for r in m.runtime_names]
+        (f"runtimes.{r}", rel) for r in m.runtime_names for rel in m.runtimes[r].runtime_files]
     for t in m.tasks:
         if not isinstance(t.files, dict):
             raise BundleError(f"{where}: task '{t.name}' 'files' is not an object; re-export "
@@ -273,7 +287,6 @@ def check_path_types(m: Manifest, where: str) -> None:
         if not isinstance(program.tasks, list):
             raise BundleError(f"{where}: runtimes.executorch.all_tasks.tasks is not a list; "
                               "re-export the bundle")
-        paths.append(("runtimes.executorch.all_tasks.file", program.file))
     for key, value in paths:
         if not isinstance(value, str):
             raise BundleError(f"{where}: {key} is not a path string; re-export the bundle")
@@ -288,7 +301,7 @@ def check_manifest(m: Manifest, where: str) -> None:
         if t.trunk_sha256 != m.trunk.sha256:
             raise BundleError(f"{where}: task '{t.name}' was built against trunk "
                               f"{str(t.trunk_sha256)[:12]}…, but this bundle's trunk is "
-                              f"{str(m.trunk.sha256)[:12]}…; re-export it with `cli.py export "
+                              f"{str(m.trunk.sha256)[:12]}…; re-export it with `palkit export "
                               f"RUN --adapter {t.name}` from this trunk's run")
         for r in m.runtime_names:
             if r not in t.files:
@@ -310,7 +323,7 @@ def read_manifest(folder: str | Path) -> Manifest:
     """The typed manifest of a bundle folder; every refusal is one BundleError line."""
     path = Path(folder) / MANIFEST_FILE
     if not path.is_file():
-        raise BundleError(f"{path}: not found; is {folder} a bundle written by `cli.py export`?")
+        raise BundleError(f"{path}: not found; is {folder} a bundle written by `palkit export`?")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:

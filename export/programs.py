@@ -1,9 +1,10 @@
 """The exported computations, as thin wrappers around the one PalBert (trainer/model.py).
 
-* `TaskProgram`: one task end to end, as ExecuTorch runs it: (input_ids, attention_mask,
-  token_type_ids) -> [1, num_outputs]; a regression task already outputs its score in
-  score_range (regression_score inside the program).
-* `AllTasksProgram`: every task on one input, one output per task (PalBert.forward_all).
+* `TaskSlotProgram`: the bundle's one ExecuTorch program. Every task-specific Linear is a
+  `BmmLinear` whose matrix and bias are method inputs (a task's weights file, `task_tensors`),
+  so one lowering serves every task; `tasks` > 1 runs that many tasks stacked on one input.
+* `TaskProgram` / `AllTasksProgram`: one task / every task with its weights inside the program
+  (the compute-sharing study lowers these to compare graph variants; bundles do not).
 * `SwappableTrunk`: the ONNX graph. The task's PAL and head are the same modules with each
   nn.Linear replaced by a `GivenLinear` (the same x·W + b) whose matrix and bias come in as graph
   inputs, so one graph serves every task; a PAL attention's query/key/value are one GivenLinear
@@ -175,6 +176,133 @@ class SwappableTrunk(nn.Module):
         return linear * raw + sigmoid * torch.sigmoid(raw) + offset
 
 
+class BmmLinear(nn.Module):
+    """A task's nn.Linear in the ExecuTorch program: x·W + b for B stacked tasks, with W
+    [B, in, out] and b [B, 1, out] method inputs (B = 1 for one task). A 3-D input weight read
+    by bmm stays inside the XNNPACK delegate; as a 2-D mm it falls out of it
+    (../shared/notes/runtimes.md)."""
+
+    def __init__(self, bound: dict[str, tuple[torch.Tensor, torch.Tensor]], path: str):
+        super().__init__()
+        self.bound, self.path = bound, path  # the program fills `bound` on each call
+
+    def forward(self, x):
+        weight, bias = self.bound[self.path]
+        return torch.bmm(x, weight) + bias
+
+
+def task_linears(modules: dict[str, nn.Module]) -> list[tuple[str, nn.Module, str, nn.Linear]]:
+    """(task tensor path, parent module, attribute, nn.Linear) of every Linear a task brings,
+    in a fixed order (the modules' registration order)."""
+    found = []
+    for prefix, root in modules.items():
+        for name, module in root.named_modules():
+            if isinstance(module, nn.Linear):
+                parent, _, attr = name.rpartition(".")
+                found.append((f"{prefix}.{name}", root.get_submodule(parent), attr, module))
+    return found
+
+
+class TaskSlotProgram(nn.Module):
+    """The ExecuTorch trunk program: `tasks` tasks (1: the one-task method) on one input, every
+    task-specific matrix a method input, so one lowered program serves every task and a task is
+    its weights file. Inputs: the three text inputs, then `input_names()` in order, each
+    [tasks, ...]; output [tasks, PAD_OUTPUTS]: row t is task t's logits (or score, column 0) in
+    its first num_outputs columns, through the same output map (linear / sigmoid / offset) as the
+    ONNX graph. With several tasks the layers below the first adapted layer, and that layer's
+    attention and feed-forward, run once (as PalBert.forward_all does)."""
+
+    def __init__(self, model: PalBert, tasks: int):
+        super().__init__()
+        any_task = next(iter(model.tasks))
+        m = copy.copy(model)
+        m._modules = dict(model._modules)
+        hidden = model.trunk.config.hidden_size
+        m.adapters = nn.ModuleDict({SLOT: copy.deepcopy(model.adapters[any_task])}
+                                   if any_task in model.adapters else {})
+        m.heads = nn.ModuleDict({SLOT: TaskHead(hidden, PAD_OUTPUTS, 0.0)})
+        m.tasks = {SLOT: model.tasks[any_task]}
+        self.model = copy.deepcopy(m).eval()
+        self.tasks = tasks
+        # a dict the forward fills, not tensor attributes: export refuses to see those assigned
+        self.bound: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.paths: list[str] = []
+        for path, parent, attr, _ in task_linears(self.model.task_modules(SLOT)):
+            setattr(parent, attr, BmmLinear(self.bound, path))
+            self.paths.append(path)
+
+    def input_names(self) -> list[str]:
+        return task_input_names(self.paths)
+
+    def forward(self, input_ids, attention_mask, token_type_ids, *tensors):
+        it = iter(tensors)
+        for path in self.paths:
+            self.bound[path] = (next(it), next(it))
+        linear, sigmoid, offset = next(it), next(it), next(it)
+        m, n = self.model, self.tasks
+        mask = model_code.additive_mask(attention_mask,
+                                        m.trunk.embeddings.word_embeddings.weight.dtype)
+        h = m.embed(input_ids, token_type_ids)
+        layers = len(m.trunk.encoder.layer)
+        start = m.first_adapted_layer() if n > 1 else 0
+        for i in range(start):
+            h = m.layer(i, h, mask, None)
+        if n > 1 and start < layers:
+            # The first adapted layer reads one state for all tasks: attention and feed-forward
+            # once, the PALs and the join per task (the order of PalBert.fork_layer's sums).
+            a, ffn = m.trunk_sublayers(start, h, mask)
+            pals = m.adapters[SLOT](start, h.repeat(n, 1, 1), mask)
+            h = m.trunk.encoder.layer[start].output.LayerNorm(
+                (ffn.repeat(n, 1, 1) + pals) + a.repeat(n, 1, 1))
+            start += 1
+        for i in range(start, layers):
+            h = m.layer(i, h, mask, SLOT)
+        # BertPooler on the [CLS] row kept 3-D ([B, 1, d]), so the head is a bmm too
+        pooled = torch.tanh(m.trunk.pooler.dense(h[:, :1]))
+        if pooled.shape[0] != n:
+            pooled = pooled.repeat(n, 1, 1)
+        raw = m.heads[SLOT].out(pooled)
+        return (linear * raw + sigmoid * torch.sigmoid(raw) + offset).reshape(n, PAD_OUTPUTS)
+
+
+def task_input_names(paths: list[str]) -> list[str]:
+    """The ExecuTorch program's task inputs in method order: each given matrix's weight
+    ([in, out]) and bias, then the output map."""
+    names = [f"{path}.{s}" for path in paths for s in ("weight_t", "bias")]
+    return names + ["output.linear", "output.sigmoid", "output.offset"]
+
+
+def task_tensors(model: PalBert, task: str) -> dict[str, torch.Tensor]:
+    """One task's inputs to TaskSlotProgram by name, as one task's slice (the task's weights
+    file): weight [1, in, out], bias [1, 1, out], output map [1, 1, PAD_OUTPUTS], fp32."""
+    spec = model.tasks[task]
+    if spec.num_outputs > PAD_OUTPUTS:
+        raise ValueError(f"task '{task}' has {spec.num_outputs} outputs; a bundle supports at "
+                         f"most {PAD_OUTPUTS}")
+    out: dict[str, torch.Tensor] = {}
+    for path, _, _, module in task_linears(model.task_modules(task)):
+        w, b = module.weight.detach().float(), module.bias.detach().float()
+        if path.startswith("head."):
+            w = torch.cat([w, w.new_zeros(PAD_OUTPUTS - w.shape[0], w.shape[1])])
+            b = torch.cat([b, b.new_zeros(PAD_OUTPUTS - b.shape[0])])
+        out[f"{path}.weight_t"] = w.t().contiguous()[None]
+        out[f"{path}.bias"] = b[None, None].contiguous()
+    out.update({k: v[None, None] for k, v in output_map(spec).items()})
+    return out
+
+
+def output_map(spec) -> dict[str, torch.Tensor]:
+    """The per-task vectors that turn the padded raw outputs into logits (classification) or
+    the score mapped into score_range (regression, column 0)."""
+    linear, sigmoid, offset = (torch.zeros(PAD_OUTPUTS) for _ in range(3))
+    if spec.is_regression:
+        low, high = spec.score_range  # type: ignore[misc]
+        sigmoid[0], offset[0] = high - low, low
+    else:
+        linear[: spec.num_outputs] = 1.0
+    return {"output.linear": linear, "output.sigmoid": sigmoid, "output.offset": offset}
+
+
 def adapter_tensors(model: PalBert, task: str, int8: bool) -> dict[str, torch.Tensor]:
     """One task's inputs to SwappableTrunk, by input name (the .onnx_adapter contents)."""
     spec = model.tasks[task]
@@ -193,11 +321,5 @@ def adapter_tensors(model: PalBert, task: str, int8: bool) -> dict[str, torch.Te
         else:
             values = (b, w.t())
         out.update({f"{path}.{s}": v.contiguous() for s, v in zip(given_suffixes(int8), values)})
-    linear, sigmoid, offset = (torch.zeros(PAD_OUTPUTS) for _ in range(3))
-    if spec.is_regression:
-        low, high = spec.score_range  # type: ignore[misc]
-        sigmoid[0], offset[0] = high - low, low
-    else:
-        linear[: spec.num_outputs] = 1.0
-    out.update({"output.linear": linear, "output.sigmoid": sigmoid, "output.offset": offset})
+    out.update(output_map(spec))
     return out

@@ -308,8 +308,9 @@ def check_signed_files(folder: Path, signed: dict[str, str]) -> None:
 
 # Placeholders named .bin, not .pte/.ptd/.onnx*: no runtime may ever take them for models.
 GOLDEN_FILES = {"vocab.txt": b"[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\nfilm\n",
+                "executorch/trunk-program.bin": b"golden vector: stands for trunk.pte\n",
                 "executorch/trunk-data.bin": b"golden vector: stands for trunk.ptd\n",
-                "executorch/sst-program.bin": b"golden vector: stands for a task's .pte\n",
+                "executorch/sst-program.bin": b"golden vector: stands for a task's weights file\n",
                 "onnx/trunk-graph.bin": b"golden vector: stands for trunk.onnx\n",
                 "onnx/sst-adapter.bin": b"golden vector: stands for a task's .onnx_adapter\n"}
 
@@ -325,7 +326,9 @@ def golden_manifest(folder: Path):
                                     "[UNK]", "[MASK]", 100),
         quantization={"scheme": "fp32", "details": "none"},
         runtimes={"executorch": ExecuTorchSection("1.5.1", "2.13.0", "xnnpack",
-                                                  "executorch/trunk-data.bin",
+                                                  "executorch/trunk-program.bin",
+                                                  "executorch/trunk-data.bin", "forward",
+                                                  ["head.out.weight_t"], 16,
                                                   {"min": 2, "max": 16, "dynamic": True}, None),
                   "onnxruntime": OnnxRuntimeSection("1.31.1", 17, "onnx/trunk-graph.bin", 16,
                                                     None, None)},

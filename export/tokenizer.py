@@ -1,8 +1,13 @@
-"""The bundle's tokenizer on the host: HF's fast BERT tokenizer built from vocab.txt and the
-manifest's settings, with the refusals a user can fix (empty text, text that is not UTF-8)."""
+"""The bundle's tokenizer on the host: BERT WordPiece from vocab.txt and the manifest's
+settings, with the refusals a user can fix (empty text, text that is not UTF-8).
+
+Built on the `tokenizers` library directly, the same pipeline transformers' BertTokenizerFast
+assembles (tests/test_tokenizer_property.py holds the two equal on arbitrary text), so running a
+bundle never imports transformers (about a second of start-up)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -10,18 +15,37 @@ from export.manifest import BundleError, TokenizerSettings
 from ui.progress import say
 
 
+def wordpiece(settings: TokenizerSettings, vocab: Path) -> Any:
+    """BertTokenizerFast's pipeline: BERT normalizer and pre-tokenizer, WordPiece, then
+    `[CLS] a [SEP]` / `[CLS] a [SEP] b [SEP]` with token types 0 then 1; the special tokens are
+    matched whole in the text, as transformers adds them."""
+    from tokenizers import Tokenizer as WordPieceTokenizer
+    from tokenizers import normalizers, pre_tokenizers, processors
+    from tokenizers.models import WordPiece
+
+    ids = WordPiece.read_file(str(vocab))
+    for token in (settings.cls_token, settings.sep_token, settings.unk_token):
+        if token not in ids:
+            raise BundleError(f"{vocab}: has no '{token}' token; re-export the bundle")
+    tok = WordPieceTokenizer(WordPiece(ids, unk_token=settings.unk_token,
+                                       max_input_chars_per_word=settings.max_input_chars_per_word))
+    tok.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=bool(settings.strip_accents),
+        lowercase=bool(settings.lowercase))
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.BertProcessing(
+        (settings.sep_token, ids[settings.sep_token]), (settings.cls_token, ids[settings.cls_token]))
+    tok.add_special_tokens([t for t in (settings.pad_token, settings.unk_token, settings.cls_token,
+                                        settings.sep_token, settings.mask_token) if t in ids])
+    return tok
+
+
 class Tokenizer:
     def __init__(self, settings: TokenizerSettings, vocab: Path):
-        from transformers import BertTokenizerFast
-
         self.max_length = int(settings.max_length)
-        # transformers 5 takes the vocabulary as `vocab`; `vocab_file` is silently ignored
-        # there (it builds a vocabulary of special tokens only).
-        self.tok = BertTokenizerFast(
-            vocab=str(vocab), do_lower_case=bool(settings.lowercase),
-            strip_accents=bool(settings.strip_accents), cls_token=settings.cls_token,
-            sep_token=settings.sep_token, pad_token=settings.pad_token,
-            unk_token=settings.unk_token, mask_token=settings.mask_token)
+        self.full = wordpiece(settings, vocab)
+        self.tok = wordpiece(settings, vocab)
+        self.tok.enable_truncation(self.max_length, strategy="longest_first")
 
     def __call__(self, text: str, pair: str | None = None,
                  warn: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -29,17 +53,16 @@ class Tokenizer:
         for label, s in (("text", text), ("second text", pair)):
             if s is not None:
                 check_text(label, s)
-        full = self.tok(text, pair, truncation=False)["input_ids"]
-        enc = self.tok(text, pair, truncation="longest_first", max_length=self.max_length,
-                       return_token_type_ids=True)
-        if len(enc["input_ids"]) > self.max_length:  # too short for [CLS] a [SEP] b [SEP]
+        full = len(self.full.encode(text, pair).ids)
+        enc = self.tok.encode(text, pair)
+        if len(enc.ids) > self.max_length:  # too short for [CLS] a [SEP] b [SEP]
             raise BundleError(f"max_length {self.max_length} cannot hold two texts; re-export "
                               "with --max-len 3 or more")
-        if warn and len(full) > self.max_length:
-            say(f"warning: input is {len(full)} tokens; truncated to the bundle's max length "
+        if warn and full > self.max_length:
+            say(f"warning: input is {full} tokens; truncated to the bundle's max length "
                 f"{self.max_length}")
-        ids = np.asarray([enc["input_ids"]], dtype=np.int64)
-        return ids, np.ones_like(ids), np.asarray([enc["token_type_ids"]], dtype=np.int64)
+        ids = np.asarray([enc.ids], dtype=np.int64)
+        return ids, np.ones_like(ids), np.asarray([enc.type_ids], dtype=np.int64)
 
 
 def check_text(label: str, s: str) -> None:

@@ -271,8 +271,11 @@ def fake_int8_activation(x: torch.Tensor, per_token: bool) -> torch.Tensor:
     return ((x / scale).round() + zero).clamp(0, 255).sub(zero) * scale
 
 
-# Which Linears each runtime quantizes, and how its activations are quantized.
-RECIPES = {"executorch": {"per_token": True}, "onnxruntime": {"per_token": False}}
+# How each runtime quantizes activations, and whether the tasks' own Linears (PAL, head) are
+# int8 there: ExecuTorch takes task weights as method inputs and runs them in fp32; ONNX
+# Runtime's adapters hold them as int8.
+RECIPES = {"executorch": {"per_token": True, "task_layers_int8": False},
+           "onnxruntime": {"per_token": False, "task_layers_int8": True}}
 
 
 def layer_sqnr(model, tasks: list[str], inputs: dict[str, Any], runtimes: list[str],
@@ -307,16 +310,19 @@ def layer_sqnr(model, tasks: list[str], inputs: dict[str, Any], runtimes: list[s
     def db(signal: float, noise: float) -> float:
         return round(10 * math.log10(max(signal, 1e-30) / max(noise, 1e-30)), 2)
 
-    return {r: sorted(({"layer": name, "sqnr_db": db(*sn)} for name, sn in sums[r].items()),
-                      key=lambda row: row["sqnr_db"]) for r in runtimes}
+    def quantized(runtime: str, name: str) -> bool:
+        return name.startswith("trunk.") or RECIPES[runtime]["task_layers_int8"]
+
+    return {r: sorted(({"layer": name, "sqnr_db": db(*sn)} for name, sn in sums[r].items()
+                       if quantized(r, name)), key=lambda row: row["sqnr_db"])
+            for r in runtimes}
 
 
 def fallback_candidates(runtime: str, layers: list[dict[str, Any]]) -> list[str]:
-    """Layers the fallback may keep in float, worst SQNR first: every Linear on ExecuTorch (a
-    float Linear runs in the same XNNPACK delegate); on ONNX Runtime the trunk's (its task
-    matrices are int8 adapter inputs of the shared graph)."""
-    names = [r["layer"] for r in layers]
-    return names if runtime == "executorch" else [n for n in names if n.startswith("trunk.")]
+    """Layers the fallback may keep in float, worst SQNR first: the trunk's (a float Linear runs
+    in the same XNNPACK delegate on ExecuTorch; on ONNX Runtime the task matrices are int8
+    adapter inputs of the shared graph, one .onnx_adapter per task)."""
+    return [r["layer"] for r in layers if r["layer"].startswith("trunk.")]
 
 
 def layer_table(layers: list[dict[str, Any]], rows: int = 8) -> str:

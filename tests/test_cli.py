@@ -148,12 +148,63 @@ def test_predict_prints_a_table_and_nothing_on_stderr(et_bundle):
     assert loud.returncode == 0 and loud.stdout.count("sst") == proc.stdout.count("sst")
 
 
-def test_predict_all_says_which_texts_each_task_read(et_bundle):
-    proc = _palkit("predict", str(et_bundle), "--all", "--json", "--runtime", "onnxruntime",
-                   "how can i learn to cook", "how can i learn to run")
+def test_predict_all_runs_the_tasks_that_read_the_input(et_bundle, capsys):
+    """One text runs the single-text tasks, two the pair tasks; the rest are skipped, said."""
+    assert cli.main(["predict", str(et_bundle), "--all", "--json", "--runtime", "onnxruntime",
+                     "how can i learn to cook"]) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert [(p["task"], p["read"]) for p in one["predictions"]] == [("sst", "text 1")]
+    assert one["skipped"] == [{"task": "sts", "needs": "two texts"}]
+    assert one["load_ms"] > 0 and one["import_ms"] >= 0
+    assert cli.main(["predict", str(et_bundle), "--all", "--runtime", "onnxruntime",
+                     "how can i learn to cook", "how can i learn to run"]) == 0
+    table = capsys.readouterr().out
+    assert "text 1 + text 2" in table and "skipped: needs one text" in table
+    assert "bundle loaded in" in table and "importing onnxruntime took" in table
+
+
+def test_input_mistakes_fail_before_any_runtime_is_imported(et_bundle, tmp_path):
+    (tmp_path / "not-a-bundle").mkdir()
+    mistakes = [
+        (["--task", "sst", "a good film", "a second text"], "task 'sst' "
+         "(single_classification) needs one text, got 2"),
+        (["--task", "sts", "only one text"], "task 'sts' (pair_regression) needs two texts"),
+        (["--task", "sst", "  "], "the text is empty"),
+        (["--task", "sst", b"caf\xe9".decode("utf-8", "surrogateescape")], "not valid UTF-8"),
+        (["--all", "a", "b", "c"], "give one text, or two for a pair task; got 3"),
+        (["--task", "nope", "a good film"], "no task 'nope'"),
+    ]
+    calls = [(["predict", str(et_bundle), *words], want) for words, want in mistakes]
+    calls += [(["predict", str(et_bundle) + "x", "--task", "sst", "a"], "manifest.json: not "
+               "found"), (["predict", str(tmp_path / "not-a-bundle"), "--all", "a"],
+                          "manifest.json: not found")]
+    code = ("import contextlib, io, json, sys, cli\n"
+            "out = []\n"
+            f"for argv in {[argv for argv, _ in calls]!r}:\n"
+            "    err = io.StringIO()\n"
+            "    with contextlib.redirect_stderr(err):\n"
+            "        status = cli.main(argv)\n"
+            "    out.append([status, err.getvalue()])\n"
+            "print(json.dumps([out, sorted(m for m in ('torch', 'executorch', 'onnxruntime') "
+            "if m in sys.modules)]))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
     assert proc.returncode == 0, proc.stderr
-    read = {p["task"]: p["read"] for p in json.loads(proc.stdout)["predictions"]}
-    assert read == {"sst": "text 1", "sts": "text 1 + text 2"}
+    results, imported = json.loads(proc.stdout.strip().splitlines()[-1])
+    for (argv, want), (status, err) in zip(calls, results):
+        assert status == 2 and err.startswith("error: ") and err.count("\n") == 1, (argv, err)
+        assert want in err, (argv, err)
+    assert imported == []
+
+
+def test_typed_lines_one_rule_for_predict_and_demo():
+    from export.inputs import InputError, check_texts, split_line
+    assert split_line("a ||| b", "line 1") == check_texts(["a", "b"])
+    assert split_line(" just one ", "line 1").second is None
+    with pytest.raises(InputError, match=r"^line 4: 3 texts separated by '\|\|\|'"):
+        split_line("a ||| b ||| c", "line 4")
+    with pytest.raises(InputError, match="^line 2: the second text is empty"):
+        split_line("a |||  ", "line 2")
 
 
 def test_predict_needs_one_of_task_and_all(et_bundle, capsys):
@@ -170,6 +221,22 @@ def test_demo_confirms_task_switches(et_bundle, capsys, monkeypatch):
     assert "sst:" in out and "sts:" in out
     assert "running only sts" in out and "sts: skipped, needs two texts" in out
     assert "no task 'nope'" in out and "running every task" in out
+
+
+def test_demo_skips_by_the_shared_rule_and_names_refused_lines(et_bundle, capsys, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO(
+        "a good film\n\nhow can i cook ||| how can i run\na ||| b ||| c\n   \n"))
+    assert cli.main(["demo", str(et_bundle), "--runtime", "onnxruntime"]) == 0
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    after = lines[next(i for i, x in enumerate(lines) if x.startswith("tasks:")) + 1:]
+    assert after[0] == "  sts: skipped, needs two texts (a ||| b)"
+    assert after[1].startswith("  sst: ") and "%" in after[1]
+    assert after[2] == "  sst: skipped, needs one text"
+    assert after[3].startswith("  sts: score ")
+    assert after[4] == ("error: line 4: 3 texts separated by '|||'; a line holds one text, or "
+                        "two for a pair task (a ||| b)")
+    assert captured.err == "note: 2 empty line(s) skipped (line 2, 5)\n"
 
 
 def test_evaluate_prints_points_and_writes_only_when_asked(et_bundle, tiny_data, tmp_path,
@@ -226,3 +293,43 @@ def test_keygen_sign_verify_and_trusted_loading(et_bundle, tmp_path, capsys, mon
                      "--trust-key", str(public), "a good film"]) == 2
     assert "sst.onnx_adapter" in capsys.readouterr().err
     assert os.environ[TRUST_KEY_ENV] == str(public)   # what the next loaders would check
+
+
+def test_help_says_what_options_are_without_type_noise(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    screens = {}
+    for argv in (["--help"], ["train", "--help"], ["export", "--help"], ["predict", "--help"],
+                 ["bench", "--help"]):
+        assert cli.main(argv) == 0
+        screens[argv[0]] = capsys.readouterr().out
+    for name, text in screens.items():
+        assert "<bool>" not in text, name                # a flag takes no value
+        assert "--help" in text and "-h" in text
+    train = screens["train"]
+    assert "(custom tasks: --custom-tasks)" in train and "--custom-task)" not in train
+    assert "min on a" not in train and "(default )" not in train
+    assert "bundles/-" not in screens["export"] and "bundles/default-int8" in screens["export"]
+    assert "<float>" in train                          # options that take a value keep their type
+
+
+def test_evaluate_table_keeps_the_average_in_its_own_column(capsys):
+    from ui.tables import metrics_table
+    metrics_table({"tasks": ["sst", "sts"], "sst_acc": 0.4123, "sts_pearson": 0.7712,
+                   "sts_spearman": 0.7791, "avg": 0.6939}, "dev")
+    rows = [[c.strip() for c in line.replace("┃", "│").split("│")[1:-1]]
+            for line in capsys.readouterr().out.splitlines() if line.startswith(("│", "┃"))]
+    assert rows[0] == ["task", "accuracy", "Pearson", "Spearman", "average"]
+    assert rows[1] == ["sst", "41.2", "–", "–", ""]
+    assert rows[2] == ["sts", "–", "77.1", "77.9", ""]
+    assert rows[3] == ["all tasks", "", "", "", "69.4"]
+
+
+def test_training_reports_dev_scores_in_points(tiny_bert, tiny_data, tmp_path, capsys):
+    """Points (69.39), as evaluate and results print them, not fractions (0.6939)."""
+    from tests.conftest import tiny_config
+    from trainer.train import train
+    run = train(tiny_config(tiny_bert, tiny_data, tmp_path / "run", epochs=1))
+    err = capsys.readouterr().err
+    dev = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])["dev"]
+    line = next(x for x in err.splitlines() if "[joint epoch 1]" in x)
+    assert f"avg={100 * dev['avg']:.2f}" in line and f"sst_acc={100 * dev['sst_acc']:.2f}" in line

@@ -1,6 +1,7 @@
 """Data loading: the minBERT layout, one-line errors naming file and line, dynamic padding."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,32 @@ def test_a_task_is_data():
         TaskSpec.from_dict({**custom, "kind": "pair_classification"})
     with pytest.raises(ValueError, match="unknown task 'nope'"):
         resolve_tasks(["nope"])
+
+
+BOM = "\ufeff"
+
+
+def test_a_byte_order_mark_reads_as_none(tmp_path: Path):
+    """Excel's "CSV UTF-8" and Windows editors start files with U+FEFF: data files, task files
+    and config files read the same with it as without it."""
+    from trainer.add_task import task_from_options
+    from trainer.config import build_config
+
+    body = "sentence1\tsentence2\tsimilarity\nA man plays.\tA man is playing.\t4.2\n"
+    write(tmp_path, "sts/sts-train.csv", BOM + body)
+    write(tmp_path, "plain/sts-train.csv", body)
+    plain = TaskSpec.from_dict({**STS.to_dict(), "files": {"train": "plain/sts-train.csv"}})
+    assert read_examples(STS, tmp_path, "train") == read_examples(plain, tmp_path, "train")
+    task = {"name": "topic", "kind": "single_classification", "text_columns": ["text"],
+            "label_column": "label", "labels": ["a", "b"], "files": {"train": "t.tsv"}}
+    toml = ('name = "topic"\nkind = "single_classification"\ntext_columns = ["text"]\n'
+            'label_column = "label"\nlabels = ["a", "b"]\n[files]\ntrain = "t.tsv"\n')
+    for name, text in (("task.json", json.dumps(task)), ("task.toml", toml)):
+        path = write(tmp_path, name, BOM + text)
+        assert path.read_bytes().startswith(b"\xef\xbb\xbf")
+        assert task_from_options("topic", str(path), {}).to_dict() == \
+            TaskSpec.from_dict(task).to_dict()
+    for name, text in (("c.json", '{"epochs": 2, "max-len": 32}'),
+                       ("c.toml", "epochs = 2\nmax-len = 32\n")):
+        cfg = build_config({}, str(write(tmp_path, name, BOM + text)))
+        assert (cfg.epochs, cfg.max_len) == (2, 32)

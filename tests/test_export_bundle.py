@@ -80,12 +80,13 @@ def test_executorch_fp32_parity(et_fp32, tiny_pal_run):
 
 
 @pytest.mark.slow
-def test_all_tasks_program_matches_each_task(et_fp32, tiny_pal_run, tiny_data, tmp_path):
+def test_all_tasks_method_matches_each_task(et_fp32, tiny_pal_run, tiny_data, tmp_path):
     model, _, _ = load_model(resolve_model_dir(tiny_pal_run))
     m = json.loads((et_fp32 / "manifest.json").read_text())
-    program = m["runtimes"]["executorch"]["all_tasks"]
-    assert program == {"file": "executorch/_all_tasks.pte", "tasks": ["sst", "sts"]}
-    assert "executorch/_all_tasks.pte" in m["files"]
+    et = m["runtimes"]["executorch"]
+    assert et["all_tasks"] == {"method": "forward_all", "tasks": ["sst", "sts"]}
+    assert sorted(p.name for p in (et_fp32 / "executorch").iterdir()) == [
+        "sst.safetensors", "sts.safetensors", "trunk.ptd", "trunk.pte"]
     assert "all_tasks" not in m["runtimes"]["onnxruntime"]
     engine = Engine(load_bundle(et_fp32), "executorch")
     ids, mask, types = engine.tokenizer("the movie was good", "a man is running")
@@ -101,14 +102,33 @@ def test_all_tasks_program_matches_each_task(et_fp32, tiny_pal_run, tiny_data, t
     assert [p.task for p in engine.predict_all("good", "fine")] == ["sst", "sts"]
     with pytest.raises(BundleError, match="no all-tasks program for onnxruntime"):
         Engine(load_bundle(et_fp32), "onnxruntime").run_all_ids(ids, mask, types)
-    # Replacing a task the program holds drops the program instead of leaving it stale.
+    # Replacing a task keeps the all-tasks method: it takes the new weights file as its input.
     bundle = tmp_path / "replaced"
     shutil.copytree(et_fp32, bundle)
     add_adapter(tiny_pal_run, "sst", bundle, replace=True, data_dir=tiny_data, **QUIET)
     b = load_bundle(bundle)
-    assert b.manifest.all_tasks("executorch") is None
-    assert not (bundle / "executorch/_all_tasks.pte").exists()
-    assert Engine(b, "executorch").all_tasks_program() is None
+    assert b.manifest.all_tasks("executorch").tasks == ["sst", "sts"]
+    outs, _ = Engine(b, "executorch").run_all_ids(ids, mask, types)
+    np.testing.assert_allclose(outs["sst"], reference_outputs(model, "sst", *tensors)[0].numpy(),
+                               atol=1e-4)
+
+
+@pytest.mark.slow
+def test_executorch_swapping_binds_each_tasks_weights(et_fp32, tiny_pal_run):
+    """One program, two weights files: every swap gives the task its own outputs (fp32 bundle:
+    PyTorch's within 1e-4), and the swap itself is choosing tensors already read."""
+    model, _, _ = load_model(resolve_model_dir(tiny_pal_run))
+    engine = Engine(load_bundle(et_fp32), "executorch")
+    ids, mask, types = engine.tokenizer("how can i learn to cook", "why do dogs play")
+    tensors = [torch.from_numpy(x) for x in (ids, mask, types)]
+    outs = {}
+    for task in ["sst", "sts", "sst", "sts", "sst"]:
+        got, _, _ = engine.run_ids(task, ids, mask, types)
+        assert got.shape == (model.tasks[task].num_outputs,)
+        np.testing.assert_allclose(got, reference_outputs(model, task, *tensors)[0].numpy(),
+                                   atol=1e-4)
+        assert outs.setdefault(task, got.tobytes()) == got.tobytes()  # the same bits each time
+    assert engine.impl.program is not None and len(engine.impl.weights) == 2
 
 
 def test_swapping_gives_each_task_its_own_result(onnx_fp32, tiny_pal_run):
@@ -141,7 +161,7 @@ def test_int8_bundle_reports_agreement(android_int8):
 def test_manifest_contents(onnx_fp32, tiny_pal_run):
     m = json.loads((onnx_fp32 / "manifest.json").read_text())
     trunk_sha = sha256_file(resolve_model_dir(tiny_pal_run) / "trunk" / "model.safetensors")
-    assert (m["format"], m["version"]) == ("palkit-bundle", 1)
+    assert (m["format"], m["version"]) == ("palkit-bundle", 2)
     assert m["trunk"]["sha256"] == trunk_sha
     assert m["tokenizer"]["vocab_file"] == "vocab.txt" and m["tokenizer"]["lowercase"] is True
     assert m["runtimes"]["onnxruntime"]["trunk_model"] == "onnx/trunk.onnx"
@@ -170,20 +190,39 @@ def test_reexport_is_byte_identical(onnx_fp32, tiny_pal_run, tiny_data, tmp_path
 
 
 @pytest.mark.slow
-def test_executorch_trunk_shared_and_adapter_add_reuses_it(android_int8, tiny_pal_run,
-                                                          tiny_data, tmp_path):
+def test_executorch_reexport_is_byte_identical(et_fp32, tiny_pal_run, tiny_data, tmp_path):
+    # the one program, its trunk data and every task's weights file, bit for bit
+    again = tmp_path / "again"
+    export_run(tiny_pal_run, again, target="android", quant="fp32", tasks=["sst", "sts"],
+               data_dir=tiny_data, **QUIET)
+    assert files_of(again) == files_of(et_fp32)
+
+
+@pytest.mark.slow
+def test_executorch_add_task_writes_weights_without_lowering(android_int8, tiny_pal_run,
+                                                             tiny_data, tmp_path, monkeypatch):
+    import export.executorch_export as et_export
+
+    def no_lowering(*args, **kwargs):
+        raise AssertionError("add-task must not lower a program")
+
+    monkeypatch.setattr(et_export, "lower_methods", no_lowering)
     bundle = tmp_path / "grow"
     shutil.copytree(android_int8, bundle)
-    trunk_before = {rel: (bundle / rel).read_bytes() for rel in
-                    ("executorch/trunk.ptd", "onnx/trunk.onnx")}
-    inode = (bundle / "executorch/trunk.ptd").stat().st_ino
+    trunk_files = ("executorch/trunk.pte", "executorch/trunk.ptd", "onnx/trunk.onnx")
+    trunk_before = {rel: (bundle / rel).read_bytes() for rel in trunk_files}
+    inodes = {rel: (bundle / rel).stat().st_ino for rel in trunk_files}
     add_adapter(tiny_pal_run, "sst", bundle, data_dir=tiny_data, **QUIET)
     for rel, data in trunk_before.items():
         assert (bundle / rel).read_bytes() == data
-    assert (bundle / "executorch/trunk.ptd").stat().st_ino == inode  # not even rewritten
+        assert (bundle / rel).stat().st_ino == inodes[rel]  # not even rewritten
     b = load_bundle(bundle)
     assert set(b.tasks) == {"quora", "sst"}
-    assert len(list((bundle / "executorch").glob("*.ptd"))) == 1
+    assert b.manifest.task("sst").files["executorch"] == "executorch/sst.safetensors"
+    assert sorted(p.name for p in (bundle / "executorch").iterdir()) == [
+        "quora.safetensors", "sst.safetensors", "trunk.ptd", "trunk.pte"]
+    verify = json.loads((bundle / "verify.json").read_text())
+    assert set(verify["runtimes"]["executorch"]["tasks"]) == {"quora", "sst"}
     assert Engine(b, "executorch").predict("sst", "the film was good").label
     with pytest.raises(ExportError, match="already has task 'sst'"):
         add_adapter(tiny_pal_run, "sst", bundle, data_dir=tiny_data, **QUIET)
@@ -260,6 +299,15 @@ def test_refuses_unknown_version(copy_of):
     assert "version 99" in one_line(e)
 
 
+def test_refuses_a_format_1_bundle_saying_what_to_do(copy_of):
+    # format 1 had a program per ExecuTorch task; this palkit reads format 2 only
+    edit_manifest(copy_of, lambda m: m.update(version=1))
+    with pytest.raises(BundleError) as e:
+        load_bundle(copy_of)
+    assert "format version 1 is not supported" in one_line(e)
+    assert "reads version 2" in one_line(e) and "palkit export" in one_line(e)
+
+
 def test_refuses_escaping_path(copy_of):
     def escape(m):
         m["tasks"][0]["files"]["onnxruntime"] = "../outside.onnx_adapter"
@@ -306,18 +354,18 @@ def test_loading_checks_only_the_files_a_command_uses(copy_of):
 
 
 @pytest.mark.slow
-def test_damaged_executorch_program_does_not_block_onnx_or_other_tasks(et_fp32, tmp_path):
+def test_damaged_executorch_task_file_does_not_block_onnx_or_other_tasks(et_fp32, tmp_path):
     bundle = tmp_path / "b"
     shutil.copytree(et_fp32, bundle)
-    pte = bundle / "executorch" / "sst.pte"
-    pte.write_bytes(pte.read_bytes()[:-10] + bytes(10))
+    weights = bundle / "executorch" / "sst.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-10] + bytes(10))
     onnx = Engine(load_bundle(bundle, runtime="onnxruntime"), "onnxruntime")
     assert onnx.predict("sst", "a good film").label
     et = Engine(load_bundle(bundle, runtime="executorch", tasks=["sts"]), "executorch")
     assert et.predict("sts", "a man is running", "a man runs").score is not None
     with pytest.raises(BundleError) as e:
         et.predict("sst", "a good film")
-    assert "sst.pte" in one_line(e)
+    assert "sst.safetensors" in one_line(e) and "SHA-256" in one_line(e)
 
 
 def test_unknown_task_empty_text_and_pairs(onnx_fp32):
@@ -485,8 +533,9 @@ def test_bench_worker_runs_the_all_tasks_program(et_fp32, tiny_pal_run, tmp_path
 
     subjects, _, notes = discover([et_fp32], [tiny_pal_run], ["executorch"], [], tmp_path)
     (pal,) = subjects
-    assert pal.all_tasks is not None and not notes
-    assert pal.sizes["all_tasks_program_bytes"] == (et_fp32 / "executorch/_all_tasks.pte").stat().st_size
+    # (bench's note that no separately fine-tuned models were given is about the run, not this)
+    assert pal.all_tasks is not None and not [n for n in notes if "all-tasks" in n]
+    assert pal.sizes["all_tasks_program_bytes"] == 0  # a method of the one program
     spec = {"threads": 1, "seq_len": 16, "subject": pal.worker_subject()}
     lat = run_worker({**spec, "mode": "latency", "configs": ["task:sst", "all_tasks"],
                       "warmup": 1, "runs": 3, "min_seconds": 0.0, "max_seconds": 1.0}, 120)
@@ -509,7 +558,7 @@ def test_bench_and_report_on_a_pal_bundle(et_fp32, tiny_pal_run, tiny_data, tmp_
         data_dir=tiny_data, max_examples=4, work=tmp_path / "w", ceiling=False))
     data = load_bench_file(out)
     et = data["subjects"]["et-fp32/executorch"]
-    assert et["bundle"]["all_tasks_program_bytes"] > 0 and et["all_tasks_program"]
+    assert et["bundle"]["all_tasks_program_bytes"] == 0 and et["all_tasks_program"]
     assert et["memory_rss_bytes"]["model_all_tasks_program"] > 0
     assert et["bundle_dir"] == str(et_fp32)
     rows = {(r["subject"], r["config"]): r for r in data["results"]}

@@ -145,7 +145,10 @@ def test_layer_report_names_the_planted_layer(planted):
         assert layers[0]["layer"] == PLANTED and layers[0]["sqnr_db"] < 0, layers[:2]
         assert layers[1]["sqnr_db"] > 30  # every other Linear is quantized well
         names = {r["layer"] for r in layers}
-        assert {"trunk.pooler.dense", "heads.sst.out", "adapters.sst.encoders.0"} <= names
+        task_layers = {"heads.sst.out", "adapters.sst.encoders.0"}
+        assert "trunk.pooler.dense" in names
+        # ExecuTorch runs the task's weights (method inputs) in fp32; ONNX Runtime's are int8
+        assert (task_layers <= names) == (runtime == "onnxruntime")
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from export.manifest import (FORMAT, IO, VERSION, AllTasksProgram, BundleError, ExecuTorchSection,
+from export.manifest import (FORMAT, IO, VERSION, AllTasksMethod, BundleError, ExecuTorchSection,
                              FileEntry, Manifest, OnnxRuntimeSection, TaskEntry, TokenizerSettings,
                              Trunk, read_manifest, write_manifest)
 
@@ -20,7 +20,7 @@ SHA = "ab" * 32
 def task(name: str, kind: str = "single_classification") -> TaskEntry:
     return TaskEntry(name=name, kind=kind, labels=["no", "yes"], score_range=None,
                      metric="accuracy", num_outputs=2, trunk_sha256=SHA,
-                     files={"executorch": f"executorch/{name}.pte",
+                     files={"executorch": f"executorch/{name}.safetensors",
                             "onnxruntime": f"onnx/{name}.onnx_adapter"},
                      spec={"name": name})
 
@@ -28,9 +28,11 @@ def task(name: str, kind: str = "single_classification") -> TaskEntry:
 def manifest(all_tasks: bool = True) -> Manifest:
     tasks = [task("a"), task("b", "pair_classification")]
     et = ExecuTorchSection(version="1.5.1", torch="2.13.0", backend="xnnpack",
-                           trunk_data="executorch/trunk.ptd",
+                           program="executorch/trunk.pte", trunk_data="executorch/trunk.ptd",
+                           method="forward", task_inputs=["head.out.weight_t"],
+                           output_columns=16,
                            seq_len={"min": 2, "max": 32, "dynamic": True}, non_delegated_ops=None,
-                           all_tasks=AllTasksProgram("executorch/_all_tasks.pte", ["a", "b"])
+                           all_tasks=AllTasksMethod("forward_all", ["a", "b"])
                            if all_tasks else None)
     ort = OnnxRuntimeSection(version="1.31.1", opset=17, trunk_model="onnx/trunk.onnx",
                              output_columns=16, adapter_inputs=["head.out.weight"], fusions={})
@@ -56,7 +58,7 @@ def test_round_trip_gives_the_same_bytes(tmp_path: Path):
     assert raw["runtimes"]["executorch"]["all_tasks"]["tasks"] == ["a", "b"]
 
 
-def test_no_all_tasks_key_when_there_is_no_program(tmp_path: Path):
+def test_no_all_tasks_key_when_there_is_no_all_tasks_method(tmp_path: Path):
     write_manifest(tmp_path, manifest(all_tasks=False))
     raw = json.loads((tmp_path / "manifest.json").read_text())
     assert "all_tasks" not in raw["runtimes"]["executorch"]
@@ -67,8 +69,10 @@ def test_files_for_lists_only_what_a_reader_loads():
     m = manifest()
     assert set(m.files_for(["onnxruntime"], ["a"])) == {"vocab.txt", "onnx/trunk.onnx",
                                                         "onnx/a.onnx_adapter"}
-    assert "executorch/_all_tasks.pte" in m.files_for(["executorch"])
-    assert "executorch/_all_tasks.pte" not in m.files_for(["executorch"], ["a", "b"])
+    # ExecuTorch: the one program and its trunk data, then each task's weights file
+    assert set(m.files_for(["executorch"], ["b"])) == {"vocab.txt", "executorch/trunk.pte",
+                                                       "executorch/trunk.ptd",
+                                                       "executorch/b.safetensors"}
 
 
 def edited(tmp_path: Path, fn) -> Path:
@@ -81,7 +85,9 @@ def edited(tmp_path: Path, fn) -> Path:
 
 @pytest.mark.parametrize("edit, message", [
     (lambda m: m.update(format="other"), "not a palkit bundle manifest"),
-    (lambda m: m.update(version=2), "bundle version 2 is not supported"),
+    (lambda m: m.update(version=3), "bundle format version 3 is not supported"),
+    # a bundle of format 1 (a program per ExecuTorch task): named, and what to do
+    (lambda m: m.update(version=1), r"format version 1 is not supported .*re-export it"),
     (lambda m: m["tokenizer"].pop("max_length"), r"'tokenizer' lacks \['max_length'\]"),
     (lambda m: m["trunk"].update(extra=1), r"'trunk' has unknown keys \['extra'\]"),
     (lambda m: m["tasks"][0].update(kind="ranking"), "unknown kind 'ranking'"),

@@ -2,8 +2,9 @@
 
 android_demo/host/native_host.py compiles the app's own JNI source against the executorch wheel's
 C++ SDK, and the app's Java (core + io.palkit.demo.runtime) with a small harness. The harness
-does what the app does: the core checks the manifest and every file and tokenizes, then each
-task program is opened with the shared trunk.ptd through Module(program, {trunk.ptd}, Mmap).
+does what the app does: the core checks the manifest and every file and tokenizes, then the
+bundle's one program is opened with its trunk.ptd through Module(program, {trunk.ptd}, Mmap) and
+each task's weights file is read once and passed as the method's task inputs.
 Every call runs in a child JVM, so a native crash fails a test instead of killing pytest.
 With a trusted key (PALKIT_TRUST_KEY, as the app's assets/trusted_key.pem) the signature is
 checked first: an untrusted bundle is refused and the JNI library is never loaded.
@@ -41,16 +42,17 @@ def host_build():
 
 @pytest.fixture(scope="module")
 def et_bundle(et_fp32: Path) -> Path:
-    """Two task programs (sst, sts) over one trunk.ptd; the app does not use its all-tasks
-    program."""
+    """One program over trunk.ptd and two task weights files (sst, sts); the app does not use
+    the all-tasks method."""
     return et_fp32
 
 
 @pytest.fixture(scope="module")
 def other_trunk(tiny_pal_run, tmp_path_factory) -> Path:
-    """sst.pte + trunk.ptd exported from the same run with a different trunk (weights moved)."""
+    """trunk.pte + trunk.ptd + sst.safetensors exported from the same run with a different trunk
+    (weights moved)."""
     from export.bundle import calibration_inputs, default_max_len
-    from export.executorch_export import lower_task
+    from export.executorch_export import lower_trunk_program, write_task_weights
     from trainer.checkpoint import load_model, resolve_model_dir
 
     model, tokenizer, _ = load_model(resolve_model_dir(tiny_pal_run), ["sst"])
@@ -59,8 +61,17 @@ def other_trunk(tiny_pal_run, tmp_path_factory) -> Path:
             p.add_(0.01)
     out = tmp_path_factory.mktemp("other-trunk")
     max_len = default_max_len(model)
-    lower_task(model, "sst", out, False, max_len, calibration_inputs(model, max_len, tokenizer))
+    lower_trunk_program(model, None, out, False, max_len,
+                        calibration_inputs(model, max_len, tokenizer), log=lambda *a: None)
+    write_task_weights(model, "sst", out / "sst.safetensors")
     return out
+
+
+def probe(build, program: Path, data: Path, weights: Path, bundle: Path, **kwargs):
+    """The raw runtime: one program, one data file, one task's weights (in the bundle's input
+    order), no manifest checks."""
+    names = load_bundle(bundle).manifest.runtimes["executorch"].task_inputs
+    return harness(build, "program", program, data, weights, *names, **kwargs)
 
 
 def harness(build, *args: str, trust_key: Path | None = None) -> subprocess.CompletedProcess:
@@ -102,10 +113,12 @@ def test_jni_logits_equal_the_python_runtime_for_every_task_and_swap(host_build,
 
 
 def test_program_with_another_trunks_data_is_refused(host_build, et_bundle, other_trunk):
-    ok = harness(host_build, "program", other_trunk / "sst.pte", other_trunk / "trunk.ptd")
+    ok = probe(host_build, other_trunk / "trunk.pte", other_trunk / "trunk.ptd",
+               other_trunk / "sst.safetensors", et_bundle)
     assert ok.returncode == 0, ok.stderr[-3000:]  # the other trunk's own pair loads
-    message = refusal(harness(host_build, "program", et_bundle / "executorch/sst.pte",
-                              other_trunk / "trunk.ptd"))
+    message = refusal(probe(host_build, et_bundle / "executorch/trunk.pte",
+                            other_trunk / "trunk.ptd", et_bundle / "executorch/sst.safetensors",
+                            et_bundle))
     assert message.startswith("refused: ExecuTorch could not load forward() of")
     assert "trunk.ptd" in message and "Error::" in message
 
@@ -118,7 +131,8 @@ def test_truncated_trunk_data_is_refused_by_the_runtime_and_by_the_core(host_bui
     data = trunk.read_bytes()
     for keep in (len(data) // 2, 16):  # the data cut short; the header itself cut short
         trunk.write_bytes(data[:keep])
-        message = refusal(harness(host_build, "program", bundle / "executorch/sst.pte", trunk))
+        message = refusal(probe(host_build, bundle / "executorch/trunk.pte", trunk,
+                                bundle / "executorch/sst.safetensors", et_bundle))
         assert "could not load forward()" in message and "Error::" in message, message
     # Through the app's own path the core refuses first, naming the file, before any native code.
     message = refusal(harness(host_build, "run", bundle, 1, TEXT, PAIR, "sst"))
@@ -172,7 +186,8 @@ def _flip_one_byte(path: Path, offset: int) -> None:
 
 def _edit_signed_payload(sig: Path) -> None:
     doc = json.loads(sig.read_bytes())
-    payload = base64.b64decode(doc["dsseEnvelope"]["payload"]).replace(b"sst.pte", b"sst.ptx")
+    payload = base64.b64decode(doc["dsseEnvelope"]["payload"]).replace(b"sst.safetensors",
+                                                                      b"sst.safetensorz")
     doc["dsseEnvelope"]["payload"] = base64.b64encode(payload).decode()
     sig.write_text(json.dumps(doc))
 
@@ -194,7 +209,7 @@ def test_signed_bundle_runs_through_the_jni_path_with_the_trusted_key(host_build
     ("tampered_signature", "{bundle}/model.sig: the signature does not verify with the trusted"),
     ("tampered_manifest", "{bundle}/manifest.json: not the signed manifest"),
     # The signed manifest is authentic and pins the file's SHA-256: the core's hash check.
-    ("tampered_file", "refused: executorch/sst.pte is corrupt: SHA-256"),
+    ("tampered_file", "refused: executorch/sst.safetensors is corrupt: SHA-256"),
 ])
 def test_untrusted_bundle_is_refused_before_the_native_library_loads(
         host_build, et_bundle, signing_keys, tmp_path, case, expected):
@@ -206,7 +221,7 @@ def test_untrusted_bundle_is_refused_before_the_native_library_loads(
         manifest = bundle / "manifest.json"
         manifest.write_bytes(manifest.read_bytes().replace(b'"sst"', b'"sst2"', 1))
     elif case == "tampered_file":  # same size: the SHA-256 catches it
-        _flip_one_byte(bundle / "executorch/sst.pte", 200)
+        _flip_one_byte(bundle / "executorch/sst.safetensors", 200)
     done = harness(host_build, "run", bundle, 1, TEXT, PAIR, "sst",
                    trust_key=signing_keys["trusted"])
     message = refusal(done)
@@ -218,7 +233,8 @@ def test_unsigned_bundle_loads_without_a_trusted_key_and_raw_probes_need_none(
         host_build, et_bundle, signing_keys):
     done = harness(host_build, "run", et_bundle, 1, TEXT, PAIR, "sst")
     assert done.returncode == 0, done.stderr[-3000:]
-    probe = harness(host_build, "program", et_bundle / "executorch/sst.pte",
-                    et_bundle / "executorch/trunk.ptd", trust_key=signing_keys["trusted"])
-    assert "program loads files no signed manifest vouches for" in refusal(probe)
-    assert "native runtime loaded: no" in probe.stderr
+    raw = probe(host_build, et_bundle / "executorch/trunk.pte", et_bundle / "executorch/trunk.ptd",
+                et_bundle / "executorch/sst.safetensors", et_bundle,
+                trust_key=signing_keys["trusted"])
+    assert "program loads files no signed manifest vouches for" in refusal(raw)
+    assert "native runtime loaded: no" in raw.stderr

@@ -233,6 +233,24 @@ def test_missed_target_and_missing_parts_are_said(tmp_path: Path):
     assert "**missed**" in (tmp_path / "r4" / "report.md").read_text()
 
 
+def test_report_command_says_on_the_terminal_what_was_not_measured(tmp_path: Path, capsys):
+    """A row left empty is named on stderr with its reason, and the bench's notes (which name
+    the command that fills the gap) are repeated there, not only in report.md."""
+    from cli import main
+
+    data = host_bench(tmp_path)
+    del data["subjects"]["pal-top/executorch"]
+    data["results"] = [r for r in data["results"] if r["subject"] != "pal-top/executorch"]
+    data["notes"] = ["no separately fine-tuned models among --run: run `palkit train --mode "
+                     "separate --out runs/separate`"]
+    path = tmp_path / "h.json"
+    path.write_text(json.dumps(data))
+    assert main(["report", "--bench", str(path), "--out", str(tmp_path / "r")]) == 0
+    err = capsys.readouterr().err
+    assert "not measured: all_tasks_ratio_top_half: no top-half PAL bundle" in err, err
+    assert "bench note: no separately fine-tuned models among --run: run `palkit train" in err
+
+
 @pytest.mark.parametrize("content, words", [
     (None, "not found"),
     ("{not json", "not valid JSON"),
@@ -292,3 +310,64 @@ def test_one_task_ratio_is_given_against_its_flop_floor(tmp_path: Path):
     assert ("latency_ratio_pal_vs_plain: one PAL task takes 1.080x the plain classifier's "
             "matrix-multiply FLOPs, the floor of this ratio when inference is compute-bound"
             in report["summary"]["notes"])
+
+
+@pytest.mark.parametrize("argv0", ["/home/me/.venv/bin/palkit", "cli.py", "/src/palkit/cli.py"])
+def test_bench_file_records_the_command_however_it_was_typed(monkeypatch, argv0):
+    from bench.run import command_line
+    monkeypatch.setattr("sys.argv", [argv0, "bench", "runs/default", "--out", "b.json"])
+    assert command_line() == ["palkit", "bench", "runs/default", "--out", "b.json"]
+    monkeypatch.setattr("sys.argv", ["/usr/lib/python3/site-packages/pytest/__main__.py"])
+    assert command_line() is None
+
+
+def _one_bundle(tmp_path: Path, int8: float, fp32: float) -> dict:
+    """What the Quickstart benches: one PAL bundle and its own run, no peers or separate models."""
+    data = host_bench(tmp_path)
+    data["subjects"] = {"pal/executorch": data["subjects"]["pal/executorch"]}
+    data["results"] = [r for r in data["results"] if r["subject"] == "pal/executorch"]
+    data["accuracy"] = {"pal/executorch": {"dev": {"avg": int8}},
+                        "fp32:pals": {**data["accuracy"]["fp32:pals"], "dev": {"avg": fp32}}}
+    del data["accuracy"]["fp32:pals"]["test"]
+    return data
+
+
+def test_accuracy_axis_spans_at_least_a_point_either_side(tmp_path: Path):
+    """A 0.14-point int8 gap must look small: the axis never zooms in to fill the chart."""
+    from bench.charts import ACCURACY_PAD_POINTS, accuracy_points, draw_accuracy
+    from bench.ingest import Measurements, ingest_host
+
+    data, m = _one_bundle(tmp_path, 0.6925, 0.6939), Measurements()
+    ingest_host(data, "", "host.json", m)
+    points, lines = accuracy_points(data, "", m)
+    assert [p["acc"] for p in points] == [pytest.approx(69.25)]
+    fig = draw_accuracy(points, lines, data)
+    low, high = fig.axes[0].get_ylim()
+    assert low == pytest.approx(69.25 - ACCURACY_PAD_POINTS)
+    assert high == pytest.approx(69.39 + ACCURACY_PAD_POINTS)
+    # a wide spread keeps its own small margin instead
+    points.append({**points[0], "acc": 50.0})
+    low, high = draw_accuracy(points, lines, data).axes[0].get_ylim()
+    assert 48.0 < low < 50.0 and 69.39 < high < 71.0
+
+
+@pytest.mark.parametrize("with_peers", [False, True])
+def test_headline_legend_and_labels_show_only_what_is_drawn(tmp_path: Path, with_peers):
+    from bench.charts import draw_headline, headline_rows
+    from bench.ingest import Measurements, ingest_host
+
+    data, m = (host_bench(tmp_path) if with_peers else _one_bundle(tmp_path, 0.69, 0.70),
+               Measurements())
+    ingest_host(data, "", "host.json", m)
+    fig = draw_headline(headline_rows(data, "", m), data)
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert ("target: fastest peer" in legend) == with_peers
+    assert ("peer: separate models" in legend) == with_peers
+    assert "tasks run one after the other" not in legend   # every subject here has a program
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        box = ax.get_window_extent(renderer)
+        for text in ax.texts:           # each bar's value ends inside its panel
+            end = text.get_window_extent(renderer)
+            assert box.x0 <= end.x0 and end.x1 <= box.x1, (ax.get_title(), text.get_text())

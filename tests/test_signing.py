@@ -248,7 +248,8 @@ def runtime_bundle(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def executorch_stubbed(monkeypatch, runtimes_stubbed):
-    """ExecuTorch's pybindings replaced by a stub recording each program it is asked to load."""
+    """ExecuTorch's pybindings replaced by a stub recording each program it is asked to load,
+    and each task weights file read."""
     import export.engines
 
     class Program:
@@ -263,13 +264,18 @@ def executorch_stubbed(monkeypatch, runtimes_stubbed):
             runtimes_stubbed.append(str(path))
             return Program()
 
+    def read_task_weights(path, names):  # a task's weights file, bound to the program
+        runtimes_stubbed.append(str(path))
+        return ()
+
     monkeypatch.setattr(export.engines, "executorch_lib", lambda: Lib())
+    monkeypatch.setattr(export.engines, "read_task_weights", read_task_weights)
     return runtimes_stubbed
 
 
 @pytest.mark.parametrize("runtime, task_file, trunk_file", [
     ("onnxruntime", "onnx/sst-adapter.bin", "onnx/trunk-graph.bin"),
-    ("executorch", "executorch/sst-program.bin", None)])
+    ("executorch", "executorch/sst-program.bin", "executorch/trunk-program.bin")])
 def test_engine_opens_only_checked_files(tmp_path, executorch_stubbed, runtime, task_file,
                                          trunk_file):
     """predict / demo / evaluate: load_bundle + Engine. A task file altered after loading is

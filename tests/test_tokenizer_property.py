@@ -57,3 +57,23 @@ def test_java_tokenizer_matches_hugging_face(java_tokenizer, reference, tmp_path
         want = hf(a, b, truncation="longest_first", max_length=n, return_token_type_ids=True)
         assert got["input_ids"] == want["input_ids"], (a, b, n)
         assert got["token_type_ids"] == want["token_type_ids"], (a, b, n)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(case, min_size=40, max_size=40))
+def test_host_tokenizer_matches_hugging_face(reference, cases):
+    """The bundle's host tokenizer (tokenizers' pipeline, no transformers) equals HF's."""
+    from export.manifest import TokenizerSettings
+    from export.tokenizer import Tokenizer
+
+    vocab, hf = reference
+    for a, b, n in cases:
+        if not a.strip() or (b is not None and not b.strip()):
+            continue  # refused by the host tokenizer before tokenizing (empty text)
+        mine = Tokenizer(TokenizerSettings("vocab.txt", True, True, n, "[CLS]", "[SEP]", "[PAD]",
+                                           "[UNK]", "[MASK]", 100), vocab)
+        want = hf(a, b, truncation="longest_first", max_length=n, return_token_type_ids=True)
+        ids, mask, types = mine(a, b, warn=False)
+        assert ids[0].tolist() == want["input_ids"], (a, b, n)
+        assert types[0].tolist() == want["token_type_ids"], (a, b, n)
+        assert mask.shape == ids.shape

@@ -30,6 +30,8 @@ def test_bench_training_entry_on_a_tiny_run(tmp_path, tiny_bert, tiny_data):
         assert r["cpu_s"] > 0 and r["mfu"] is None          # no peak is defined for a CPU
     assert set(entry["shares"]) == {"data", "forward_backward", "optimizer"}
     assert sum(entry["shares"].values()) == pytest.approx(1.0, abs=2e-3)
+    assert entry["shares"]["optimizer"] > 0 and entry["shares"]["forward_backward"] > 0
+    assert (entry["graphs"], entry["captured"], entry["peak_gpu_memory_gib"]) == (0, False, None)
     assert entry["device"].startswith("cpu (") and entry["precision"] == "fp32"
     assert (entry["batch_size"], entry["max_len"]) == (8, 32)
     assert not (tmp_path / "unused").exists()             # benchmarking writes no run
@@ -91,16 +93,68 @@ def test_collate_rounds_the_width_up_for_a_compiled_model():
     assert batch["attention_mask"].sum().item() == 8
 
 
-def test_step_flops_counts_weights_and_attention(tiny_bert: Path):
+@pytest.mark.parametrize("pals", [False, True])
+def test_step_flops_is_the_hand_count_of_the_matmuls(tiny_bert: Path, pals: bool):
+    """The tiny BERT: d=32, 2 layers, FFN 64; PALs of width 8 in both layers, V^E/V^D shared.
+    Embedding lookups, LayerNorms and biases are not matmuls and do not count; the pooler and
+    the head see one row per example; a shared V^E/V^D runs once per adapted layer."""
+    from trainer.model import PalConfig
     trunk, _ = load_trunk(tiny_bert)
-    sst = resolve_tasks(["sst"], [])
-    model = PalBert(trunk, sst, None)
-    encoder = sum(p.numel() for p in trunk.encoder.parameters())
-    pooler = sum(p.numel() for p in trunk.pooler.parameters())
-    head = 32 * 5 + 5
-    batch, width, d, layers = 3, 10, 32, 2
-    forward = 2 * (encoder + pooler + head) * batch * width + 4 * batch * width * width * d * layers
-    assert step_flops(model, "sst", batch, width) == 3 * forward
+    model = PalBert(trunk, resolve_tasks(["sst"], []),
+                    PalConfig(8, 2, (0, 1), True) if pals else None)
+    b, s = 3, 10
+    per_token = 2 * (4 * 32 * 32 + 32 * 64 + 64 * 32)             # Q, K, V, O, FFN in, FFN out
+    attention = 2 * 4 * b * s * s * 32                            # QK^T and PV, two layers
+    if pals:
+        per_token += 2 * (32 * 8 + 3 * 8 * 8 + 8 * 32)            # V^E, q, k, v, V^D per layer
+        attention += 2 * 4 * b * s * s * 8
+    forward = 2 * per_token * b * s + 2 * (32 * 32 + 32 * 5) * b + attention   # + pooler, head
+    assert step_flops(model, "sst", b, s) == 3 * forward
+
+
+def test_step_flops_matches_pytorchs_flop_counter(tiny_bert: Path):
+    """An independent count: PyTorch's FlopCounterMode over one forward and backward (eval
+    mode, where attention is written out as matrix multiplies it counts)."""
+    from torch.utils.flop_counter import FlopCounterMode
+    from trainer.model import PalConfig
+    trunk, _ = load_trunk(tiny_bert)
+    model = PalBert(trunk, resolve_tasks(["sst", "sts"], []), PalConfig(8, 2, (1,), False)).eval()
+    ids = torch.randint(5, 50, (4, 12))
+    with FlopCounterMode(display=False) as counter:
+        model(ids, torch.ones_like(ids), torch.zeros_like(ids), task="sts").sum().backward()
+    assert step_flops(model, "sts", 4, 12) == counter.get_total_flops()
+
+
+def test_bench_modes_side_by_side_and_cuda_only_modes_skipped_on_cpu(tmp_path, tiny_bert,
+                                                                     tiny_data, capsys):
+    results = tmp_path / "speed.json"
+    assert cli.main(["bench-train", "--base-model", str(tiny_bert), "--data-dir", str(tiny_data),
+                     "--device", "cpu", "--batch-size", "4", "--max-len", "16", "--pal-size", "8",
+                     "--pal-heads", "2", "--steps", "2", "--warmup", "1", "--repeat", "1",
+                     "--modes", "eager-fp32,captured,eager-bf16", "--results", str(results),
+                     "--machine", "test box"]) == 0
+    entries = json.loads(results.read_text())
+    assert [e["bench_mode"] for e in entries] == ["eager-fp32", "captured", "eager-bf16"]
+    assert [e.get("precision") for e in entries] == ["fp32", None, "bf16"]
+    assert entries[1]["skipped"].endswith("time that as --cuda-graphs without --modes)")
+    assert "steps_per_s" not in entries[1]
+    assert all(e["machine"] == "test box" and "--modes eager-fp32,captured,eager-bf16"
+               in e["command"] for e in entries)
+    out = capsys.readouterr().out
+    assert "captured: skipped, needs a CUDA device" in out and "eager-bf16: " in out
+    with pytest.raises(TrainingError, match="unknown mode.*fastest.*choose from eager-fp32"):
+        from trainer.profile import bench_modes
+        bench_modes(tiny_config(tiny_bert, tiny_data, tmp_path / "x"), ["fastest"], 1, 0, 1)
+
+
+def test_bench_times_the_static_step_uncaptured_on_cpu(tmp_path, tiny_bert, tiny_data):
+    """--cuda-graphs on a CPU: the padded widths count in the padded tokens, nothing captured."""
+    entry = bench_training(tiny_config(tiny_bert, tiny_data, tmp_path / "unused",
+                                       cuda_graphs=True, graph_widths="32"), steps=3, warmup=1,
+                           repeats=1)
+    assert entry["graph_widths"] == [32] and entry["captured"] is False and entry["graphs"] == 0
+    assert entry["repeats"][0]["padded_tokens_per_s"] == pytest.approx(
+        3 * 8 * 32 / entry["repeats"][0]["wall_s"], rel=1e-2)
 
 
 def test_losses_read_in_blocks_give_the_same_log_and_stop_at_the_bad_step(

@@ -205,7 +205,7 @@ def resolve_model_dir(path: Path) -> Path:
     if (path / "trunk").is_dir():
         return path
     raise CheckpointError(f"{path}: neither a run directory (RUN/model/trunk) nor a model folder "
-                          "(trunk/ + tasks/); train one with `python cli.py train`")
+                          "(trunk/ + tasks/); train one with `palkit train`")
 
 
 def separate_models(run: Path) -> list[Path]:

@@ -36,7 +36,7 @@ def _train_parameter(f: Field) -> inspect.Parameter:
     names = [f"{flag_name(f)}/--no-{flag_name(f)[2:]}"] if kind is bool else [flag_name(f)]
     default = field_default(f)
     shown = ",".join(default) if isinstance(default, tuple) else default
-    default_note = f" (default {shown})" if shown not in (None, ()) else ""
+    default_note = f" (default {shown})" if shown not in (None, "") else ""
     option = typer.Option(*names, help=f.metadata["help"] + default_note, show_default=False,
                           rich_help_panel=f.metadata["panel"], metavar=f.metadata["metavar"])
     return inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=None,
@@ -145,24 +145,41 @@ def add_task(
 def bench_train(**options: Any) -> None:
     """Time training steps of a config (same options as train) and append the figures to a
     JSON list: steps/s, tokens/s, CPU time, the share of data / forward+backward / optimizer,
-    and on a GPU the model-FLOP utilisation. Dev scoring and checkpoints are not timed."""
-    from trainer.profile import append_entry, bench_training
+    graphs and capture time with --cuda-graphs, and on a GPU the model-FLOP utilisation and peak
+    memory. --modes times several ways of running the step side by side, one entry each. Dev
+    scoring and checkpoints are not timed."""
+    from trainer.profile import append_entry, bench_mode_name, bench_modes, bench_training
     from trainer.results import option_flags
 
     steps, warmup, repeats = options.pop("steps"), options.pop("warmup"), options.pop("repeat")
     results_file, machine = options.pop("results"), options.pop("machine")
-    config_file = options.pop("config")
+    config_file, modes = options.pop("config"), options.pop("modes")
     cfg = build_config(_config_values(options), config_file)
-    entry = bench_training(cfg, steps, warmup, repeats)
+    if modes:
+        entries = bench_modes(cfg, modes.split(","), steps, warmup, repeats)
+    else:
+        entries = [{"bench_mode": bench_mode_name(cfg),
+                    **bench_training(cfg, steps, warmup, repeats)}]
     defaults = TrainConfig().to_dict()
     flags = option_flags(cfg.to_dict(), defaults, {"out", "data_dir", "custom_tasks"})
-    entry["command"] = " ".join(["palkit", "bench-train", *flags, "--steps", str(steps),
-                                 "--warmup", str(warmup), "--repeat", str(repeats)])
-    entry["machine"] = machine or entry["device"]
-    append_entry(results_file, entry)
-    share = ", ".join(f"{k} {100 * v:.0f}%" for k, v in entry["shares"].items())
-    typer.echo(f"{entry['steps_per_s']:.2f} steps/s, {entry['tokens_per_s']:.0f} tokens/s "
-               f"({share}); appended to {results_file}")
+    for entry in entries:
+        entry["command"] = " ".join(["palkit", "bench-train", *flags, "--steps", str(steps),
+                                     "--warmup", str(warmup), "--repeat", str(repeats),
+                                     *(["--modes", modes] if modes else [])])
+        entry["machine"] = machine or entry["device"]
+        append_entry(results_file, entry)
+        if "skipped" in entry or "failed" in entry:
+            why = f"skipped, {entry['skipped']}" if "skipped" in entry else entry["failed"]
+            typer.echo(f"{entry['bench_mode']}: {why}")
+            continue
+        share = ", ".join(f"{k} {100 * v:.0f}%" for k, v in entry["shares"].items())
+        mfu = f", MFU {100 * entry['mfu']:.1f}%" if entry["mfu"] is not None else ""
+        graphs = (f", {entry['graphs']} graphs captured in {entry['capture_s']:.1f} s"
+                  if entry["captured"] else "")
+        typer.echo(f"{entry['bench_mode']}: {entry['steps_per_s']:.2f} steps/s, "
+                   f"{entry['tokens_per_s']:.0f} tokens/s{mfu} ({share}){graphs}")
+    typer.echo(f"appended {len(entries)} entr{'y' if len(entries) == 1 else 'ies'} to "
+               f"{results_file}")
 
 
 _BENCH_OPTIONS = [
@@ -175,6 +192,10 @@ _BENCH_OPTIONS = [
         metavar="FILE", help="JSON list to append the entry to")),
     ("machine", Optional[str], None, typer.Option(
         metavar="TEXT", help="how to name the machine in the entry (default: the device)")),
+    ("modes", Optional[str], None, typer.Option(
+        metavar="MODE[,MODE...]", help="time each of eager-fp32, eager-bf16, compiled, captured, "
+        "compiled-captured (bf16 unless named fp32) one after another, one entry each; a mode "
+        "this machine cannot run is recorded as skipped, with the reason")),
 ]
 bench_train.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
     *(_train_parameter(f) for f in config_fields()),

@@ -27,7 +27,7 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 BAD_ROWS = ("skip", "stop")
 DATA_SOURCES = ("files", "hub")
 
-# "quick" fits this 2-core CPU in about 20 minutes; "paper" is Stickland & Murray's schedule
+# "quick" is the fields' defaults (a short CPU schedule); "paper" is Stickland & Murray's schedule
 # (section 4.2: 60,000 steps of batch 32 as 25 epochs of 2,400 steps, AdamW 2e-5, wd 0.01,
 # 10% warmup then linear decay, max length 128, best epoch by average dev score).
 PRESETS: dict[str, dict[str, Any]] = {
@@ -50,14 +50,14 @@ def option(default: Any, help: str, panel: str, choices: tuple[str, ...] | None 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    preset: str = option("quick", "quick (~20 min on a 2-core CPU) or paper (Stickland & Murray's "
-                         "25 x 2400 steps, lr 2e-5, max length 128); sets the schedule defaults",
-                         SCHEDULE, tuple(PRESETS))
+    preset: str = option("quick", "quick (the defaults shown with each option) or paper "
+                         "(Stickland & Murray's 25 x 2400 steps, lr 2e-5, max length 128); sets "
+                         "the schedule defaults", SCHEDULE, tuple(PRESETS))
     mode: str = option("pals", "pals: PAL adapters per task; shared: only the heads are "
                        "task-specific; separate: one fully fine-tuned model per task (baseline)",
                        MODEL, MODES)
     tasks: tuple[str, ...] = option(("sst", "quora", "sts"), "task names, comma-separated or "
-                                    "repeated (custom tasks: --custom-task)", TASKS,
+                                    "repeated (custom tasks: --custom-tasks)", TASKS,
                                     metavar="NAME[,NAME...]")
     custom_tasks: tuple[dict, ...] = option((), "a .json/.toml task description (fields of a "
                                             "custom task); repeatable; name it in --tasks too",
@@ -127,6 +127,14 @@ class TrainConfig:
     compile_mode: str = option("default", "torch.compile mode with --compile: reduce-overhead "
                                "replays each batch width's kernels as a CUDA graph (GPU)", RUN,
                                COMPILE_MODES)
+    cuda_graphs: bool = option(False, "record the whole training step (forward, loss, backward, "
+                               "clipping, AdamW) as one CUDA graph per task and batch width and "
+                               "replay it (one process; batches padded to --graph-widths); on a "
+                               "CPU the same step runs uncaptured", RUN)
+    graph_widths: str = option("", "pad every batch up to the nearest of these widths "
+                               "(default with --cuda-graphs: the quarters of --max-len, "
+                               "32,64,96,128 for 128; --max-len is always added)", RUN,
+                               metavar="W[,W...]")
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -145,9 +153,23 @@ class TrainConfig:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.tune_adapters_after and self.mode != "pals":
             raise ConfigError("tune_adapters_after needs mode 'pals' (it tunes the PAL adapters)")
+        if self.graph_widths:
+            parse_widths(self.graph_widths, self.max_len)
+        if self.cuda_graphs and self.grad_surgery != "none":
+            raise ConfigError("cuda_graphs records one task's step; grad_surgery steps on every "
+                             "task's batch at once: drop one of them")
+        if self.cuda_graphs and self.compile and self.compile_mode == "reduce-overhead":
+            raise ConfigError("cuda_graphs already captures the whole step; reduce-overhead would "
+                             "capture again inside it: use compile_mode 'default'")
         if self.freeze_trunk and self.mode == "separate":
             raise ConfigError("freeze_trunk with mode 'separate' would train heads only; "
                              "use mode 'pals' or 'shared'")
+
+    def pad_widths(self) -> tuple[int, ...] | None:
+        """The widths batches are padded up to (None: each batch to its own longest row)."""
+        if not (self.cuda_graphs or self.graph_widths):
+            return None
+        return parse_widths(self.graph_widths, self.max_len)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -175,6 +197,21 @@ class TrainConfig:
 
     def replace(self, **changes: Any) -> "TrainConfig":
         return replace(self, **changes)
+
+
+def parse_widths(text: str, max_len: int) -> tuple[int, ...]:
+    """'32,64,96' -> (32, 64, 96, max_len): ascending, each at most max_len, max_len always last
+    so that every batch fits one. Empty: the quarters of max_len (32/64/96/128 for 128)."""
+    if not text.strip():
+        quarter = -(-max_len // 4)
+        return tuple(sorted({min(max_len, quarter * k) for k in (1, 2, 3, 4)}))
+    try:
+        widths = {int(w) for w in text.split(",")}
+    except ValueError:
+        raise ConfigError(f"graph_widths must be comma-separated integers, got '{text}'") from None
+    if min(widths) < 1 or max(widths) > max_len:
+        raise ConfigError(f"graph_widths must lie between 1 and max_len ({max_len}), got '{text}'")
+    return tuple(sorted({*widths, max_len}))
 
 
 def config_fields() -> tuple[Field, ...]:
@@ -205,18 +242,20 @@ def _holds(declared: str, value: Any) -> bool:
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
-    """Options from a .json or .toml file, keys spelled like the flags (dashes or underscores)."""
+    """Options from a .json or .toml file, keys spelled like the flags (dashes or underscores).
+
+    A UTF-8 byte-order mark (Windows editors write one) is read as no mark."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found")
     try:
         if path.suffix == ".toml":
-            data = tomllib.loads(path.read_text())
+            data = tomllib.loads(path.read_text(encoding="utf-8-sig"))
         elif path.suffix == ".json":
-            data = json.loads(path.read_text())
+            data = json.loads(path.read_text(encoding="utf-8-sig"))
         else:
             raise ConfigError(f"{path}: config files must end in .json or .toml")
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as e:
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: cannot parse ({e})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a table of options, got {type(data).__name__}")

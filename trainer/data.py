@@ -57,7 +57,8 @@ def read_examples(task: TaskSpec, data_dir: Path, split: str,
         raise DataError(f"{path}: file not found (task '{task.name}', split '{split}'); "
                         "check --data-dir")
     examples, skipped = [], []
-    with open(path, newline="", encoding="utf-8") as f:
+    # utf-8-sig: a byte-order mark (Excel's "CSV UTF-8") would otherwise stick to the first column
+    with open(path, newline="", encoding="utf-8-sig") as f:
         reader = csv.reader(f, delimiter="\t")
         header = next(reader, None)
         if header is None:

@@ -26,7 +26,7 @@ def _trust(key: Optional[Path]) -> Optional[Path]:
     return key
 
 
-DataDirOption = Annotated[Optional[Path], typer.Option(
+DataDirOption = Annotated[Optional[str], typer.Option(
     "--data-dir", metavar="DIR",
     help=f"folder with one sub-folder per task (default ${DATA_DIR_ENV}, then ../shared/data)")]
 TrustKeyOption = Annotated[Optional[Path], typer.Option(

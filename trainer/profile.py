@@ -1,19 +1,23 @@
 """`palkit bench-train`: how fast the trainer trains a config, and where a step's time goes.
 
-It builds the same Run as `palkit train` (model, tokenized data, optimiser, data streams) and
-runs the joint phase's first steps through the same pieces a training step uses (Run.batch,
-Run.forward_loss, Run.optimizer_step), without dev scoring or checkpoints. Reported:
+It builds the same Run as `palkit train` (model, tokenized data, optimisers, data streams) and
+runs the joint phase's first steps through the training loop's own step (Run.batch, then
+TrainStep: eager, compiled, or recorded as CUDA graphs), without dev scoring or checkpoints.
+Reported per mode:
 
 - steps/s and tokens/s (real tokens; padded ones too) over the timed steps, wall clock;
-- the process's CPU time over the same steps (on a machine shared with other jobs, CPU time per
-  step moves less than wall time, and cpu_s / wall_s shows how many cores the step kept busy);
-- the share of the step spent building the batch, in forward+backward and in the optimiser;
-- on CUDA, the model-FLOP utilisation: 6·N·tokens plus the attention matmuls, over the GPU's
-  dense peak for the precision (MODEL_PEAK_FLOPS; None for a device not listed, and on CPU).
+- the process's CPU time over the same steps (cpu_s / wall_s shows how many cores the step kept
+  busy; on a GPU, CPU seconds close to wall seconds mean the host's kernel launches bound it);
+- the share of the step spent building the batch, in forward+backward (with clipping) and in
+  the optimisers (uncaptured modes; a captured step is one graph, so there: data and graph);
+- the model-FLOP utilisation on CUDA: the matmul FLOPs of the step (step_flops) over the GPU's
+  dense peak for the precision (MODEL_PEAK_FLOPS; None for a device not listed, and on CPU);
+- with --cuda-graphs: graphs recorded, seconds spent capturing them; on CUDA the peak memory.
 
 On CUDA the shares need a synchronisation at each section boundary, which slows the step, so
 there the throughput comes from a separate pass without them. Each repeat is a fresh set of
 steps on the same Run; the entry keeps every repeat, and its headline figures are the median.
+`bench_modes` runs several modes (BENCH_MODES) one after another in one call, side by side.
 """
 from __future__ import annotations
 
@@ -28,12 +32,15 @@ from typing import Any
 
 import torch
 
+from torch import nn
+
 from trainer.checkpoint import read_json
 from trainer.config import TrainConfig
 from trainer.fileio import write_json
 from trainer.host import cpu_model
 from trainer.model import PalBert
 from trainer.sampling import epoch_task_schedule
+from trainer.step import width_for
 from trainer.train import PhaseContext, Run, TrainingError
 
 # Dense peak FLOP/s by GPU name fragment and precision (vendor datasheets, SXM parts; fp32 is
@@ -42,6 +49,17 @@ MODEL_PEAK_FLOPS: dict[str, dict[str, float]] = {
     "H200": {"bf16": 989e12, "fp32": 67e12},
     "H100": {"bf16": 989e12, "fp32": 67e12},
     "A100": {"bf16": 312e12, "fp32": 19.5e12},
+}
+
+# The ways bench-train can run a step, as the training options each one sets.
+BENCH_MODES: dict[str, dict[str, Any]] = {
+    "eager-fp32": {"precision": "fp32", "compile": False, "cuda_graphs": False},
+    "eager-bf16": {"precision": "bf16", "compile": False, "cuda_graphs": False},
+    "compiled": {"precision": "bf16", "compile": True, "compile_mode": "default",
+                 "cuda_graphs": False},
+    "captured": {"precision": "bf16", "compile": False, "cuda_graphs": True},
+    "compiled-captured": {"precision": "bf16", "compile": True, "compile_mode": "default",
+                          "cuda_graphs": True},
 }
 
 
@@ -59,17 +77,28 @@ class Timing:
 
 
 def step_flops(model: PalBert, task: str, batch: int, width: int) -> float:
-    """Model FLOPs of one training step (forward + backward = 3 x forward) for a batch x width
-    input: 2 per weight per token for the non-embedding weights the task uses, plus QK^T and
-    PV in every attention (the trunk's and the task's PALs)."""
-    embeddings = sum(p.numel() for p in model.trunk.embeddings.parameters())
-    weights = (sum(p.numel() for p in model.trunk.parameters()) - embeddings
-               + sum(p.numel() for p in model.task_parameters(task).values()))
-    tokens = batch * width
-    attention_width = model.trunk.config.hidden_size * model.trunk.config.num_hidden_layers
+    """Matmul FLOPs of one training step of `task` on a batch x width input (padding included:
+    the GPU multiplies it too). Forward: 2 per weight of every Linear per row it is applied to
+    (the encoder's and the task's PALs' on every token, the pooler and the head on the [CLS]
+    row only, a PAL's shared V^E/V^D once per adapted layer) plus QK^T and PV in every attention;
+    backward twice the forward (gradients of inputs and of weights). The embedding tables are
+    lookups, not matmuls, and LayerNorm, softmax and biases are not matmuls: none counts."""
+    def weights(module: nn.Module) -> int:
+        return sum(m.in_features * m.out_features for m in module.modules()
+                   if isinstance(m, nn.Linear))
+
+    trunk, tokens = model.trunk, batch * width
+    per_token = weights(trunk.encoder)
+    per_row = weights(trunk.pooler) + weights(model.heads[task])
+    attention_width = trunk.config.hidden_size * trunk.config.num_hidden_layers
     if model.pal is not None and task in model.adapters:
+        adapter = model.adapters[task]
+        for slot in range(len(model.pal.layers)):
+            proj = 0 if model.pal.share_projections else slot
+            per_token += (weights(adapter.encoders[proj]) + weights(adapter.attentions[slot])
+                          + weights(adapter.decoders[proj]))
         attention_width += model.pal.size * len(model.pal.layers)
-    forward = 2 * weights * tokens + 4 * tokens * width * attention_width
+    forward = 2 * per_token * tokens + 2 * per_row * batch + 4 * tokens * width * attention_width
     return 3.0 * forward
 
 
@@ -79,39 +108,59 @@ def _sync(device: torch.device) -> None:
 
 
 def timed_steps(run: Run, ctx: PhaseContext, schedule: list[int], sections: bool) -> Timing:
-    """Run `schedule`'s steps as Run._plain_step does; with `sections`, time each part."""
+    """Run `schedule`'s steps as the training loop does; with `sections`, time each part (the
+    optimisers' share through their step hooks, so the step's code stays the loop's own)."""
     timing, device, losses = Timing(), run.dist.device, []
     tokens = torch.zeros((), dtype=torch.long, device=device)  # summed there: no wait per step
     clock = time.perf_counter
+    captured = ctx.step.capture
+    marks: dict[str, float] = {}
+
+    def before(*_: Any) -> None:
+        _sync(device)
+        marks.setdefault("optimizer", clock())
+
+    def after(*_: Any) -> None:
+        _sync(device)
+        marks["optimizer_end"] = clock()
+
+    hooks = ([h for opt in ctx.opts.opts.values()
+              for h in (opt.register_step_pre_hook(before), opt.register_step_post_hook(after))]
+             if sections and not captured else [])
     _sync(device)
     start_wall, start_cpu = clock(), time.process_time()
-    for task_index in schedule:
+    for position, task_index in enumerate(schedule):
         spec = ctx.specs[task_index]
         t0 = clock()
         batch = run.batch(spec, ctx.streams[spec.name])
         if sections:
             _sync(device)
         t1 = clock()
-        loss = run.forward_loss(ctx, spec, batch)
-        ctx.opt.zero_grad(set_to_none=True)
-        loss.backward()
+        marks.clear()
+        losses.append(ctx.step(spec, batch, position))
         if sections:
             _sync(device)
         t2 = clock()
-        run.optimizer_step(ctx.opt)
-        if sections:
-            _sync(device)
-        losses.append(loss.detach())
         timing.sections_s["data"] += t1 - t0
-        timing.sections_s["forward_backward"] += t2 - t1
-        timing.sections_s["optimizer"] += clock() - t2
+        if captured:
+            timing.sections_s["graph"] = timing.sections_s.get("graph", 0.0) + t2 - t1
+        else:
+            opt_s = marks.get("optimizer_end", t2) - marks.get("optimizer", t2)
+            timing.sections_s["forward_backward"] += t2 - t1 - opt_s
+            timing.sections_s["optimizer"] += opt_s
         rows, width = batch["input_ids"].shape
+        if ctx.step.widths is not None:
+            width = width_for(width, ctx.step.widths)
         tokens += batch["attention_mask"].sum()
         timing.padded_tokens += rows * width
         timing.flops += step_flops(run.model, spec.name, rows, width)
     _sync(device)
     timing.wall_s, timing.cpu_s = clock() - start_wall, time.process_time() - start_cpu
     timing.steps, timing.tokens = len(schedule), int(tokens)
+    for hook in hooks:
+        hook.remove()
+    if captured:
+        timing.sections_s = {k: timing.sections_s.get(k, 0.0) for k in ("data", "graph")}
     if not torch.isfinite(torch.stack(losses)).all():
         raise TrainingError("bench-train: the loss became non-finite; lower --lr")
     return timing
@@ -143,7 +192,7 @@ def summarise(timing: Timing, peak: float | None) -> dict[str, Any]:
 
 def shares(timing: Timing) -> dict[str, float]:
     total = sum(timing.sections_s.values())
-    return {k: round(v / total, 3) for k, v in timing.sections_s.items()}
+    return {k: round(v / total, 3) for k, v in timing.sections_s.items() if k != "graph" or v}
 
 
 def bench_training(cfg: TrainConfig, steps: int, warmup: int, repeats: int) -> dict[str, Any]:
@@ -154,10 +203,13 @@ def bench_training(cfg: TrainConfig, steps: int, warmup: int, repeats: int) -> d
     run = Run(cfg, resume=False)
     ctx = run.phase_context(run.phases[0])
     device = run.dist.device
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     total = warmup + repeats * steps
     schedule = epoch_task_schedule(cfg.sampling if len(ctx.specs) > 1 else "round-robin",
                                    ctx.sizes, 1, run.phases[0].epochs, total, cfg.seed)
-    timed_steps(run, ctx, schedule[:warmup], sections=False)   # allocations, compilation
+    timed_steps(run, ctx, schedule[:warmup], sections=False)   # allocations, compilation, capture
+    warm_graphs, warm_capture_s = run.graphs.count, run.graphs.capture_s
     peak = peak_flops(device, cfg.precision)
     passes, section_passes = [], []
     for r in range(repeats):
@@ -178,10 +230,67 @@ def bench_training(cfg: TrainConfig, steps: int, warmup: int, repeats: int) -> d
             "batch_size": cfg.batch_size, "max_len": cfg.max_len, "mode": cfg.mode,
             "tasks": list(cfg.tasks), "length_buckets": cfg.length_buckets,
             "compile": cfg.compile, "compile_mode": cfg.compile_mode if cfg.compile else None,
+            "cuda_graphs": cfg.cuda_graphs, "graph_widths": list(ctx.step.widths or []) or None,
+            "captured": ctx.step.capture, "graphs": run.graphs.count,
+            "capture_s": round(run.graphs.capture_s, 3),
+            # Graphs first met in a timed pass were captured inside it (their capture counted).
+            "graphs_captured_while_timed": run.graphs.count - warm_graphs,
+            "capture_s_while_timed": round(run.graphs.capture_s - warm_capture_s, 3),
+            "peak_gpu_memory_gib": (round(torch.cuda.max_memory_allocated(device) / 2**30, 3)
+                                    if device.type == "cuda" else None),
+            "flops_counted": "matmuls without the embedding lookups (trainer/profile.py "
+                             "step_flops)",
             "distill_from": cfg.distill_from,
             "torch": torch.__version__, "load_avg_1min": round(os.getloadavg()[0], 2),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "commit": git_commit()}
+
+
+def bench_mode_name(cfg: TrainConfig) -> str:
+    """How a config's step runs, named as BENCH_MODES names it (precision added unless bf16
+    for the compiled and captured ones); the entry's `captured` says whether capture happened."""
+    parts = [p for p, on in (("compiled", cfg.compile), ("captured", cfg.cuda_graphs)) if on]
+    name = "-".join(parts) or "eager"
+    return name if parts and cfg.precision == "bf16" else f"{name}-{cfg.precision}"
+
+
+def skip_reason(mode: str, device: torch.device) -> str | None:
+    if BENCH_MODES[mode]["cuda_graphs"] and device.type != "cuda":
+        return ("needs a CUDA device: capture records CUDA kernels (the same step runs "
+                "uncaptured on a CPU; time that as --cuda-graphs without --modes)")
+    return None
+
+
+def bench_modes(cfg: TrainConfig, modes: list[str], steps: int, warmup: int,
+                repeats: int) -> list[dict[str, Any]]:
+    """One entry per mode, each timed on a fresh Run, in the order given; a mode this machine
+    cannot run gets an entry that says why instead of figures, and so does one that fails."""
+    unknown = [m for m in modes if m not in BENCH_MODES]
+    if unknown:
+        raise TrainingError(f"--modes: unknown mode(s) {', '.join(unknown)}; choose from "
+                            f"{', '.join(BENCH_MODES)}")
+    device = torch.device("cuda" if cfg.device == "cuda" or (
+        cfg.device == "auto" and torch.cuda.is_available()) else "cpu")
+    entries = []
+    for mode in modes:
+        reason = skip_reason(mode, device)
+        if reason:
+            entries.append({"bench_mode": mode, "skipped": reason,
+                            "device": describe_device(device), "torch": torch.__version__,
+                            "date": datetime.datetime.now(datetime.timezone.utc)
+                            .isoformat(timespec="seconds"), "commit": git_commit()})
+            continue
+        try:
+            entry = bench_training(cfg.replace(**BENCH_MODES[mode]), steps, warmup, repeats)
+        except (RuntimeError, ValueError) as e:   # one mode's failure must not lose the others'
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            entry = {"failed": f"{type(e).__name__}: {first[:300]}",
+                     "device": describe_device(device), "torch": torch.__version__}
+        finally:
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+        entries.append({"bench_mode": mode, **entry})
+    return entries
 
 
 def git_commit() -> str | None:

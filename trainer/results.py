@@ -67,7 +67,7 @@ def run_facts(run: Path) -> dict[str, Any]:
     state = read_training_state(run)
     if not state.finished:
         raise ConfigError(f"{run}: the run has not finished; resume it with "
-                         f"`python cli.py train --resume --out {run}`")
+                         f"`palkit train --resume --out {run}`")
     summary = read_json(run / "model" / "summary.json")
     return {"mode": cfg["mode"], "sampling": cfg["sampling"] if len(cfg["tasks"]) > 1 else None,
             "params_total": summary["params"]["params_total"],

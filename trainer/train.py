@@ -3,7 +3,9 @@
 A run is a list of phases: "joint" trains all tasks together (PALs or fully shared); with
 --tune-adapters-after N, one "tune:<task>" phase per task follows, training only that task's
 adapter and head on a frozen trunk, starting from the best joint model. Each phase has its own
-AdamW and warmup-then-linear-decay schedule. Epochs are a fixed number of steps.
+AdamW (one for the trunk, one per task) and warmup-then-linear-decay schedule. Epochs are a fixed
+number of steps. The step itself lives in trainer/step.py, written so that `--cuda-graphs` can
+record it whole.
 
 Resumption is exact: the data order is a pure function of the seed (trainer/sampling.py), and a
 checkpoint holds the weights, AdamW's moments, the torch RNG state and the stream positions.
@@ -24,9 +26,8 @@ import torch.nn.functional as F
 
 from trainer.checkpoint import (TRUNK_WEIGHTS, Checkpoint, TrainingState, append_metrics,
                                 load_checkpoint, load_model, load_task_weights, load_trunk,
-                                mark_finished, optimizer_tensors, read_json, restore_optimizer,
-                                runs_beside, save_best, save_checkpoint, write_rank_report,
-                                write_run_config)
+                                mark_finished, read_json, runs_beside, save_best, save_checkpoint,
+                                write_rank_report, write_run_config)
 from trainer.config import TrainConfig
 from trainer.data import EncodedSplit, collate, encode, read_examples, resolve_data_dir
 from trainer.distill import Teachers, distill_loss, teacher_weight
@@ -37,6 +38,7 @@ from trainer.model import PalBert, PalConfig, default_pal_size, regression_score
 from trainer.placement import pal_layer_indices
 from trainer.sampling import (LengthBuckets, TaskStream, epoch_task_schedule, sampling_alpha,
                               task_probabilities)
+from trainer.step import Graphs, PhaseOptimizers, TrainStep, lr_at
 from trainer.surgery import GradVac, pcgrad
 from trainer.tasks import TaskSpec, resolve_tasks
 from ui.progress import StepBar, say
@@ -44,7 +46,7 @@ from ui.progress import StepBar, say
 
 # Options that do not change what is computed, so a resumed run may set them differently.
 RESUME_MAY_CHANGE = {"device", "precision", "data_dir", "out", "eval_batch_size", "compile",
-                     "compile_mode"}
+                     "compile_mode", "cuda_graphs"}
 # With --compile, batch widths are rounded up to this, so the graph is built for few shapes.
 COMPILE_PAD_MULTIPLE = 16
 
@@ -139,28 +141,6 @@ def trainable_parameters(model: PalBert, phase: Phase) -> dict[str, torch.nn.Par
     return out
 
 
-def make_optimizer(params: dict[str, torch.nn.Parameter], cfg: TrainConfig) -> torch.optim.AdamW:
-    # BERT convention: no weight decay on biases and LayerNorm weights.
-    decay = [p for n, p in params.items() if not (n.endswith("bias") or "LayerNorm" in n)]
-    no_decay = [p for n, p in params.items() if n.endswith("bias") or "LayerNorm" in n]
-    # fused: one kernel for all parameters instead of a handful per tensor (CPU and CUDA).
-    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, fused=True)
-
-
-def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
-    """Linear warmup over warmup_ratio of the steps, then linear decay to zero."""
-    warmup = max(1, int(cfg.warmup_ratio * total))
-    if step < warmup:
-        return cfg.lr * (step + 1) / warmup
-    return cfg.lr * max(0.0, (total - step) / max(1, total - warmup))
-
-
-def ordered_names(opt: torch.optim.AdamW, params: dict[str, torch.nn.Parameter]) -> list[str]:
-    name_of = {id(p): n for n, p in params.items()}
-    return [name_of[id(p)] for g in opt.param_groups for p in g["params"]]
-
-
 @dataclass
 class PhaseContext:
     """What one phase trains with: its tasks, their data streams, the optimiser."""
@@ -169,9 +149,9 @@ class PhaseContext:
     sizes: list[int]                      # training examples per task
     streams: dict[str, TaskStream]
     gradvac: GradVac | None
-    opt: torch.optim.AdamW
-    names: list[str]                      # parameter names in the optimiser's order
+    opts: PhaseOptimizers
     model: torch.nn.Module                # the model, or its DistributedDataParallel wrapper
+    step: TrainStep | None = None         # set once the context exists (the step calls back)
 
 
 # ---- the run -------------------------------------------------------------------------------
@@ -185,6 +165,9 @@ class Run:
         if cfg.grad_surgery != "none" and self.dist.world > 1:
             raise TrainingError("--grad-surgery with several processes is not supported; run it "
                                 "in one process")
+        if cfg.cuda_graphs and self.dist.world > 1:
+            raise TrainingError("--cuda-graphs records one process's step; run it without "
+                                "torchrun, or drop --cuda-graphs to train with several processes")
         self.out = Path(cfg.out)
         self.specs = resolve_tasks(cfg.tasks, list(cfg.custom_tasks))
         self.phases = plan_phases(cfg, self.specs)
@@ -198,6 +181,7 @@ class Run:
         self.loss_sync_every = loss_sync_interval(self.dist.device)
         # Compiled models see few distinct shapes when widths are rounded up.
         self.pad_multiple = COMPILE_PAD_MULTIPLE if cfg.compile else 1
+        self.graphs = Graphs()               # every phase's CUDA graphs share one memory pool
         torch.manual_seed(cfg.seed)
         last = self.out / "last"
         if resume and last.exists():
@@ -268,8 +252,7 @@ class Run:
         """RUN/last: the model plus the optimiser's state, the RNG state and the loop's position."""
         self._sync_losses(ctx)
         if self.dist.main:
-            ckpt = Checkpoint(self.state, optimizer_tensors(ctx.opt, ctx.names),
-                              torch.get_rng_state())
+            ckpt = Checkpoint(self.state, ctx.opts.state_tensors(), torch.get_rng_state())
             save_checkpoint(self.out, self.model, self.tokenizer, self.frozen_trunk_file, ckpt)
 
     def save_best(self, summary: dict[str, Any]) -> None:
@@ -317,10 +300,14 @@ class Run:
 
     def phase_context(self, phase: Phase) -> PhaseContext:
         params = trainable_parameters(self.model, phase)
-        opt = make_optimizer(params, self.cfg)
-        names = ordered_names(opt, params)
+        name_of = {id(p): n for n, p in params.items()}
+        task_params = {t: [p for p in self.model.task_parameters(t).values() if p.requires_grad]
+                       for t in phase.tasks}
+        task_of = {name_of[id(p)]: t for t, own in task_params.items() for p in own}
+        capture = self.cfg.cuda_graphs and self.dist.device.type == "cuda"
+        opts = PhaseOptimizers(params, task_of, self.cfg, self.dist.device, capture)
         if self.optimizer_state:
-            restore_optimizer(opt, names, self.optimizer_state)
+            opts.restore(self.optimizer_state)
             self.optimizer_state = {}
         model = self.model
         if self.dist.world > 1:
@@ -338,8 +325,14 @@ class Run:
         gradvac = GradVac(len(specs)) if self.cfg.grad_surgery == "gradvac" else None
         if gradvac is not None and self.state.gradvac_targets is not None:
             gradvac.targets = torch.tensor(self.state.gradvac_targets, dtype=torch.float64)
-        return PhaseContext(phase, specs, [len(self.train_data[s.name]) for s in specs],
-                            streams, gradvac, opt, names, model)
+        ctx = PhaseContext(phase, specs, [len(self.train_data[s.name]) for s in specs],
+                           streams, gradvac, opts, model)
+        ctx.step = TrainStep(
+            lambda spec, batch, position: self.forward_loss(ctx, spec, batch, position), opts,
+            task_params, [p for n, p in params.items() if n.startswith("trunk.")],
+            phase.epochs * self.cfg.steps_per_epoch, self.cfg, self.dist.device,
+            self.cfg.pad_widths(), capture, self.graphs, self.pad_id)
+        return ctx
 
     def _buckets(self, task: str) -> LengthBuckets | None:
         if not self.cfg.length_buckets:
@@ -364,16 +357,14 @@ class Run:
         schedule = epoch_task_schedule(cfg.sampling if len(ctx.specs) > 1 else "round-robin",
                                        ctx.sizes, epoch, phase.epochs, cfg.steps_per_epoch,
                                        cfg.seed + st.phase)
-        total_steps = phase.epochs * cfg.steps_per_epoch
         started = time.time()
         while st.step < cfg.steps_per_epoch:
-            for group in ctx.opt.param_groups:
-                group["lr"] = lr_at((epoch - 1) * cfg.steps_per_epoch + st.step, total_steps, cfg)
+            position = (epoch - 1) * cfg.steps_per_epoch + st.step   # within the phase
             if cfg.grad_surgery != "none" and len(ctx.specs) > 1:
-                loss = self._surgery_step(ctx)
+                loss = self._surgery_step(ctx, position)
             else:
                 spec = ctx.specs[schedule[st.step]]
-                loss = self._plain_step(ctx, spec)
+                loss = ctx.step(spec, self.batch(spec, ctx.streams[spec.name]), position)
             self._count_step(ctx, loss, epoch)
             if cfg.save_every and st.step % cfg.save_every == 0 and st.step < cfg.steps_per_epoch:
                 st.elapsed_s += time.time() - started
@@ -428,8 +419,10 @@ class Run:
             self._examples_seen.append(f"{spec.name}:{','.join(map(str, indices))}")
         return {k: v.to(self.dist.device, non_blocking=True) for k, v in batch.items()}
 
-    def forward_loss(self, ctx: PhaseContext, spec: TaskSpec,
-                     batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    def forward_loss(self, ctx: PhaseContext, spec: TaskSpec, batch: dict[str, torch.Tensor],
+                     position: torch.Tensor) -> torch.Tensor:
+        """The task's loss on a batch at the phase's 0-based step `position` (a device tensor,
+        so that the teacher's weight can change inside a recorded graph)."""
         distilling = self.teachers is not None and ctx.phase.name == "joint"
         with autocast(self.cfg, self.dist.device):
             raw = ctx.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
@@ -437,24 +430,19 @@ class Run:
             teacher = self.teachers.outputs(spec.name, batch) if distilling else None
         if teacher is None:
             return task_loss(spec, raw, batch["labels"], self.cfg.sts_loss)
-        st, per_epoch = self.state, self.cfg.steps_per_epoch
-        weight = teacher_weight(st.epoch * per_epoch + st.step, ctx.phase.epochs * per_epoch)
+        weight = teacher_weight(position, ctx.phase.epochs * self.cfg.steps_per_epoch)
         return distill_loss(spec, raw, batch["labels"], teacher, weight, self.cfg.sts_loss)
 
-    def _plain_step(self, ctx: PhaseContext, spec: TaskSpec) -> torch.Tensor:
-        loss = self.forward_loss(ctx, spec, self.batch(spec, ctx.streams[spec.name]))
-        ctx.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        self.optimizer_step(ctx.opt)
-        return loss.detach()
-
-    def _surgery_step(self, ctx: PhaseContext) -> torch.Tensor:
-        """One batch of every task; de-conflict the trunk's per-task gradients, then step."""
+    def _surgery_step(self, ctx: PhaseContext, position: int) -> torch.Tensor:
+        """One batch of every task; de-conflict the trunk's per-task gradients, then step every
+        optimizer of the phase (eager only: --cuda-graphs refuses grad surgery)."""
         shared = [p for p in self.model.trunk.parameters() if p.requires_grad]
-        ctx.opt.zero_grad(set_to_none=True)
+        torch._foreach_zero_([p.grad for p in ctx.opts.order])
+        at = torch.tensor(float(position), dtype=torch.float64, device=self.dist.device)
+        ctx.opts.lr.copy_(lr_at(at, ctx.phase.epochs * self.cfg.steps_per_epoch, self.cfg))
         per_task, losses = [], []
         for spec in ctx.specs:
-            loss = self.forward_loss(ctx, spec, self.batch(spec, ctx.streams[spec.name]))
+            loss = self.forward_loss(ctx, spec, self.batch(spec, ctx.streams[spec.name]), at)
             loss.backward()
             per_task.append(torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p))
                                        .flatten() for p in shared]))
@@ -469,14 +457,11 @@ class Run:
             for p in shared:
                 p.grad = combined[offset:offset + p.numel()].view_as(p).clone()
                 offset += p.numel()
-        self.optimizer_step(ctx.opt)
-        return torch.stack(losses).mean()
-
-    def optimizer_step(self, opt: torch.optim.AdamW) -> None:
-        params = [p for g in opt.param_groups for p in g["params"] if p.grad is not None]
         if self.cfg.max_grad_norm:
-            torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
-        opt.step()
+            torch.nn.utils.clip_grad_norm_(ctx.opts.order, self.cfg.max_grad_norm)
+        for opt in ctx.opts.opts.values():
+            opt.step()
+        return torch.stack(losses).mean()
 
     def _end_epoch(self, ctx: PhaseContext, epoch: int) -> None:
         """Score dev, append metrics.jsonl, publish RUN/model when this epoch is the best."""
@@ -496,10 +481,10 @@ class Run:
                   "dev": dev, "score": score, "is_best": improved,
                   "elapsed_s": round(st.elapsed_s, 1)}
         append_metrics(self.out, record)
-        shown = " ".join(f"{k}={v:.4f}" for k, v in dev.items())
+        shown = " ".join(f"{k}={100 * v:.2f}" for k, v in dev.items())  # points, as evaluate
         self.log(f"[{ctx.phase.name} epoch {epoch}] loss={record['train_loss']:.4f} dev: {shown}"
                  f"{'  (best)' if improved else ''}")
-        self.last_dev = f" | dev avg {dev['avg']:.4f} (epoch {st.global_epoch + 1})"
+        self.last_dev = f" | dev avg {100 * dev['avg']:.2f} (epoch {st.global_epoch + 1})"
         if improved:
             st.best = best
             self.save_best({**best, "params": self.model.param_counts(),

@@ -17,17 +17,19 @@ def _points(value: float | None) -> str:
 
 
 def metrics_table(result: dict[str, Any], title: str) -> None:
-    """One row per task, one column per metric, in points (×100); then the average."""
+    """One row per task, one column per metric, in points (×100); the average in its own column
+    and row."""
     tasks = result["tasks"]
     present = [m for m in METRICS if any(f"{t}_{m}" in result for t in tasks)]
     table = Table(title=title, title_justify="left")
     table.add_column("task")
     for m in present:
         table.add_column(METRICS[m], justify="right")
+    table.add_column("average", justify="right")
     for t in tasks:
-        table.add_row(t, *(_points(result.get(f"{t}_{m}")) for m in present))
+        table.add_row(t, *(_points(result.get(f"{t}_{m}")) for m in present), "")
     table.add_section()
-    table.add_row("average", *[""] * (len(present) - 1), _points(result["avg"]))
+    table.add_row("all tasks", *[""] * len(present), _points(result["avg"]))
     _stdout.print(table)
     _stdout.print("average: mean of the accuracies and (Pearson+1)/2, in points", style="dim")
 

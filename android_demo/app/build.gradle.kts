@@ -4,10 +4,26 @@ plugins {
     alias(libs.plugins.kotlin.compose)
 }
 
+// ExecuTorch's native build runs Python: its configure reads the installed torch's headers and its
+// kernel code generation imports torchgen and yaml. palkit's own environment has all three.
+val python: String = providers.gradleProperty("palkit.python")
+    .orElse(providers.environmentVariable("PALKIT_PYTHON"))
+    .orElse("python3")
+    .get()
+// One ExecuTorch checkout per tag, shared by every ABI and build variant (and kept by `clean`).
+val executorchVersion = libs.versions.executorch.get()
+val executorchCheckout = rootProject.layout.projectDirectory.dir(".executorch/v$executorchVersion")
+// An ExecuTorch checkout already on disk (a folder named exactly `executorch`, submodules
+// included): the build then needs no network.
+val executorchSource: String? = providers.gradleProperty("palkit.executorchSource")
+    .orElse(providers.environmentVariable("PALKIT_EXECUTORCH_SOURCE"))
+    .orNull
+
 android {
     namespace = "io.palkit.demo"
     compileSdk = 35
-    ndkVersion = "27.2.12479018"
+    // r28c, as ExecuTorch's Android CI; its libraries are linked for 16 KB pages (Android 15).
+    ndkVersion = "28.2.13676358"
 
     defaultConfig {
         applicationId = "io.palkit.demo"
@@ -16,13 +32,22 @@ android {
         versionCode = 1
         versionName = "0.1.0"
         ndk { abiFilters += listOf("arm64-v8a", "x86_64") }
+        // What the app was built with, compared on screen with the bundle's manifest.
+        buildConfigField("String", "EXECUTORCH_VERSION", "\"$executorchVersion\"")
+        buildConfigField("String", "ONNXRUNTIME_VERSION", "\"${libs.versions.onnxruntime.get()}\"")
         externalNativeBuild {
             cmake {
                 // ExecuTorch is built from source at the pinned tag (see app/src/main/cpp/CMakeLists.txt).
                 arguments += listOf(
-                    "-DEXECUTORCH_GIT_TAG=v${libs.versions.executorch.get()}",
+                    "-DEXECUTORCH_GIT_TAG=v$executorchVersion",
+                    "-DPALKIT_EXECUTORCH_CHECKOUT=${executorchCheckout.asFile.path}",
+                    "-DPYTHON_EXECUTABLE=$python",
                     "-DANDROID_STL=c++_shared",
+                    "-DANDROID_SUPPORT_FLEXIBLE_PAGE_SIZES=ON",
                 )
+                if (executorchSource != null) {
+                    arguments += "-DFETCHCONTENT_SOURCE_DIR_EXECUTORCH=$executorchSource"
+                }
             }
         }
     }
@@ -34,7 +59,10 @@ android {
         }
     }
 
-    buildFeatures { compose = true }
+    buildFeatures {
+        compose = true
+        buildConfig = true
+    }
 
     compileOptions {
         sourceCompatibility = JavaVersion.VERSION_17
@@ -54,5 +82,6 @@ dependencies {
     implementation(libs.compose.ui)
     implementation(libs.activity.compose)
     implementation(libs.lifecycle.runtime.compose)
+    implementation(libs.lifecycle.viewmodel.compose)
     implementation(libs.coroutines.android)
 }

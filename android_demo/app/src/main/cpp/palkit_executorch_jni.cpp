@@ -1,12 +1,18 @@
-// JNI for io.palkit.demo.runtime.ExecuTorchProgram: one task program (.pte) whose trunk weights
-// live in a shared data file (.ptd). Plain JNI, no fbjni, so the Java side stays tiny.
+// JNI for io.palkit.demo.runtime.ExecuTorchProgram: the bundle's one program (.pte) with its trunk
+// weights in a data file (.ptd); a task is a weights file (safetensors) whose tensors are the
+// method's task inputs. Binding a task reads its file once; each call then passes those tensors,
+// which the program reads in place (its inputs are not memory-planned), so nothing is copied per
+// call. Plain JNI, no fbjni, so the Java side stays tiny.
 //
 // The same file is built for the phone (CMakeLists.txt here, ExecuTorch from source) and for the
 // host tests (android_demo/host/native_host.py, against the executorch wheel's C++ SDK).
 #include <jni.h>
 
 #include <cstdint>
+#include <cstring>
+#include <fstream>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -19,13 +25,14 @@
 #include <executorch/extension/threadpool/threadpool.h>
 #else
 // The executorch wheel's SDK ships libexecutorch_threadpool.so but not this header (nor the
-// pthreadpool.h it includes). Declare the two functions this file calls with the header's
+// pthreadpool.h it includes). Declare the functions this file calls with the header's
 // signatures; they link to the library's real symbols. ThreadPool is only used through the
 // pointer the library returns, never constructed or sized here, so no other member is needed.
 // The Android build has the header.
 namespace executorch::extension::threadpool {
 class ThreadPool final {
  public:
+  size_t get_thread_count() const;
   bool _unsafe_reset_threadpool(uint32_t num_threads);
 };
 ThreadPool* get_threadpool();
@@ -33,7 +40,10 @@ ThreadPool* get_threadpool();
 #endif
 
 using executorch::extension::Module;
+using executorch::extension::TensorPtr;
 using executorch::extension::from_blob;
+using executorch::extension::make_tensor_ptr;
+using executorch::runtime::EValue;
 using executorch::runtime::Error;
 
 namespace {
@@ -64,6 +74,49 @@ Error shareTrunkWeights() {
   return executorch::runtime::set_option("XnnpackBackend", options.view());
 }
 
+// ExecuTorch's thread pool is one per process, and every XNNPACK delegate keeps the raw pthreadpool
+// it was loaded with: resizing the pool (which frees the old one) while a program is loaded would
+// leave that program running on freed memory. So the pool is resized only while no program is
+// loaded, and a program asking for another size while others are loaded is refused; the app
+// closes its programs before the benchmark asks for its thread count (BundleSession.kt).
+std::mutex poolMutex;
+size_t programsOnPool = 0;
+
+// Takes the pool for one program about to load, at `threads` threads (0: the pool's size when
+// this library first used it, i.e. ExecuTorch's default). False, with a Java exception pending,
+// when programs loaded at another size still hold the pool.
+bool holdThreadPool(JNIEnv* env, jint threads) {
+  namespace tp = executorch::extension::threadpool;
+  std::lock_guard<std::mutex> lock(poolMutex);
+  tp::ThreadPool* pool = tp::get_threadpool();
+  if (pool == nullptr) {
+    throwRuntime(env, "ExecuTorch could not create its thread pool");
+    return false;
+  }
+  static const size_t defaultThreads = pool->get_thread_count();
+  const size_t wanted = threads > 0 ? static_cast<size_t>(threads) : defaultThreads;
+  const size_t current = pool->get_thread_count();
+  if (programsOnPool > 0 && wanted != current) {
+    throwRuntime(env, "cannot run ExecuTorch on " + std::to_string(wanted) + " threads while " +
+                          std::to_string(programsOnPool) + " program(s) loaded on " +
+                          std::to_string(current) + " threads are open: close them first");
+    return false;
+  }
+  if (programsOnPool == 0) {  // nothing holds the pool: resizing it frees nobody's pool
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    pool->_unsafe_reset_threadpool(static_cast<uint32_t>(wanted));  // same size: a no-op
+#pragma GCC diagnostic pop
+  }
+  ++programsOnPool;
+  return true;
+}
+
+void releaseThreadPool() {
+  std::lock_guard<std::mutex> lock(poolMutex);
+  --programsOnPool;
+}
+
 std::vector<int64_t> toVector(JNIEnv* env, jlongArray array) {
   std::vector<int64_t> out(env->GetArrayLength(array));
   env->GetLongArrayRegion(array, 0, static_cast<jsize>(out.size()),
@@ -71,42 +124,155 @@ std::vector<int64_t> toVector(JNIEnv* env, jlongArray array) {
   return out;
 }
 
+// The bundle's program and the method that runs one task.
+struct Program {
+  std::unique_ptr<Module> module;
+  std::string method;
+};
+
+// One task's weights, read from its file once, in the method's input order.
+struct TaskWeights {
+  std::vector<TensorPtr> tensors;
+};
+
+// The value of `"key":` inside one safetensors header entry (a flat JSON object); empty if absent.
+std::string field(const std::string& entry, const std::string& key) {
+  const std::string quoted = "\"" + key + "\"";
+  size_t at = entry.find(quoted);
+  if (at == std::string::npos || (at = entry.find(':', at + quoted.size())) == std::string::npos) {
+    return "";
+  }
+  const size_t start = entry.find_first_not_of(' ', at + 1);
+  if (start == std::string::npos) return "";
+  size_t end = entry[start] == '[' ? entry.find(']', start) : entry.find_first_of(",}", start);
+  if (end != std::string::npos && entry[start] == '[') end++;
+  return entry.substr(start, end == std::string::npos ? std::string::npos : end - start);
+}
+
+std::vector<int64_t> numbers(const std::string& list) {
+  std::vector<int64_t> out;
+  const char* p = list.c_str();
+  while (*p) {
+    if (*p >= '0' && *p <= '9') {
+      char* end;
+      out.push_back(std::strtoll(p, &end, 10));
+      p = end;
+    } else {
+      ++p;
+    }
+  }
+  return out;
+}
+
+// A task's safetensors file (8-byte little-endian header size, a JSON header, the data): the
+// float32 tensors `names`, in that order. Only what palkit writes is accepted: F32 tensors whose
+// offsets lie inside the file and match their shapes. Sets `error` and returns false otherwise.
+bool readTaskWeights(const std::string& path, const std::vector<std::string>& names,
+                     TaskWeights& out, std::string& error) {
+  // Each tensor is read from the file straight into its own buffer: one copy, no file image.
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  const uint64_t size = in ? static_cast<uint64_t>(in.tellg()) : 0;
+  uint64_t header = 0;
+  if (size < 8 || !in.seekg(0).read(reinterpret_cast<char*>(&header), 8)) {
+    error = path + ": too short for a safetensors file";
+    return false;
+  }
+  if (header > size - 8) {
+    error = path + ": its header runs past the end of the file";
+    return false;
+  }
+  std::string json(header, '\0');
+  in.read(&json[0], static_cast<std::streamsize>(header));
+  const uint64_t data = 8 + header;
+  for (const std::string& name : names) {
+    const size_t at = json.find("\"" + name + "\":");
+    if (at == std::string::npos) {
+      error = path + ": has no tensor '" + name + "'";
+      return false;
+    }
+    const size_t close = json.find('}', at);
+    const std::string entry = json.substr(at, close - at);
+    const std::vector<int64_t> shape = numbers(field(entry, "shape"));
+    const std::vector<int64_t> span = numbers(field(entry, "data_offsets"));
+    int64_t count = 1;
+    for (int64_t d : shape) count *= d;
+    if (field(entry, "dtype").find("\"F32\"") == std::string::npos || span.size() != 2 ||
+        span[1] < span[0] || data + span[1] > size || span[1] - span[0] != count * 4) {
+      error = path + ": tensor '" + name + "' is not float32 data of its shape inside the file";
+      return false;
+    }
+    std::vector<float> values(count);
+    if (!in.seekg(static_cast<std::streamoff>(data + span[0]))
+             .read(reinterpret_cast<char*>(values.data()), count * 4)) {
+      error = path + ": cannot read tensor '" + name + "'";
+      return false;
+    }
+    std::vector<executorch::aten::SizesType> sizes(shape.begin(), shape.end());
+    out.tensors.push_back(make_tensor_ptr(std::move(sizes), std::move(values)));
+  }
+  return true;
+}
+
 }  // namespace
 
 extern "C" JNIEXPORT jlong JNICALL
 Java_io_palkit_demo_runtime_ExecuTorchProgram_nativeLoad(
-    JNIEnv* env, jclass, jstring programPath, jstring dataPath, jint threads) {
-  if (threads > 0) {
-    if (auto* pool = executorch::extension::threadpool::get_threadpool()) {
-      pool->_unsafe_reset_threadpool(static_cast<uint32_t>(threads));
-    }
+    JNIEnv* env, jclass, jstring programPath, jstring dataPath, jstring methodName,
+    jint threads) {
+  if (!holdThreadPool(env, threads)) {
+    return 0;
   }
   static const Error shared = shareTrunkWeights();  // once, before the first program loads
   if (shared != Error::Ok) {
+    releaseThreadPool();
     throwRuntime(env, "ExecuTorch refused XNNPACK's weight_cache_enabled option: " +
                           describe(shared));
     return 0;
   }
   const std::string program = toString(env, programPath);
   const std::string data = toString(env, dataPath);
-  // Mmap: the trunk file is mapped, not copied, so every task program shares its pages.
-  auto module = std::make_unique<Module>(program, std::vector<std::string>{data},
-                                         Module::LoadMode::Mmap);
-  const Error error = module->load_method("forward");
+  auto loaded = std::make_unique<Program>();
+  loaded->method = toString(env, methodName);
+  // Mmap: the trunk file is mapped, not copied.
+  loaded->module = std::make_unique<Module>(program, std::vector<std::string>{data},
+                                            Module::LoadMode::Mmap);
+  const Error error = loaded->module->load_method(loaded->method);
   if (error != Error::Ok) {
-    throwRuntime(env, "ExecuTorch could not load forward() of " + program + " with " + data +
-                          ": " + describe(error) +
+    const std::string method = loaded->method;
+    loaded.reset();  // before the pool is let go: its delegates may hold the pool
+    releaseThreadPool();
+    throwRuntime(env, "ExecuTorch could not load " + method + "() of " + program + " with " +
+                          data + ": " + describe(error) +
                           " (a truncated file, or a program exported with another trunk?)");
     return 0;
   }
-  return reinterpret_cast<jlong>(module.release());
+  return reinterpret_cast<jlong>(loaded.release());
+}
+
+extern "C" JNIEXPORT jlong JNICALL
+Java_io_palkit_demo_runtime_ExecuTorchProgram_nativeBind(
+    JNIEnv* env, jclass, jstring weightsPath, jobjectArray inputNames) {
+  std::vector<std::string> names;
+  for (jsize i = 0; i < env->GetArrayLength(inputNames); i++) {
+    auto name = static_cast<jstring>(env->GetObjectArrayElement(inputNames, i));
+    names.push_back(toString(env, name));
+    env->DeleteLocalRef(name);
+  }
+  auto weights = std::make_unique<TaskWeights>();
+  std::string error;
+  if (!readTaskWeights(toString(env, weightsPath), names, *weights, error)) {
+    throwRuntime(env, error);
+    return 0;
+  }
+  return reinterpret_cast<jlong>(weights.release());
 }
 
 extern "C" JNIEXPORT jfloatArray JNICALL
 Java_io_palkit_demo_runtime_ExecuTorchProgram_nativeForward(
-    JNIEnv* env, jclass, jlong handle, jlongArray inputIds, jlongArray attentionMask,
-    jlongArray tokenTypeIds) {
-  auto* module = reinterpret_cast<Module*>(handle);
+    JNIEnv* env, jclass, jlong handle, jlong weightsHandle, jlongArray inputIds,
+    jlongArray attentionMask, jlongArray tokenTypeIds) {
+  auto* program = reinterpret_cast<Program*>(handle);
+  const auto* weights = reinterpret_cast<const TaskWeights*>(weightsHandle);
   std::vector<int64_t> ids = toVector(env, inputIds);
   std::vector<int64_t> mask = toVector(env, attentionMask);
   std::vector<int64_t> types = toVector(env, tokenTypeIds);
@@ -115,12 +281,18 @@ Java_io_palkit_demo_runtime_ExecuTorchProgram_nativeForward(
     return nullptr;
   }
   const auto seq = static_cast<executorch::aten::SizesType>(ids.size());
-  // Input order is the manifest's io.inputs order: input_ids, attention_mask, token_type_ids.
-  auto result = module->forward({
+  // Input order: the manifest's io.inputs (input_ids, attention_mask, token_type_ids), then the
+  // task's weights in runtimes.executorch.task_inputs order, passed as they lie.
+  const TensorPtr text[] = {
       from_blob(ids.data(), {1, seq}, executorch::aten::ScalarType::Long),
       from_blob(mask.data(), {1, seq}, executorch::aten::ScalarType::Long),
       from_blob(types.data(), {1, seq}, executorch::aten::ScalarType::Long),
-  });
+  };
+  std::vector<EValue> inputs;
+  inputs.reserve(3 + weights->tensors.size());
+  for (const TensorPtr& t : text) inputs.emplace_back(*t);
+  for (const TensorPtr& t : weights->tensors) inputs.emplace_back(*t);
+  auto result = program->module->execute(program->method, inputs);
   if (!result.ok()) {
     throwRuntime(env, "ExecuTorch forward failed with " + std::to_string(ids.size()) +
                           " tokens: " + describe(result.error()));
@@ -139,6 +311,12 @@ Java_io_palkit_demo_runtime_ExecuTorchProgram_nativeForward(
 }
 
 extern "C" JNIEXPORT void JNICALL
+Java_io_palkit_demo_runtime_ExecuTorchProgram_nativeFreeWeights(JNIEnv*, jclass, jlong handle) {
+  delete reinterpret_cast<TaskWeights*>(handle);
+}
+
+extern "C" JNIEXPORT void JNICALL
 Java_io_palkit_demo_runtime_ExecuTorchProgram_nativeFree(JNIEnv*, jclass, jlong handle) {
-  delete reinterpret_cast<Module*>(handle);
+  delete reinterpret_cast<Program*>(handle);
+  releaseThreadPool();
 }

@@ -21,14 +21,16 @@ import java.nio.file.Files;
 import java.nio.file.Paths;
 import java.security.PublicKey;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 
 /**
  * Drives the app's ExecuTorch path on the host, the way the app does: {@link Bundle#open} checks
- * the manifest and every file, the core tokenizer encodes, {@link ExecuTorchTasks} opens each
- * task program against trunk.ptd through the JNI library. Prints one JSON document on stdout.
+ * the manifest and every file, the core tokenizer encodes, {@link ExecuTorchTasks} opens the
+ * bundle's one program against trunk.ptd and binds each task's weights file through the JNI
+ * library. Prints one JSON document on stdout.
  * Exit status 3 with one line on stderr when the bundle or a program is refused.
  *
  * <p>With {@code PALKIT_TRUST_KEY} set (the variable palkit's Python loaders read) to the
@@ -40,7 +42,8 @@ import java.util.Map;
  *
  * <pre>
  * run BUNDLE THREADS TEXT PAIR TASK...      logits of each TASK in turn (pair tasks read PAIR)
- * program PTE PTD                           load one program with that data file, run it once
+ * program PTE PTD WEIGHTS NAME...           load the program with that data file and one task's
+ *                                           weights (tensors NAME... in input order), run once
  * bench BUNDLE THREADS INPUT_JSON WARMUP RUNS   latency and resident memory of every task
  * </pre>
  */
@@ -61,7 +64,7 @@ public final class HostHarness {
                         throw new BundleException("program loads files no signed manifest vouches "
                                 + "for; unset " + TRUST_KEY_ENV + " to probe the runtime directly");
                     }
-                    System.out.print(Json.write(program(args[1], args[2])));
+                    System.out.print(Json.write(program(args)));
                     break;
                 case "bench":
                     System.out.print(Json.write(bench(args, trustedKey)));
@@ -120,11 +123,18 @@ public final class HostHarness {
         return out;
     }
 
-    private static Map<String, Object> program(String pte, String ptd) {
+    /** program PTE PTD WEIGHTS INPUT_NAME...: the raw runtime, no manifest (a probe). */
+    private static Map<String, Object> program(String[] args) {
         long[] ids = {2, 5, 3}; // three ids that exist in any BERT vocabulary
         long[] ones = {1, 1, 1};
-        try (ExecuTorchProgram program = new ExecuTorchProgram(pte, ptd, 1)) {
-            return Map.of("logits", floats(program.forward(ids, ones, new long[ids.length])));
+        List<String> names = Arrays.asList(args).subList(4, args.length);
+        try (ExecuTorchProgram program = new ExecuTorchProgram(args[1], args[2], "forward", 1)) {
+            long weights = ExecuTorchProgram.bind(args[3], names);
+            try {
+                return Map.of("logits", floats(program.forward(weights, ids, ones, new long[ids.length])));
+            } finally {
+                ExecuTorchProgram.release(weights);
+            }
         }
     }
 
@@ -190,7 +200,7 @@ public final class HostHarness {
                 row.put("config", "task:" + taskList.get(c).name);
             } else {
                 row.put("config", "all_tasks");
-                row.put("all_tasks_mode", "sequential"); // as the app runs them: one program each
+                row.put("all_tasks_mode", "sequential"); // as the app runs them: one call each
             }
             row.put("p50_ms", Percentiles.of(samples[c], 50));
             row.put("p90_ms", Percentiles.of(samples[c], 90));

@@ -1,40 +1,83 @@
 package io.palkit.demo
 
+import io.palkit.core.bench.BenchReport
 import io.palkit.core.bundle.Bundle
 import io.palkit.core.bundle.RuntimeKind
 import io.palkit.core.tokenizer.BertTokenizer
+import io.palkit.demo.bench.Benchmark
+import io.palkit.demo.runtime.RuntimeVersions
 import io.palkit.demo.runtime.TaskRunner
 import java.io.File
 import java.security.PublicKey
+import java.util.concurrent.ConcurrentHashMap
+import java.util.concurrent.Executors
+import kotlinx.coroutines.asCoroutineDispatcher
+import kotlinx.coroutines.withContext
 
-/** A verified bundle, its tokenizer, and the runners opened so far (one per runtime). */
+/**
+ * A verified bundle, its tokenizer, and the runners opened so far (one per runtime).
+ *
+ * Every runtime call runs on one thread of its own: an ExecuTorch Module or an ONNX Runtime
+ * session is never entered from two threads (a run started on one tab while the other's runs),
+ * and no runner is closed while a call is using it.
+ */
 class BundleSession private constructor(val bundle: Bundle, val tokenizer: BertTokenizer) : AutoCloseable {
-    private val runners = HashMap<RuntimeKind, TaskRunner>()
-    val loadMs = HashMap<RuntimeKind, Double>()
+    private val worker = Executors.newSingleThreadExecutor { Thread(it, "palkit-runtimes") }
+    private val runtimeThread = worker.asCoroutineDispatcher()
+    private val runners = HashMap<RuntimeKind, TaskRunner>() // touched on runtimeThread only
+    val loadMs = ConcurrentHashMap<RuntimeKind, Double>()
 
     val runtimes: List<RuntimeKind> get() = bundle.manifest.trunkFiles.keys.toList()
 
-    fun runner(runtime: RuntimeKind, threads: Int = 0): TaskRunner = runners.getOrPut(runtime) {
+    /** Where the bundle's runtime versions differ from the app's, one line each to show. */
+    val versionNotes: List<String> = RuntimeVersions.differences(
+        bundle.manifest.runtimeVersions,
+        mapOf(RuntimeKind.EXECUTORCH to BuildConfig.EXECUTORCH_VERSION,
+            RuntimeKind.ONNXRUNTIME to BuildConfig.ONNXRUNTIME_VERSION),
+    )
+
+    suspend fun predictAll(runtime: RuntimeKind, first: String, second: String): List<Prediction> =
+        withContext(runtimeThread) {
+            val runner = runner(runtime)
+            bundle.manifest.tasks.map { task ->
+                val input = if (task.kind.isPair) tokenizer.encodePair(first, second) else tokenizer.encode(first)
+                val start = System.nanoTime()
+                val logits = runner.run(task, input)
+                interpret(task, logits, (System.nanoTime() - start) / 1e6)
+            }
+        }
+
+    /**
+     * Runs the benchmark with its own runners at [threads] threads. "Try it"'s runners are closed
+     * first and reopen on its next run: ExecuTorch has one thread pool per process, and its
+     * programs keep the pool they were loaded on, so the JNI resizes it only while no program
+     * is loaded.
+     */
+    suspend fun benchmark(runs: Int, threads: Int, progress: (String) -> Unit): BenchReport =
+        withContext(runtimeThread) {
+            closeRunners()
+            Benchmark(bundle, runs, threads).run(progress)
+        }
+
+    /** Runners use the runtimes' default thread counts here; only the benchmark sets one. */
+    private fun runner(runtime: RuntimeKind): TaskRunner = runners.getOrPut(runtime) {
         val start = System.nanoTime()
-        val runner = TaskRunner.open(bundle, runtime, threads)
+        val runner = TaskRunner.open(bundle, runtime, 0)
         bundle.manifest.tasks.forEach(runner::loadTask)
         loadMs[runtime] = (System.nanoTime() - start) / 1e6
         runner
     }
 
-    fun predictAll(runtime: RuntimeKind, first: String, second: String): List<Prediction> {
-        val runner = runner(runtime)
-        return bundle.manifest.tasks.map { task ->
-            val input = if (task.kind.isPair) tokenizer.encodePair(first, second) else tokenizer.encode(first)
-            val start = System.nanoTime()
-            val logits = runner.run(task, input)
-            interpret(task, logits, (System.nanoTime() - start) / 1e6)
-        }
-    }
-
-    override fun close() {
+    private fun closeRunners() {
         runners.values.forEach { it.close() }
         runners.clear()
+        loadMs.clear()
+    }
+
+    /** Closes the runners once the call in progress, if any, has returned; does not wait. */
+    override fun close() {
+        worker.execute { closeRunners() }
+        worker.shutdown()
     }
 
     companion object {

@@ -15,8 +15,14 @@ public final class BundleRefusalTest {
 
     public static void testUnknownVersion() throws Exception {
         TestBundle fixture = new TestBundle();
-        fixture.manifest.put("version", 2L);
-        refused(fixture, "unsupported bundle version 2");
+        fixture.manifest.put("version", 3L);
+        refused(fixture, "unsupported bundle version 3");
+    }
+
+    public static void testFormatOneBundleIsRefusedSayingWhatToDo() throws Exception {
+        TestBundle fixture = new TestBundle();
+        fixture.manifest.put("version", 1L);
+        refused(fixture, "unsupported bundle version 1; this app reads version 2 (re-export");
     }
 
     public static void testUnknownFormat() throws Exception {

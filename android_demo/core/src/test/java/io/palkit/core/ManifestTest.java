@@ -24,7 +24,11 @@ public final class ManifestTest {
         TaskSpec sst = m.tasks.get(0);
         Check.equal(TaskKind.SINGLE_CLASSIFICATION, sst.kind, "sst kind");
         Check.equal(Arrays.asList("negative", "positive"), sst.labels, "sst labels");
-        Check.equal("executorch/sst.pte", sst.files.get(RuntimeKind.EXECUTORCH), "sst program");
+        Check.equal("executorch/sst.safetensors", sst.files.get(RuntimeKind.EXECUTORCH), "sst weights");
+        Check.equal("executorch/trunk.pte", m.executorchProgram, "executorch program");
+        Check.equal("forward", m.executorchMethod, "executorch method");
+        Check.equal(Arrays.asList("head.out.weight_t", "head.out.bias"), m.executorchTaskInputs,
+                "task inputs");
         TaskSpec stsb = m.tasks.get(1);
         Check.isTrue(stsb.kind.isPair, "stsb takes two texts");
         Check.equal(5.0, stsb.scoreRange[1], "stsb range");

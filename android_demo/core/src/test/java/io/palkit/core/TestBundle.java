@@ -27,13 +27,14 @@ final class TestBundle {
     TestBundle() throws IOException {
         dir = Files.createTempDirectory("palkit-bundle").toFile();
         addFile("vocab.txt", "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\nworld\n##s\n");
+        addFile("executorch/trunk.pte", "trunk program");
         addFile("executorch/trunk.ptd", "trunk weights");
         addFile("onnx/trunk.onnx", "trunk graph");
         List<Object> tasks = new ArrayList<>();
         tasks.add(task("sst", "single_classification", Arrays.asList("negative", "positive"), null, 2));
         tasks.add(task("stsb", "pair_regression", null, Arrays.asList(0L, 5L), 1));
         manifest.put("format", "palkit-bundle");
-        manifest.put("version", 1L);
+        manifest.put("version", 2L);
         manifest.put("palkit_version", "0.1.0");
         manifest.put("trunk", map("sha256", TRUNK_SHA, "base_model", "all-MiniLM-L6-v2",
                 "hidden_size", 384L, "num_layers", 6L));
@@ -43,7 +44,9 @@ final class TestBundle {
                 "max_input_chars_per_word", 100L));
         manifest.put("quantization", map("scheme", "int8", "details", "test"));
         manifest.put("runtimes", map(
-                "executorch", map("version", "1.5.1", "trunk_data", "executorch/trunk.ptd"),
+                "executorch", map("version", "1.5.1", "program", "executorch/trunk.pte",
+                        "trunk_data", "executorch/trunk.ptd", "method", "forward",
+                        "task_inputs", Arrays.asList("head.out.weight_t", "head.out.bias")),
                 "onnxruntime", map("version", "1.31.1", "trunk_model", "onnx/trunk.onnx")));
         manifest.put("io", map(
                 "inputs", Arrays.asList(
@@ -59,9 +62,9 @@ final class TestBundle {
 
     private Map<String, Object> task(String name, String kind, List<String> labels,
             List<Long> range, long outputs) throws IOException {
-        String pte = "executorch/" + name + ".pte";
+        String pte = "executorch/" + name + ".safetensors";
         String adapter = "onnx/" + name + ".onnx_adapter";
-        addFile(pte, name + " program");
+        addFile(pte, name + " weights");
         addFile(adapter, name + " adapter");
         return map("name", name, "kind", kind, "labels", labels, "score_range", range,
                 "metric", "accuracy", "num_outputs", outputs, "trunk_sha256", TRUNK_SHA,

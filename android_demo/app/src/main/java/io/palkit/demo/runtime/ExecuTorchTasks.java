@@ -4,41 +4,46 @@ import io.palkit.core.bundle.Bundle;
 import io.palkit.core.bundle.RuntimeKind;
 import io.palkit.core.bundle.TaskSpec;
 import io.palkit.core.tokenizer.Encoding;
+import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.Map;
 
 /**
- * A verified bundle's ExecuTorch task programs, each opened once against the bundle's one
- * executorch/trunk.ptd. The trunk file is memory-mapped, so it is stored once on disk and its
- * pages are shared between the programs. Java, so the host tests run this exact loading path.
+ * A verified bundle's ExecuTorch program, opened once against its trunk data file (memory-mapped),
+ * and each task's weights file, read once when the task is first used. Swapping tasks is passing
+ * another task's weights: no program is loaded. Java, so the host tests run this exact path.
  */
 public final class ExecuTorchTasks implements AutoCloseable {
     private final Bundle bundle;
-    private final int threads;
-    private final String trunkData;
-    private final Map<String, ExecuTorchProgram> programs = new LinkedHashMap<>();
+    private final ExecuTorchProgram program;
+    private final Map<String, Long> weights = new LinkedHashMap<>();
 
     public ExecuTorchTasks(Bundle bundle, int threads) {
         this.bundle = bundle;
-        this.threads = threads;
-        this.trunkData = bundle.file(bundle.manifest.trunkFiles.get(RuntimeKind.EXECUTORCH)).getPath();
+        String trunkData = bundle.file(bundle.manifest.trunkFiles.get(RuntimeKind.EXECUTORCH)).getPath();
+        this.program = new ExecuTorchProgram(bundle.file(bundle.manifest.executorchProgram).getPath(),
+                trunkData, bundle.manifest.executorchMethod, threads);
     }
 
-    /** Makes the task's program resident; nothing happens when it already is. */
+    /** Reads the task's weights file; nothing happens when it already is. */
     public void load(TaskSpec task) {
-        programs.computeIfAbsent(task.name, name -> new ExecuTorchProgram(
-                bundle.file(task.files.get(RuntimeKind.EXECUTORCH)).getPath(), trunkData, threads));
+        weights.computeIfAbsent(task.name, name -> ExecuTorchProgram.bind(
+                bundle.file(task.files.get(RuntimeKind.EXECUTORCH)).getPath(),
+                bundle.manifest.executorchTaskInputs));
     }
 
-    /** The task's logits for one unpadded example, loading its program on first use. */
+    /** The task's logits (or score) for one unpadded example, binding its weights on first use. */
     public float[] run(TaskSpec task, Encoding input) {
         load(task);
-        return programs.get(task.name).forward(input.inputIds, input.attentionMask, input.tokenTypeIds);
+        float[] row = program.forward(weights.get(task.name), input.inputIds, input.attentionMask,
+                input.tokenTypeIds);
+        return Arrays.copyOf(row, task.numOutputs);
     }
 
     @Override
     public void close() {
-        programs.values().forEach(ExecuTorchProgram::close);
-        programs.clear();
+        weights.values().forEach(ExecuTorchProgram::release);
+        weights.clear();
+        program.close();
     }
 }

@@ -15,11 +15,12 @@ class OrtTaskRunner(private val bundle: Bundle, threads: Int) : TaskRunner {
     override val runtime = RuntimeKind.ONNXRUNTIME
 
     private val env = OrtEnvironment.getEnvironment()
-    private val session: OrtSession = OrtSession.SessionOptions().use { options ->
-        if (threads > 0) options.setIntraOpNumThreads(threads)
-        val trunk = bundle.file(bundle.manifest.trunkFiles.getValue(runtime))
-        env.createSession(trunk.path, options)
+    // Kept open as long as the session: ORT's Javadoc forbids closing them while it lives.
+    private val options = OrtSession.SessionOptions().apply {
+        if (threads > 0) setIntraOpNumThreads(threads)
     }
+    private val session: OrtSession =
+        env.createSession(bundle.file(bundle.manifest.trunkFiles.getValue(runtime)).path, options)
     private val adapters = HashMap<String, OrtLoraAdapter>()
 
     override fun loadTask(task: TaskSpec) {
@@ -52,5 +53,6 @@ class OrtTaskRunner(private val bundle: Bundle, threads: Int) : TaskRunner {
     override fun close() {
         adapters.values.forEach { it.close() }
         session.close()
+        options.close()
     }
 }

@@ -22,16 +22,15 @@ import androidx.compose.ui.platform.LocalContext
 import androidx.compose.ui.text.font.FontFamily
 import androidx.compose.ui.text.input.KeyboardType
 import androidx.compose.ui.unit.dp
-import io.palkit.core.bundle.Bundle
-import io.palkit.demo.bench.Benchmark
+import io.palkit.demo.BundleSession
 import java.io.File
 import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.launch
 import kotlinx.coroutines.withContext
 
-/** Runs [Benchmark] and saves its palkit-bench JSON where `adb pull` can fetch it. */
+/** Runs the session's benchmark and saves its palkit-bench JSON where `adb pull` can fetch it. */
 @Composable
-fun BenchScreen(bundle: Bundle) {
+fun BenchScreen(session: BundleSession) {
     val context = LocalContext.current
     val scope = rememberCoroutineScope()
     var runs by remember { mutableStateOf("50") }
@@ -52,17 +51,20 @@ fun BenchScreen(bundle: Bundle) {
             busy = true
             scope.launch {
                 try {
-                    val report = withContext(Dispatchers.Default) {
-                        Benchmark(bundle, runs.toIntOrNull() ?: 50, threads.toIntOrNull() ?: 4)
-                            .run { step -> status = step }
+                    val report = session.benchmark(runs.toIntOrNull() ?: 50, threads.toIntOrNull() ?: 4) { step ->
+                        status = step
                     }
                     json = report.toJson()
                     val out = File(context.getExternalFilesDir(null), "bench/palkit-bench-${System.currentTimeMillis()}.json")
-                    out.parentFile?.mkdirs()
-                    out.writeText(json)
+                    withContext(Dispatchers.IO) {
+                        out.parentFile?.mkdirs()
+                        out.writeText(json)
+                    }
                     status = "Saved to ${out.path}"
                 } catch (e: Exception) {
                     status = "Benchmark failed: ${e.message ?: e}"
+                } catch (e: LinkageError) { // the native library failed to load: an Error
+                    status = "Benchmark failed: ${nativeLibraryError(e)}"
                 } finally {
                     busy = false
                 }

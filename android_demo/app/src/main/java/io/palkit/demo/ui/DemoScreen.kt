@@ -25,9 +25,7 @@ import androidx.compose.ui.unit.dp
 import io.palkit.core.bundle.RuntimeKind
 import io.palkit.demo.BundleSession
 import io.palkit.demo.Prediction
-import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.launch
-import kotlinx.coroutines.withContext
 
 /** Text in, every task's answer and latency out, on the chosen runtime. */
 @Composable
@@ -67,10 +65,12 @@ fun DemoScreen(session: BundleSession) {
             busy = true
             scope.launch {
                 try {
-                    predictions = withContext(Dispatchers.Default) { session.predictAll(runtime, first, second) }
+                    predictions = session.predictAll(runtime, first, second)
                     error = null
                 } catch (e: Exception) {
                     error = e.message ?: e.toString()
+                } catch (e: LinkageError) { // the native library failed to load: an Error
+                    error = nativeLibraryError(e)
                 } finally {
                     busy = false
                 }
@@ -92,3 +92,8 @@ private fun PredictionCard(p: Prediction) {
         }
     }
 }
+
+/** What to show when a runtime's native library could not be loaded (an Error, not an Exception). */
+internal fun nativeLibraryError(e: LinkageError): String =
+    "A runtime's native library could not be loaded on this device (${e.javaClass.simpleName}: " +
+        "${e.message}). Is the APK built for this device's ABI?"

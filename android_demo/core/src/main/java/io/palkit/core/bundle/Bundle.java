@@ -76,6 +76,9 @@ public final class Bundle {
     /** Total size of the files one runtime needs (trunk + every task), for the benchmark report. */
     public long bytesFor(RuntimeKind runtime) {
         long total = manifest.files.get(manifest.trunkFiles.get(runtime)).bytes;
+        if (runtime == RuntimeKind.EXECUTORCH) {
+            total += manifest.files.get(manifest.executorchProgram).bytes;
+        }
         for (TaskSpec task : manifest.tasks) {
             total += manifest.files.get(task.files.get(runtime)).bytes;
         }
@@ -98,6 +101,9 @@ public final class Bundle {
         paths.add(manifest.vocabFile);
         for (RuntimeKind runtime : manifest.trunkFiles.keySet()) {
             paths.add(manifest.trunkFiles.get(runtime));
+            if (runtime == RuntimeKind.EXECUTORCH) {
+                paths.add(manifest.executorchProgram);
+            }
             for (TaskSpec task : manifest.tasks) {
                 String path = task.files.get(runtime);
                 if (path == null) {

@@ -7,7 +7,8 @@ import java.util.Map;
 /** The parts of manifest.json the app uses (see export/BUNDLE.md). */
 public final class Manifest {
     public static final String FORMAT = "palkit-bundle";
-    public static final long VERSION = 1;
+    /** 2: an ExecuTorch task is a weights file bound to the one program (1: a program per task). */
+    public static final long VERSION = 2;
 
     public final String trunkSha256;
     /** What --base-model named; null for the trunk palkit embeds by default. */
@@ -18,6 +19,13 @@ public final class Manifest {
     public final Map<RuntimeKind, String> runtimeVersions;
     /** Bundle-relative path of the shared trunk file, per runtime present. */
     public final Map<RuntimeKind, String> trunkFiles;
+    /** ExecuTorch: the one program (its trunk constants in trunkFiles), or null without it. */
+    public final String executorchProgram;
+    /** ExecuTorch: the program's method for one task. */
+    public final String executorchMethod;
+    /** ExecuTorch: the tensor names of a task's weights file, in the method's input order after
+     *  the text inputs. */
+    public final List<String> executorchTaskInputs;
     /** Model input names in the order the programs take them (ids, mask, token types). */
     public final List<String> inputNames;
     public final String outputName;
@@ -26,6 +34,7 @@ public final class Manifest {
 
     Manifest(String trunkSha256, String baseModel, String vocabFile, TokenizerConfig tokenizer,
             Map<RuntimeKind, String> runtimeVersions, Map<RuntimeKind, String> trunkFiles,
+            String executorchProgram, String executorchMethod, List<String> executorchTaskInputs,
             List<String> inputNames, String outputName, List<TaskSpec> tasks,
             Map<String, FileEntry> files) {
         this.trunkSha256 = trunkSha256;
@@ -34,6 +43,9 @@ public final class Manifest {
         this.tokenizer = tokenizer;
         this.runtimeVersions = runtimeVersions;
         this.trunkFiles = trunkFiles;
+        this.executorchProgram = executorchProgram;
+        this.executorchMethod = executorchMethod;
+        this.executorchTaskInputs = executorchTaskInputs;
         this.inputNames = inputNames;
         this.outputName = outputName;
         this.tasks = tasks;

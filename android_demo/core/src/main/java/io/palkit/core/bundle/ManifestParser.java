@@ -30,6 +30,9 @@ public final class ManifestParser {
         Map<RuntimeKind, String> versions = new EnumMap<>(RuntimeKind.class);
         Map<RuntimeKind, String> trunkFiles = new EnumMap<>(RuntimeKind.class);
         readRuntimes(root.object("runtimes"), versions, trunkFiles);
+        JsonFields runtimes = root.object("runtimes");
+        JsonFields et = runtimes.has(RuntimeKind.EXECUTORCH.key)
+                ? runtimes.object(RuntimeKind.EXECUTORCH.key) : null;
         JsonFields io = root.object("io");
         return new Manifest(
                 trunk.string("sha256"),
@@ -38,6 +41,10 @@ public final class ManifestParser {
                 readTokenizer(tokenizer),
                 Collections.unmodifiableMap(versions),
                 Collections.unmodifiableMap(trunkFiles),
+                et == null ? null : et.string("program"),
+                et == null ? null : et.string("method"),
+                et == null ? Collections.<String>emptyList()
+                        : Collections.unmodifiableList(et.strings("task_inputs")),
                 readNames(io, "inputs"),
                 readNames(io, "outputs").get(0),
                 readTasks(root),
@@ -52,7 +59,8 @@ public final class ManifestParser {
         Object version = root.has("version") ? root.raw("version") : "(none)";
         if (!(version instanceof Long) || (Long) version != Manifest.VERSION) {
             throw new BundleException("unsupported bundle version " + version
-                    + "; this app reads version " + Manifest.VERSION);
+                    + "; this app reads version " + Manifest.VERSION
+                    + " (re-export the bundle with this palkit: palkit export RUN --out BUNDLE)");
         }
     }
 

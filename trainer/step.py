@@ -1,0 +1,232 @@
+"""One training step, written so that a CUDA graph can hold all of it.
+
+The step is forward (bf16 autocast when asked), the task's loss, backward, gradient clipping
+and AdamW. Eager training and `--cuda-graphs` run the same `TrainStep.compute`; capture is the
+only part that needs a GPU. What makes the step capturable, and why each piece still computes
+what the plain eager step computed:
+
+- Static inputs. With `--cuda-graphs` a batch is padded up to one of a few fixed widths
+  (`--graph-widths`) and copied into that (task, width)'s input buffers, so a graph is recorded
+  once per (task, width) and replayed on fresh data. Padded positions are masked out.
+- Gradients that stay put. Every trainable parameter's .grad is allocated once, before any
+  capture, and zeroed in place at the start of a step; backward accumulates into it.
+- Optimizers that touch only what the step trained: one AdamW for the trunk and one per task.
+  A step of task t steps the trunk's and t's own, so no other task's moments, step count or
+  weight decay move -- exactly what one AdamW over everything did when the other tasks'
+  gradients were None.
+- The learning-rate schedule as device arithmetic: the step's position is an input buffer and
+  `lr_at` turns it into the learning rate inside the step (a float64 tensor on a CPU, where
+  fused AdamW reads it as the double it was; float32 on CUDA, the kernel's type).
+- Clipping without a host read: clip_grad_norm_ scales by min(1, max_norm / norm) on the device.
+- The loss stays on the device; the training loop reads a block of them every few steps.
+
+Dropout inside a graph draws new numbers on each replay: during capture PyTorch records the
+philox offset the graph consumes and each replay advances the default CUDA generator's offset by
+that much (Note [CUDA Graph-safe RNG states], aten/src/ATen/CUDAGeneratorImpl.h); only the
+default generator may be used inside a capture, which is what dropout uses.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from trainer.config import TrainConfig
+from trainer.tasks import TaskSpec
+
+# Eager steps of each (task, width) before its graph is captured: the first creates the task's
+# AdamW moments and the kernels' workspaces outside the graph's memory pool.
+WARMUP_STEPS = 2
+BATCH_KEYS = ("input_ids", "token_type_ids", "attention_mask", "labels")
+
+
+def lr_at(position: torch.Tensor, total: int, cfg: TrainConfig) -> torch.Tensor:
+    """Linear warmup over warmup_ratio of the phase's `total` steps, then linear decay to zero,
+    at the 0-based step `position` (a float64 tensor, so that this equals the same arithmetic
+    done in Python doubles)."""
+    warmup = max(1, int(cfg.warmup_ratio * total))
+    rising = cfg.lr * (position + 1) / warmup
+    falling = cfg.lr * torch.clamp((total - position) / max(1, total - warmup), min=0.0)
+    return torch.where(position < warmup, rising, falling)
+
+
+def pad_to_width(batch: dict[str, torch.Tensor], width: int,
+                 pad_id: int) -> dict[str, torch.Tensor]:
+    """Widen a collated batch to `width` columns of padding (masked out, type 0)."""
+    extra = width - batch["input_ids"].shape[1]
+    if extra == 0:
+        return batch
+    return {**batch, "input_ids": F.pad(batch["input_ids"], (0, extra), value=pad_id),
+            "token_type_ids": F.pad(batch["token_type_ids"], (0, extra)),
+            "attention_mask": F.pad(batch["attention_mask"], (0, extra))}
+
+
+def width_for(length: int, widths: tuple[int, ...]) -> int:
+    return next(w for w in widths if w >= length)
+
+
+def no_decay(name: str) -> bool:
+    """BERT convention: no weight decay on biases and LayerNorm weights."""
+    return name.endswith("bias") or "LayerNorm" in name
+
+
+class PhaseOptimizers:
+    """One fused AdamW for the trunk and one per task, all reading one learning-rate tensor.
+
+    `order` is every trained parameter in the order of one AdamW over all of them (decayed
+    first, then not), which fixes the order gradients are clipped in."""
+
+    def __init__(self, params: dict[str, torch.nn.Parameter], task_of: dict[str, str],
+                 cfg: TrainConfig, device: torch.device, capturable: bool):
+        self.lr = torch.zeros((), dtype=torch.float64 if device.type == "cpu" else torch.float32,
+                              device=device)
+        groups: dict[str, dict[str, torch.nn.Parameter]] = {}
+        for name, p in params.items():
+            groups.setdefault(task_of.get(name, "trunk"), {})[name] = p
+        self.opts = {owner: self._adamw(named, cfg, capturable) for owner, named in groups.items()}
+        self.names = {owner: ([n for n in named if not no_decay(n)]
+                              + [n for n in named if no_decay(n)])
+                      for owner, named in groups.items()}
+        self.order = ([p for n, p in params.items() if not no_decay(n)]
+                      + [p for n, p in params.items() if no_decay(n)])
+        self.params = params
+
+    def _adamw(self, named: dict[str, torch.nn.Parameter], cfg: TrainConfig,
+               capturable: bool) -> torch.optim.AdamW:
+        decay = [p for n, p in named.items() if not no_decay(n)]
+        plain = [p for n, p in named.items() if no_decay(n)]
+        # fused: one kernel for all parameters instead of a handful per tensor (CPU and CUDA);
+        # capturable (captured steps only): step() may run inside a graph capture; PyTorch warns
+        # when such an optimizer steps uncaptured, so the eager path leaves it off.
+        return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                                  {"params": plain, "weight_decay": 0.0}], lr=self.lr,
+                                 fused=True, capturable=capturable)
+
+    def owners(self, task: str) -> list[str]:
+        """The optimizers a step of `task` steps: the trunk's (when it trains) and the task's."""
+        return [o for o in ("trunk", task) if o in self.opts]
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        """Every optimizer's state keyed "<parameter name>.<key>" (what one AdamW saved)."""
+        from trainer.checkpoint import optimizer_tensors
+        out: dict[str, torch.Tensor] = {}
+        for owner, opt in self.opts.items():
+            out.update(optimizer_tensors(opt, self.names[owner]))
+        return out
+
+    def restore(self, tensors: dict[str, torch.Tensor]) -> None:
+        from trainer.checkpoint import restore_optimizer
+        owner_of = {n: o for o, names in self.names.items() for n in names}
+        split: dict[str, dict[str, torch.Tensor]] = {o: {} for o in self.opts}
+        for stored, value in tensors.items():
+            name = stored.rsplit(".", 1)[0]
+            split[owner_of.get(name, "trunk")][stored] = value   # unknown names: refused there
+        for owner, opt in self.opts.items():
+            restore_optimizer(opt, self.names[owner], split[owner])
+            for group in opt.param_groups:   # load_state_dict put a copy of the LR tensor there
+                group["lr"] = self.lr
+
+
+@dataclass
+class Graphs:
+    """What capture recorded, for bench-train: graphs, seconds spent capturing, memory pool."""
+    pool: tuple | None = None
+    count: int = 0
+    capture_s: float = 0.0
+
+
+class TrainStep:
+    """The training step of one phase. `static`: inputs go through per-(task, width) buffers
+    padded to `widths` (what a graph needs; on a CPU it runs uncaptured, to test exactly this
+    path); `capture`: on CUDA, each (task, width) is recorded once as a CUDA graph and replayed."""
+
+    def __init__(self, forward_loss: Callable[[TaskSpec, dict[str, torch.Tensor], torch.Tensor],
+                                              torch.Tensor],
+                 opts: PhaseOptimizers, task_params: dict[str, list[torch.nn.Parameter]],
+                 trunk_params: list[torch.nn.Parameter], total_steps: int, cfg: TrainConfig,
+                 device: torch.device, widths: tuple[int, ...] | None, capture: bool,
+                 graphs: Graphs, pad_id: int):
+        self.forward_loss, self.opts, self.cfg, self.device = forward_loss, opts, cfg, device
+        self.total, self.widths, self.capture, self.graphs = total_steps, widths, capture, graphs
+        self.pad_id = pad_id
+        # The gradients a step of task t writes and clips, in the one-AdamW order.
+        self.step_params: dict[str, list[torch.nn.Parameter]] = {}
+        for task, own in task_params.items():
+            mine = {id(p) for p in (*trunk_params, *own)}
+            self.step_params[task] = [p for p in opts.order if id(p) in mine]
+        for p in opts.order:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        self.position = torch.zeros((), dtype=torch.float64, device=device)
+        self.buffers: dict[tuple[str, int], dict[str, torch.Tensor]] = {}
+        self.seen: dict[tuple[str, int], int] = {}
+        self.replays: dict[tuple[str, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+
+    def compute(self, spec: TaskSpec, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The whole step: the one implementation, run eagerly or recorded into a graph."""
+        params = self.step_params[spec.name]
+        torch._foreach_zero_([p.grad for p in params])
+        self.opts.lr.copy_(lr_at(self.position, self.total, self.cfg))
+        loss = self.forward_loss(spec, batch, self.position)
+        loss.backward()
+        if self.cfg.max_grad_norm:
+            torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
+        for owner in self.opts.owners(spec.name):
+            self.opts.opts[owner].step()
+        return loss.detach()
+
+    def __call__(self, spec: TaskSpec, batch: dict[str, torch.Tensor],
+                 position: int) -> torch.Tensor:
+        self.position.fill_(position)
+        if self.widths is None:
+            return self.compute(spec, batch)
+        width = width_for(batch["input_ids"].shape[1], self.widths)
+        key = (spec.name, width)
+        static = self._buffers(key, pad_to_width(batch, width, self.pad_id))
+        if not self.capture:
+            return self.compute(spec, static)
+        if key in self.replays:
+            graph, loss = self.replays[key]
+            graph.replay()
+            return loss.clone()
+        self.seen[key] = self.seen.get(key, 0) + 1
+        if self.seen[key] <= WARMUP_STEPS:
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                loss = self.compute(spec, static)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            return loss
+        return self._capture(key, spec, static)
+
+    def _buffers(self, key: tuple[str, int],
+                 batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Copy the batch into the (task, width)'s input buffers, made on first use."""
+        if key not in self.buffers:
+            self.buffers[key] = {k: torch.empty_like(batch[k], device=self.device)
+                                 for k in BATCH_KEYS}
+        static = self.buffers[key]
+        for k in BATCH_KEYS:
+            static[k].copy_(batch[k], non_blocking=True)
+        return static
+
+    def _capture(self, key: tuple[str, int], spec: TaskSpec,
+                 static: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Record this (task, width)'s step into a graph (sharing one memory pool with the
+        others), then replay it once: capture records kernels without running them."""
+        torch.cuda.synchronize(self.device)
+        started = time.perf_counter()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.graphs.pool):
+            loss = self.compute(spec, static)
+        torch.cuda.synchronize(self.device)
+        self.graphs.capture_s += time.perf_counter() - started
+        if self.graphs.pool is None:
+            self.graphs.pool = graph.pool()
+        self.graphs.count += 1
+        self.replays[key] = (graph, loss)
+        graph.replay()
+        return loss.clone()
