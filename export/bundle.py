@@ -2,10 +2,9 @@
 
 The bundle is built in a temporary folder beside the target and swapped into place in one step
 (trainer/fileio.py), so a crash never leaves half a bundle, nor no bundle where one was. After
-writing, every runtime runs a sample of dev examples (or, with no data, built-in sentences) and
-is compared with PyTorch fp32: fp32 bundles must match within FP32_TOLERANCE; int8 bundles must
-agree with fp32 on at least `min_agreement` of the classification predictions (regression:
-Pearson(int8, fp32) ≥ min_agreement). The result is written to verify.json.
+writing, export/verify.py checks every runtime against PyTorch fp32 on the dev data (int8: the
+task metric's change, with the fallback that keeps the worst layers in float) and writes
+verify.json.
 """
 from __future__ import annotations
 
@@ -21,8 +20,8 @@ import torch
 from export.manifest import (IO, AllTasksMethod, ExecuTorchSection, FileEntry, Manifest,
                              OnnxRuntimeSection, TaskEntry, TokenizerSettings, Trunk,
                              write_manifest)
-from export.programs import PAD_OUTPUTS, reference_outputs
-from export.runtime import Engine, load_bundle, read_bundle
+from export.programs import PAD_OUTPUTS
+from export.runtime import load_bundle
 from export.signing import SIGNATURE_FILE, check_signing_key, sign_bundle
 from trainer.checkpoint import (TRUNK_WEIGHTS, load_model, read_json, resolve_model_dir,
                                 separate_models)
@@ -30,21 +29,10 @@ from trainer import palkit_version
 from trainer.errors import PalkitError
 from trainer.fileio import (file_digest, remove_tree, replace_dir, sha256_file, staging_dir,
                             write_json, write_vocab)
+from export.verify import BUILTIN_SENTENCES, Gate, encode_texts, gated_export, summary, verify_bundle
+from quant.mixed import keep_in_float
 from ui.progress import say
 
-FP32_TOLERANCE = 1e-3      # max |bundle - PyTorch| allowed in fp32 outputs (typically ~1e-6)
-DEFAULT_MIN_AGREEMENT = 0.9
-VERIFY_EXAMPLES = 32       # per task
-BUILTIN_SENTENCES = [
-    ("a gripping, beautifully acted film", "the movie was great"),
-    ("the plot was thin and the jokes fell flat", "a boring and tired story"),
-    ("how do i learn to cook rice?", "what is the best way to cook rice?"),
-    ("two people are playing with a ball on the grass", "a man is running"),
-    ("it was fine, nothing special", "it was ok"),
-    ("why do cats sleep so much?", "why do dogs bark at night?"),
-    ("an awful, terrible waste of time", "i loved every minute"),
-    ("a woman is slicing an onion", "a woman is cutting an onion"),
-]
 TARGETS = ("android", "executorch", "onnx")
 Log = Callable[[str], None]
 
@@ -89,134 +77,6 @@ def task_entry(spec, trunk_sha: str, runtimes: list[str]) -> TaskEntry:
                      files=files, spec=spec.to_dict())
 
 
-# ---- verification ----------------------------------------------------------------------------
-
-def encode_texts(tokenizer, texts: list[tuple[str, ...]], max_len: int) -> list[tuple[torch.Tensor, ...]]:
-    encoded = []
-    for t in texts:
-        enc = tokenizer(*t, truncation="longest_first", max_length=max_len,
-                        return_token_type_ids=True)
-        ids = torch.tensor([enc["input_ids"]])
-        encoded.append((ids, torch.ones_like(ids), torch.tensor([enc["token_type_ids"]])))
-    return encoded
-
-
-def verification_inputs(spec, tokenizer, max_len: int, data_dir: Path | None,
-                        n: int) -> tuple[list[tuple[torch.Tensor, ...]], list[float] | None, str]:
-    """Up to n dev examples (texts, gold labels, where they came from), or built-in sentences."""
-    from trainer.data import read_examples
-
-    if data_dir is not None and "dev" in spec.files and (data_dir / spec.files["dev"]).is_file():
-        examples = read_examples(spec, data_dir, "dev", bad_rows="skip")[:n]
-        return (encode_texts(tokenizer, [e.texts for e in examples], max_len),
-                [e.label for e in examples], f"{len(examples)} dev examples from {data_dir}")
-    texts = [pair if spec.is_pair else pair[:1] for pair in BUILTIN_SENTENCES]
-    return (encode_texts(tokenizer, texts, max_len), None,
-            "built-in sentences (no dev data found)")
-
-
-def pearson(a: list[float], b: list[float]) -> float:
-    from trainer.metrics import pearson as p
-    return p(torch.tensor(a), torch.tensor(b))
-
-
-def compare(spec, ref: torch.Tensor, got: torch.Tensor, gold: list[float] | None,
-            source: str) -> dict[str, Any]:
-    """One task's verification record: max |diff|, agreement, metric deltas against gold."""
-    from trainer.metrics import task_metrics
-
-    r = {"examples": len(ref), "source": source, "max_abs_diff": float((ref - got).abs().max())}
-    if spec.is_regression:
-        r["agreement"] = round(pearson(ref[:, 0].tolist(), got[:, 0].tolist()), 6)
-        r["agreement_kind"] = "pearson(bundle, pytorch) of scores"
-        pred_ref, pred_got = ref[:, 0], got[:, 0]
-    else:
-        pred_ref, pred_got = ref.argmax(-1), got.argmax(-1)
-        r["agreement"] = float((pred_ref == pred_got).float().mean())
-        r["agreement_kind"] = "fraction of equal argmax"
-    if gold is not None:
-        g = torch.tensor(gold)
-        m_ref = task_metrics(spec, pred_ref.float(), g)
-        m_got = task_metrics(spec, pred_got.float(), g)
-        r["metrics_pytorch_fp32"] = m_ref
-        r["metrics_bundle"] = m_got
-        r["metric_deltas"] = {k: m_got[k] - m_ref[k] for k in m_ref}
-    return r
-
-
-def failure(r: dict[str, Any], where: str, int8: bool, min_agreement: float) -> str | None:
-    if not int8 and r["max_abs_diff"] > FP32_TOLERANCE:
-        return (f"{where}: fp32 outputs differ from PyTorch by {r['max_abs_diff']:.2e} "
-                f"(> {FP32_TOLERANCE:g})")
-    if int8 and r["agreement"] < min_agreement:
-        return (f"{where}: int8 agreement {r['agreement']:.3f} < {min_agreement} "
-                f"({r['agreement_kind']})")
-    return None
-
-def reference_table(model, inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
-    """PyTorch fp32 outputs for every task's verification inputs, computed once for all the
-    runtimes checked. One thread: on single short sequences a second thread mostly spins (7x the
-    CPU time on a busy 2-core machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return {t: torch.stack([reference_outputs(model, t, *x)[0] for x in encoded])
-                for t, (encoded, _, _) in inputs.items()}
-    finally:
-        torch.set_num_threads(threads)
-
-
-
-def run_checks(engine: Engine, model, tasks: list[str], inputs: dict[str, Any],
-               refs: dict[str, torch.Tensor], whole: bool) -> dict[str, dict[str, Any]]:
-    """Each task's records on one engine; `whole`: through the all-tasks method, reading the
-    task's own output slot."""
-    per_task = {}
-    for t in tasks:
-        encoded, gold, source = inputs[t]
-        got = []
-        for ids, mask, types in encoded:
-            if whole:
-                out = engine.run_all_ids(ids.numpy(), mask.numpy(), types.numpy())[0][t]
-            else:
-                out, _, _ = engine.run_ids(t, ids.numpy(), mask.numpy(), types.numpy())
-            got.append(torch.from_numpy(out))
-        per_task[t] = compare(model.tasks[t], refs[t], torch.stack(got), gold, source)
-    return per_task
-
-
-def verify_bundle(folder: Path, model, tokenizer, max_len: int, data_dir: Path | None,
-                  int8: bool, min_agreement: float, tasks: list[str],
-                  n: int = VERIFY_EXAMPLES, log: Log = say) -> dict[str, Any]:
-    """Run the written bundle on every runtime and compare with PyTorch fp32."""
-    bundle = read_bundle(folder)
-    report: dict[str, Any] = {"tolerance_fp32": FP32_TOLERANCE, "min_agreement": min_agreement,
-                              "runtimes": {}}
-    inputs = {t: verification_inputs(model.tasks[t], tokenizer, max_len, data_dir, n)
-              for t in tasks}
-    checks = [(runtime, False) for runtime in bundle.runtimes]
-    method = bundle.manifest.all_tasks("executorch")
-    if method and set(method.tasks) <= set(tasks):  # add_adapter leaves it unchanged
-        checks.append(("executorch", True))
-    refs = reference_table(model, inputs)
-    failures = []
-    for runtime, whole in checks:
-        engine = Engine(bundle, runtime)
-        names = engine.all_tasks_program() if whole else tasks
-        log(f"verifying {runtime}{' all-tasks method' if whole else ''}: {', '.join(names)}")
-        per_task = run_checks(engine, model, names, inputs, refs, whole)
-        for t, r in per_task.items():
-            where = f"{runtime}{'/all-tasks method' if whole else ''}/{t}"
-            failures += [f for f in [failure(r, where, int8, min_agreement)] if f]
-        if whole:
-            report["runtimes"][runtime]["all_tasks_program"] = {"tasks": per_task}
-        else:
-            report["runtimes"][runtime] = {"tasks": per_task}
-    report["passed"] = not failures
-    report["failures"] = failures
-    return report
-
-
 # ---- export ----------------------------------------------------------------------------------
 
 def runtimes_for(target: str, onnx: bool) -> list[str]:
@@ -238,7 +98,7 @@ def calibration_inputs(model, max_len: int, tokenizer) -> list[tuple[torch.Tenso
 
 def export_run(run: Path, out: Path, target: str = "android", quant: str = "int8",
                tasks: list[str] | None = None, max_len: int | None = None, onnx: bool = True,
-               data_dir: Path | None = None, min_agreement: float = DEFAULT_MIN_AGREEMENT,
+               data_dir: Path | None = None, gate: Gate = Gate(),
                all_tasks: bool = True, log: Log = say, overwrite: bool = False,
                sign_key: Path | None = None) -> list[Path]:
     """Export a run (or a --mode separate run: one bundle per model under `out`); with
@@ -252,10 +112,10 @@ def export_run(run: Path, out: Path, target: str = "android", quant: str = "int8
         for sub in models:
             log(f"separate-mode model {sub.name} -> {out / sub.name}")
             outs += export_run(sub, out / sub.name, target, quant, tasks, max_len, onnx,
-                               data_dir, min_agreement, all_tasks, log, overwrite, sign_key)
+                               data_dir, gate, all_tasks, log, overwrite, sign_key)
         return outs
     return [export_bundle(resolve_model_dir(run), out, target, quant, tasks, max_len, onnx,
-                          data_dir, min_agreement, all_tasks, log, overwrite, sign_key)]
+                          data_dir, gate, all_tasks, log, overwrite, sign_key)]
 
 
 def check_export_target(out: Path, target: str, quant: str, overwrite: bool) -> None:
@@ -271,7 +131,7 @@ def check_export_target(out: Path, target: str, quant: str, overwrite: bool) -> 
 
 def export_bundle(model_dir: Path, out: Path, target: str, quant: str, tasks: list[str] | None,
                   max_len: int | None, onnx: bool, data_dir: Path | None,
-                  min_agreement: float, all_tasks: bool = True, log: Log = say,
+                  gate: Gate, all_tasks: bool = True, log: Log = say,
                   overwrite: bool = False, sign_key: Path | None = None) -> Path:
     """Write, verify and publish one bundle of the model folder `model_dir`."""
     out = Path(out)
@@ -289,20 +149,32 @@ def export_bundle(model_dir: Path, out: Path, target: str, quant: str, tasks: li
         write_vocab(tokenizer, build / "vocab.txt")
         calib = calibration_inputs(model, max_len, tokenizer)
         details: dict[str, Any] = {}
-        if "executorch" in runtimes:
-            details["executorch"] = write_executorch(model, names, build, int8, max_len, calib,
-                                                     all_tasks, log)
-        if "onnxruntime" in runtimes:
-            details["onnxruntime"] = write_onnx(model, names, build, int8, calib, log)
-        manifest = build_manifest(build, model, model_dir, trunk_sha, tokenizer, max_len, int8,
-                                  details, names)
-        write_manifest(build, manifest)
-        report = verify_bundle(build, model, tokenizer, max_len, data_dir, int8, min_agreement,
-                               names, log=log)
-        write_json(build / "verify.json", report)
+
+        def write(runtime: str, float_layers: list[str]) -> None:
+            """(Re)write one runtime's files, with these Linears kept in float, and the manifest."""
+            kept = keep_in_float(model, float_layers)
+            if runtime == "executorch":
+                remove_tree(build / "executorch")
+                details[runtime] = write_executorch(kept, names, build, int8, max_len, calib,
+                                                    all_tasks, log)
+            else:
+                remove_tree(build / "onnx")
+                details[runtime] = write_onnx(kept, names, build, int8, calib, log)
+            details[runtime]["float_layers"] = float_layers
+            write_manifest(build, build_manifest(build, model, model_dir, trunk_sha, tokenizer,
+                                                 max_len, int8, details, names))
+
+        for runtime in runtimes:
+            write(runtime, list(gate.keep_float.get(runtime, [])) if int8 else [])
+        report = gated_export(write, build, model, tokenizer, max_len, data_dir, int8, gate,
+                              names, runtimes, log)
+        refused = out.parent / f"{out.name}.refused-verify.json"
         if not report["passed"]:
-            raise ExportError("verification failed: " + "; ".join(report["failures"]) +
-                              f" (nothing written to {out}; lower --min-agreement to accept)")
+            write_json(refused, report)
+            raise ExportError(f"{summary(report)} (nothing written to {out}; the whole report, "
+                              f"per-layer SQNR included: {refused}; see --max-drop)")
+        write_json(build / "verify.json", report)
+        refused.unlink(missing_ok=True)  # a refusal's report from an earlier try
         if sign_key is not None:
             sign_bundle(build, sign_key)
         replace_dir(build, out)
@@ -374,13 +246,15 @@ def build_manifest(build: Path, model, model_dir: Path, trunk_sha: str, tokenize
             fusions=ort["fusions"])
     schemes = {"executorch": xnnpack.SCHEME, "onnxruntime": onnx_int8.SCHEME}
     q_details = {r: schemes[r] for r in runtimes} if int8 else {}
+    kept = {r: details[r]["float_layers"] for r in runtimes} if int8 else {}
     manifest = Manifest(
         palkit_version=palkit_version(),
         trunk=Trunk(trunk_sha, base, cfg.hidden_size, cfg.num_hidden_layers,
                     model.pal.to_dict() if model.pal else None),
         tokenizer=tokenizer_settings(model_dir / "trunk", tokenizer, max_len),
         quantization={"scheme": "int8" if int8 else "fp32",
-                      "details": q_details or "none: fp32 weights and activations"},
+                      "details": q_details or "none: fp32 weights and activations",
+                      **({"float_layers": kept} if kept else {})},
         runtimes=runtimes, tasks=[task_entry(model.tasks[n], trunk_sha, list(runtimes))
                                   for n in names],
         files={}, io=IO)
@@ -390,7 +264,7 @@ def build_manifest(build: Path, model, model_dir: Path, trunk_sha: str, tokenize
 # ---- add one adapter to an existing bundle ---------------------------------------------------
 
 def add_adapter(run: Path, task: str, bundle_dir: Path, replace: bool = False,
-                data_dir: Path | None = None, min_agreement: float = DEFAULT_MIN_AGREEMENT,
+                data_dir: Path | None = None, gate: Gate = Gate(),
                 log: Log = say, sign_key: Path | None = None) -> Path:
     """Write only `task`'s files into an existing bundle and update its manifest; the trunk
     files are reused unchanged (refused when the run's trunk is not the bundle's). The new
@@ -414,10 +288,11 @@ def add_adapter(run: Path, task: str, bundle_dir: Path, replace: bool = False,
                                       new)
         stage_bundle(bundle_dir, build, new)
         write_manifest(build, manifest)
-        report = verify_bundle(build, model, tokenizer, max_len, data_dir, int8, min_agreement,
-                               [task], log=log)
+        report = verify_bundle(build, model, tokenizer, max_len, data_dir, int8, gate, [task],
+                               log=log)
         if not report["passed"]:
-            raise ExportError("verification failed: " + "; ".join(report["failures"]))
+            raise ExportError(f"{summary(report)} (the shared trunk cannot change here: "
+                              "re-export the bundle to let the fallback keep layers in float)")
         if (bundle_dir / "verify.json").is_file():
             write_json(build / "verify.json", merged_report(bundle_dir / "verify.json", report))
         remove_tree(build / ".new")

@@ -65,8 +65,14 @@ def export(
     all_tasks: Annotated[bool, typer.Option(
         help="ExecuTorch, several tasks: also give the program its forward_all method, every "
         "task on one input in one call")] = True,
-    min_agreement: Annotated[float, typer.Option(
-        help="int8: fail when fewer predictions than this agree with PyTorch fp32")] = 0.9,
+    max_drop: Annotated[float, typer.Option(
+        help="int8: refuse when the 95% interval of a task's metric change (accuracy, or "
+        "Pearson x 100; paired bootstrap over the whole dev split) allows a drop of more than "
+        "this many points, after keeping up to 4 of the worst layers in float")] = 1.0,
+    min_agreement: Annotated[Optional[float], typer.Option(
+        help="int8: also refuse when even the upper end of the 95% interval of the agreement "
+        "with PyTorch fp32 predictions is below this (default: off with dev labels, where "
+        "--max-drop judges; 0.9 on built-in sentences)")] = None,
     sign_key: Annotated[Optional[Path], typer.Option(
         metavar="KEY", help="sign the bundle (model.sig, OpenSSF Model Signing) with this "
         "ECDSA P-256 private key (PEM); with --adapter, re-sign it")] = None,
@@ -77,19 +83,20 @@ def export(
     per task, verified against PyTorch before it is published.
     """
     from export.bundle import add_adapter, export_run
+    from export.verify import Gate
     from ui.progress import say
 
-    data = _data_dir(data_dir)
+    data, gate = _data_dir(data_dir), Gate(max_drop=max_drop, min_agreement=min_agreement)
     if data is None:
         say("note: no data directory found; verifying on built-in sentences")
     if adapter:
         if not out:
             raise PalkitError("--adapter needs --out EXISTING_BUNDLE")
-        add_adapter(run_dir, adapter, out, replace, data, min_agreement, sign_key=sign_key)
+        add_adapter(run_dir, adapter, out, replace, data, gate, sign_key=sign_key)
         return
     out = out or Path("bundles") / f"{run_dir.resolve().name}-{quant}"
     for path in export_run(run_dir, out, target, quant, _comma_list(tasks), max_len, onnx, data,
-                           min_agreement, all_tasks, overwrite=overwrite, sign_key=sign_key):
+                           gate, all_tasks, overwrite=overwrite, sign_key=sign_key):
         typer.echo(f"bundle: {path}")
         summarize(path)
 

@@ -46,8 +46,9 @@ def export_trunk(model: PalBert, path: Path, int8: bool, example: tuple[torch.Te
                               custom_opsets={onnx_ops.MS: 1}, dynamo=False,
                               do_constant_folding=True)
         if int8:
+            from quant.mixed import float_weights
             from quant.onnx_int8 import quantize_trunk
-            quantize_trunk(raw, quant, set(names))
+            quantize_trunk(raw, quant, set(names), float_weights(model))
         graph = onnx.load(str(quant if int8 else raw))
     residual_sums(graph)
     present = {i.name for i in graph.graph.input}

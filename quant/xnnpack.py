@@ -54,13 +54,17 @@ def scalarize_integer_ops(gm: torch.fx.GraphModule) -> int:
 
 def quantize_linears_pt2e(ep: torch.export.ExportedProgram, calibration: list[tuple[Any, ...]],
                           dynamic_shapes: Any) -> torch.export.ExportedProgram:
-    """Dynamic int8 linears via pt2e; returns the re-exported, converted program."""
+    """Dynamic int8 linears via pt2e (except FloatLinear ones: quant/mixed.py); returns the
+    re-exported, converted program."""
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
         XNNPACKQuantizer, get_symmetric_quantization_config)
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
+    from quant.mixed import FloatLinear
+
     quantizer = XNNPACKQuantizer().set_global(
         get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True))
+    quantizer.set_module_type(FloatLinear, None)  # layers the int8 gate's fallback kept in float
     gm = ep.module()
     scalarize_integer_ops(gm)
     prepared = prepare_pt2e(gm, quantizer)

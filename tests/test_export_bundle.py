@@ -42,7 +42,7 @@ def onnx_fp32(tiny_pal_run, tiny_data, tmp_path_factory):
 def android_int8(tiny_pal_run, tiny_data, tmp_path_factory):
     out = tmp_path_factory.mktemp("b") / "android-int8"
     export_run(tiny_pal_run, out, target="android", quant="int8", tasks=["quora"],
-               data_dir=tiny_data, min_agreement=0.0, **QUIET)
+               data_dir=tiny_data, **QUIET)
     return out
 
 
@@ -212,7 +212,7 @@ def test_executorch_add_task_writes_weights_without_lowering(android_int8, tiny_
     trunk_files = ("executorch/trunk.pte", "executorch/trunk.ptd", "onnx/trunk.onnx")
     trunk_before = {rel: (bundle / rel).read_bytes() for rel in trunk_files}
     inodes = {rel: (bundle / rel).stat().st_ino for rel in trunk_files}
-    add_adapter(tiny_pal_run, "sst", bundle, data_dir=tiny_data, min_agreement=0.0, **QUIET)
+    add_adapter(tiny_pal_run, "sst", bundle, data_dir=tiny_data, **QUIET)
     for rel, data in trunk_before.items():
         assert (bundle / rel).read_bytes() == data
         assert (bundle / rel).stat().st_ino == inodes[rel]  # not even rewritten
@@ -523,7 +523,7 @@ def test_crash_during_export_leaves_no_half_bundle(onnx_fp32, tiny_pal_run, tiny
 def test_executorch_reexport_is_byte_identical(android_int8, tiny_pal_run, tiny_data, tmp_path):
     again = tmp_path / "again"
     export_run(tiny_pal_run, again, target="android", quant="int8", tasks=["quora"],
-               data_dir=tiny_data, min_agreement=0.0, **QUIET)
+               data_dir=tiny_data, **QUIET)
     assert files_of(again) == files_of(android_int8)
 
 

@@ -1,0 +1,527 @@
+"""Export's verification: does the written bundle compute what the PyTorch model computes, and
+does int8 cost the user anything they would notice?
+
+Every runtime of the bundle runs every task's whole dev split (or built-in sentences when there
+is no data), and PyTorch fp32 runs the same inputs (batched). Then, per runtime and task:
+
+* fp32 bundles: max |bundle - PyTorch| must stay within FP32_TOLERANCE.
+* int8 bundles: the gate is the task metric (accuracy, or Pearson for regression) of the bundle
+  against the fp32 model's, on the same examples. A paired bootstrap (resample the examples, the
+  same resample for both) gives the change's 95% interval; export refuses when the interval
+  allows a drop of more than `max_drop` points. Also recorded: agreement of the predictions with
+  its interval, flips against gold (gained: int8 right where fp32 was wrong; lost: the reverse),
+  and KL(fp32 || int8) of the output distributions, mean and 99th percentile.
+* where int8 hurts: `layer_sqnr` replays each runtime's int8 recipe on every quantized Linear
+  (trunk, PAL, head) with the fp32 model's own inputs, and reports its output's
+  signal-to-quantization-noise ratio in dB.
+* `gated_export`: when the gate refuses, the worst layer by SQNR is kept in float and that
+  runtime written and checked again, one layer at a time, up to `max_float_layers`.
+
+The bootstrap's seed is fixed, so export stays deterministic. verify.json keeps everything.
+"""
+from __future__ import annotations
+
+import math
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from export.programs import reference_outputs
+from export.runtime import Engine, read_bundle
+from ui.progress import say
+
+Log = Callable[[str], None]
+
+FP32_TOLERANCE = 1e-3      # max |bundle - PyTorch| allowed in fp32 outputs (typically ~1e-6)
+# Points of accuracy (Pearson x 100 for regression). At ~1,000 dev examples the paired change's
+# 95% interval is about +-0.8 point when 2% of the predictions flip, so a bundle with no real
+# loss passes; the reasoning and the measured false refusals: docs/int8-gate.md.
+DEFAULT_MAX_DROP = 1.0
+CONFIDENCE = 0.95
+RESAMPLES = 2000
+SEED = 0
+MAX_FLOAT_LAYERS = 4       # the fallback's limit: layers kept in float per runtime
+SQNR_EXAMPLES = 16         # dev examples per task replayed for the per-layer report
+ALL_TASKS_EXAMPLES = 32    # per task, through the all-tasks program (it runs every task each call)
+CLOSE = 0.5                # print the layer table once the drop bound passes this share of the limit
+BUILTIN_SENTENCES = [
+    ("a gripping, beautifully acted film", "the movie was great"),
+    ("the plot was thin and the jokes fell flat", "a boring and tired story"),
+    ("how do i learn to cook rice?", "what is the best way to cook rice?"),
+    ("two people are playing with a ball on the grass", "a man is running"),
+    ("it was fine, nothing special", "it was ok"),
+    ("why do cats sleep so much?", "why do dogs bark at night?"),
+    ("an awful, terrible waste of time", "i loved every minute"),
+    ("a woman is slicing an onion", "a woman is cutting an onion"),
+]
+
+
+@dataclass(frozen=True)
+class Gate:
+    """What int8 must keep. `max_drop`: points of the task metric the 95% interval may lose
+    (None: no metric gate). `min_agreement`: also refuse when even the interval's upper end of
+    the prediction agreement is below this (None: 0 with dev labels, 0.9 on built-in sentences,
+    where the metric cannot be scored). `max_examples`: dev examples per task (None: all).
+    `keep_float`: Linears each runtime keeps in float from the start ({runtime: [module path]}),
+    the fallback adding to them."""
+    max_drop: float | None = DEFAULT_MAX_DROP
+    min_agreement: float | None = None
+    max_examples: int | None = None
+    seed: int = SEED
+    resamples: int = RESAMPLES
+    max_float_layers: int = MAX_FLOAT_LAYERS
+    keep_float: dict[str, list[str]] = field(default_factory=dict)
+
+    def agreement_floor(self, labelled: bool) -> float:
+        if self.min_agreement is not None:
+            return self.min_agreement
+        return 0.0 if labelled else 0.9
+
+
+# ---- inputs and the fp32 reference -----------------------------------------------------------
+
+Encoded = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def encode_texts(tokenizer, texts: list[tuple[str, ...]], max_len: int) -> list[Encoded]:
+    encoded = []
+    for t in texts:
+        enc = tokenizer(*t, truncation="longest_first", max_length=max_len,
+                        return_token_type_ids=True)
+        ids = torch.tensor([enc["input_ids"]])
+        encoded.append((ids, torch.ones_like(ids), torch.tensor([enc["token_type_ids"]])))
+    return encoded
+
+
+def verification_inputs(spec, tokenizer, max_len: int, data_dir: Path | None,
+                        n: int | None) -> tuple[list[Encoded], list[float] | None, str]:
+    """The task's dev examples (at most n), their gold labels and where they came from; or the
+    built-in sentences (no labels) when there is no dev file."""
+    from trainer.data import read_examples
+
+    if data_dir is not None and "dev" in spec.files and (data_dir / spec.files["dev"]).is_file():
+        examples = read_examples(spec, data_dir, "dev", bad_rows="skip")[:n]
+        return (encode_texts(tokenizer, [e.texts for e in examples], max_len),
+                [e.label for e in examples], f"{len(examples)} dev examples from {data_dir}")
+    texts = [pair if spec.is_pair else pair[:1] for pair in BUILTIN_SENTENCES]
+    return (encode_texts(tokenizer, texts, max_len), None,
+            "built-in sentences (no dev data found)")
+
+
+def reference_batched(model, task: str, encoded: list[Encoded], batch: int = 64) -> torch.Tensor:
+    """PyTorch fp32 outputs of `task` for every input, in batches of similar length (padding
+    is masked, so each row is what the input alone gives, within float rounding)."""
+    order = sorted(range(len(encoded)), key=lambda i: encoded[i][0].shape[1])
+    out: list[torch.Tensor | None] = [None] * len(encoded)
+    for start in range(0, len(order), batch):
+        chunk = order[start:start + batch]
+        width = max(encoded[i][0].shape[1] for i in chunk)
+        ids, mask, types = (torch.zeros(len(chunk), width, dtype=torch.long) for _ in range(3))
+        for row, i in enumerate(chunk):
+            n = encoded[i][0].shape[1]
+            ids[row, :n], mask[row, :n], types[row, :n] = (x[0] for x in encoded[i])
+        for row, value in zip(chunk, reference_outputs(model, task, ids, mask, types)):
+            out[row] = value
+    return torch.stack(out)  # type: ignore[arg-type]
+
+
+# ---- statistics ------------------------------------------------------------------------------
+
+def bootstrap_indices(n: int, resamples: int, seed: int) -> torch.Tensor:
+    """[resamples, n] example indices drawn with replacement (fixed seed: deterministic)."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, n, (resamples, n), generator=g)
+
+
+def rowwise_pearson(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Pearson correlation of each row of x with the same row of y ([R, n] -> [R])."""
+    x = x.double() - x.double().mean(-1, keepdim=True)
+    y = y.double() - y.double().mean(-1, keepdim=True)
+    denom = x.norm(dim=-1) * y.norm(dim=-1)
+    return torch.where(denom > 0, (x * y).sum(-1) / denom.clamp(min=1e-300), 0.0)
+
+
+def metric_rows(regression: bool, pred: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
+    """The task metric in points (accuracy x 100, or Pearson x 100) of each row ([R, n] -> [R])."""
+    if regression:
+        return 100 * rowwise_pearson(pred, gold)
+    return 100 * (pred == gold).double().mean(-1)
+
+
+def interval(samples: torch.Tensor, confidence: float = CONFIDENCE) -> list[float]:
+    """The central `confidence` interval of bootstrap samples (percentile method)."""
+    tail = (1 - confidence) / 2
+    lo, hi = torch.quantile(samples.double(), torch.tensor([tail, 1 - tail], dtype=torch.double))
+    return [float(lo), float(hi)]
+
+
+def output_kl(spec, ref: torch.Tensor, got: torch.Tensor) -> torch.Tensor:
+    """KL(fp32 || bundle) per example, in nats: over the classes' softmax, or for regression over
+    the Bernoulli of the score's place in score_range (the head's own sigmoid)."""
+    if not spec.is_regression:
+        return F.kl_div(F.log_softmax(got.double(), -1), F.log_softmax(ref.double(), -1),
+                        log_target=True, reduction="none").sum(-1)
+    low, high = spec.score_range
+    p, q = ((x[:, 0].double() - low) / (high - low) for x in (ref, got))
+    p, q = p.clamp(1e-7, 1 - 1e-7), q.clamp(1e-7, 1 - 1e-7)
+    return p * (p / q).log() + (1 - p) * ((1 - p) / (1 - q)).log()
+
+
+def compare(spec, ref: torch.Tensor, got: torch.Tensor, gold: list[float] | None, source: str,
+            gate: Gate = Gate()) -> dict[str, Any]:
+    """One task's verification record (bundle outputs `got` against PyTorch's `ref`)."""
+    from trainer.metrics import task_metrics
+
+    n = len(ref)
+    idx = bootstrap_indices(n, gate.resamples, gate.seed)
+    r: dict[str, Any] = {"examples": n, "source": source,
+                         "max_abs_diff": float((ref - got).abs().max())}
+    kl = output_kl(spec, ref, got)
+    r["kl_mean"] = float(kl.mean())
+    r["kl_p99"] = float(torch.quantile(kl, 0.99))
+    if spec.is_regression:
+        pred_ref, pred_got = ref[:, 0], got[:, 0]
+        agree = rowwise_pearson(pred_ref[idx], pred_got[idx])
+        r["agreement"] = round(float(rowwise_pearson(pred_ref[None], pred_got[None])[0]), 6)
+        r["agreement_kind"] = "pearson(bundle, pytorch) of scores"
+    else:
+        pred_ref, pred_got = ref.argmax(-1), got.argmax(-1)
+        same = (pred_ref == pred_got).double()
+        agree = same[idx].mean(-1)
+        r["agreement"] = float(same.mean())
+        r["agreement_kind"] = "fraction of equal argmax"
+    r["agreement_interval"] = interval(agree)
+    if gold is None:
+        return r
+    g = torch.tensor(gold)
+    m_ref = task_metrics(spec, pred_ref.float(), g)
+    m_got = task_metrics(spec, pred_got.float(), g)
+    r["metrics_pytorch_fp32"], r["metrics_bundle"] = m_ref, m_got
+    r["metric_deltas"] = {k: m_got[k] - m_ref[k] for k in m_ref}
+    r["metric"] = f"{spec.name}_pearson" if spec.is_regression else f"{spec.name}_acc"
+    truth = g if spec.is_regression else g.long()
+    full = metric_rows(spec.is_regression, torch.stack([pred_got, pred_ref]),
+                       truth.expand(2, n))
+    r["metric_change"] = float(full[0] - full[1])  # points, bundle - fp32
+    changes = (metric_rows(spec.is_regression, pred_got[idx], truth[idx]) -
+               metric_rows(spec.is_regression, pred_ref[idx], truth[idx]))
+    r["metric_change_interval"] = interval(changes)
+    if not spec.is_regression:
+        right_ref, right_got = pred_ref == truth, pred_got == truth
+        r["flips"] = {"gained": int((right_got & ~right_ref).sum()),
+                      "lost": int((right_ref & ~right_got).sum())}
+    return r
+
+
+def drop_bound(r: dict[str, Any]) -> float | None:
+    """The largest metric drop (points) the record's 95% interval allows; None without labels."""
+    return -r["metric_change_interval"][0] if "metric_change_interval" in r else None
+
+
+def failure(r: dict[str, Any], where: str, int8: bool, gate: Gate) -> str | None:
+    """Why the record fails the gate, in one clause with its numbers; None when it passes."""
+    if not int8:
+        if r["max_abs_diff"] > FP32_TOLERANCE:
+            return (f"{where}: fp32 outputs differ from PyTorch by {r['max_abs_diff']:.2e} "
+                    f"(> {FP32_TOLERANCE:g})")
+        return None
+    bound = drop_bound(r)
+    if gate.max_drop is not None and bound is not None and bound > gate.max_drop:
+        lo, hi = r["metric_change_interval"]
+        return (f"{where}: int8 may lose up to {bound:.2f} points of {r['metric']} (change "
+                f"{r['metric_change']:+.2f}, 95% interval [{lo:+.2f}, {hi:+.2f}] on "
+                f"{r['examples']} examples; agreement {r['agreement']:.3f}) > --max-drop "
+                f"{gate.max_drop:g}")
+    floor = gate.agreement_floor("metric" in r)
+    if r["agreement_interval"][1] < floor:
+        lo, hi = r["agreement_interval"]
+        return (f"{where}: int8 agreement {r['agreement']:.3f} (95% interval [{lo:.3f}, "
+                f"{hi:.3f}], {r['agreement_kind']}) < --min-agreement {floor:g}")
+    return None
+
+
+def is_close(r: dict[str, Any], gate: Gate) -> bool:
+    bound = drop_bound(r)
+    return gate.max_drop is not None and bound is not None and bound > CLOSE * gate.max_drop
+
+
+# ---- where int8 hurts: per-layer SQNR ----------------------------------------------------------
+
+def fake_int8_weight(w: torch.Tensor) -> torch.Tensor:
+    """Symmetric int8 per output row ([-127, 127]): both runtimes' weight recipe."""
+    scale = (w.abs().amax(dim=1, keepdim=True) / 127).clamp(min=1e-12)
+    return (w / scale).round().clamp(-127, 127) * scale
+
+
+def fake_int8_activation(x: torch.Tensor, per_token: bool) -> torch.Tensor:
+    """Dynamic asymmetric 8-bit activations with a range that includes 0: per token (each row
+    of the last dimension: XNNPACK's qd8), or one range for the whole tensor (ONNX Runtime's
+    DynamicQuantizeLinear)."""
+    dims = (-1,) if per_token else tuple(range(x.dim()))
+    low = x.amin(dim=dims, keepdim=True).clamp(max=0)
+    high = x.amax(dim=dims, keepdim=True).clamp(min=0)
+    scale = ((high - low) / 255).clamp(min=1e-12)
+    zero = (-low / scale).round()
+    return ((x / scale).round() + zero).clamp(0, 255).sub(zero) * scale
+
+
+# How each runtime quantizes activations, and whether the tasks' own Linears (PAL, head) are
+# int8 there: ExecuTorch takes task weights as method inputs and runs them in fp32; ONNX
+# Runtime's adapters hold them as int8.
+RECIPES = {"executorch": {"per_token": True, "task_layers_int8": False},
+           "onnxruntime": {"per_token": False, "task_layers_int8": True}}
+
+
+def layer_sqnr(model, tasks: list[str], inputs: dict[str, Any], runtimes: list[str],
+               n: int = SQNR_EXAMPLES) -> dict[str, list[dict[str, Any]]]:
+    """For each runtime, every nn.Linear of the model the tasks use, with the SQNR (dB) of its
+    output when its weight and input are quantized as that runtime does, fed the fp32 model's
+    own input (so each layer's figure is its own error, not its inputs'); over the first n
+    inputs of each task, one at a time as the runtimes see them. Worst first. One pass of the
+    fp32 model serves every runtime."""
+    sums: dict[str, dict[str, list[float]]] = {r: {} for r in runtimes}
+    names = {m: name for name, m in model.named_modules() if isinstance(m, nn.Linear)}
+    weights = {m: fake_int8_weight(m.weight.detach().float()) for m in names}
+
+    def hook(module: nn.Linear, args: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
+        signal = float(out.double().pow(2).sum())
+        for runtime in runtimes:
+            x = fake_int8_activation(args[0], RECIPES[runtime]["per_token"])
+            noise = (out - F.linear(x, weights[module], module.bias)).double().pow(2).sum()
+            s = sums[runtime].setdefault(names[module], [0.0, 0.0])
+            s[0] += signal
+            s[1] += float(noise)
+
+    handles = [m.register_forward_hook(hook) for m in names]
+    try:
+        for t in tasks:
+            for ids, mask, types in inputs[t][0][:n]:
+                reference_outputs(model, t, ids, mask, types)
+    finally:
+        for h in handles:
+            h.remove()
+
+    def db(signal: float, noise: float) -> float:
+        return round(10 * math.log10(max(signal, 1e-30) / max(noise, 1e-30)), 2)
+
+    def quantized(runtime: str, name: str) -> bool:
+        return name.startswith("trunk.") or RECIPES[runtime]["task_layers_int8"]
+
+    return {r: sorted(({"layer": name, "sqnr_db": db(*sn)} for name, sn in sums[r].items()
+                       if quantized(r, name)), key=lambda row: row["sqnr_db"])
+            for r in runtimes}
+
+
+def fallback_candidates(runtime: str, layers: list[dict[str, Any]]) -> list[str]:
+    """Layers the fallback may keep in float, worst SQNR first: the trunk's (a float Linear runs
+    in the same XNNPACK delegate on ExecuTorch; on ONNX Runtime the task matrices are int8
+    adapter inputs of the shared graph, one .onnx_adapter per task)."""
+    return [r["layer"] for r in layers if r["layer"].startswith("trunk.")]
+
+
+def layer_table(layers: list[dict[str, Any]], rows: int = 8) -> str:
+    lines = [f"    {'layer':52s} SQNR dB"]
+    lines += [f"    {r['layer']:52s} {r['sqnr_db']:7.1f}" for r in layers[:rows]]
+    return "\n".join(lines)
+
+
+# ---- running the bundle ----------------------------------------------------------------------
+
+def run_task(engine: Engine, task: str, encoded: list[Encoded],
+             whole: bool = False) -> tuple[torch.Tensor, float]:
+    """The engine's outputs for every input and its mean milliseconds per call; `whole`:
+    through the all-tasks program, reading the task's own output slot."""
+    got, ms = [], 0.0
+    for ids, mask, types in encoded:
+        if whole:
+            outs, t = engine.run_all_ids(ids.numpy(), mask.numpy(), types.numpy())
+            out = outs[task]
+        else:
+            out, t, _ = engine.run_ids(task, ids.numpy(), mask.numpy(), types.numpy())
+        got.append(torch.from_numpy(out))
+        ms += t
+    return torch.stack(got), ms / max(1, len(encoded))
+
+
+def runtime_bytes(folder: Path, runtime: str) -> int:
+    sub = folder / ("executorch" if runtime == "executorch" else "onnx")
+    return sum(p.stat().st_size for p in sub.rglob("*") if p.is_file())
+
+
+class Verifier:
+    """The inputs and fp32 references of one export, computed once, and the checks of each
+    runtime of the bundle written in `folder`."""
+
+    def __init__(self, folder: Path, model, tokenizer, max_len: int, data_dir: Path | None,
+                 int8: bool, gate: Gate, tasks: list[str], log: Log = say):
+        self.folder, self.model, self.int8, self.gate, self.tasks, self.log = \
+            folder, model, int8, gate, tasks, log
+        self.inputs = {t: verification_inputs(model.tasks[t], tokenizer, max_len, data_dir,
+                                              gate.max_examples) for t in tasks}
+        self.sqnr: dict[str, list[dict[str, Any]]] = {}
+        t0 = time.time()
+        with one_thread():
+            self.refs = {t: reference_batched(model, t, self.inputs[t][0]) for t in tasks}
+        log(f"fp32 reference for {sum(len(r) for r in self.refs.values())} examples in "
+            f"{time.time() - t0:.1f} s")
+
+    def check(self, runtime: str) -> dict[str, Any]:
+        """The runtime's records (per task, and its all-tasks program's when it has one for
+        exactly these tasks), failures, bytes and mean latency per call."""
+        bundle = read_bundle(self.folder)
+        engine = Engine(bundle, runtime)
+        self.log(f"verifying {runtime}: {', '.join(self.tasks)} "
+                 f"({sum(len(self.inputs[t][0]) for t in self.tasks)} examples)")
+        # mean_ms: kept only where the fallback reports its cost, so verify.json is otherwise
+        # the same bytes on every export of the same model
+        section: dict[str, Any] = {"tasks": {}, "failures": [], "mean_ms": {}}
+        outputs = {}
+        for t in self.tasks:
+            encoded, gold, source = self.inputs[t]
+            got, ms = run_task(engine, t, encoded)
+            outputs[t] = got
+            r = compare(self.model.tasks[t], self.refs[t], got, gold, source, self.gate)
+            section["mean_ms"][t] = ms
+            section["tasks"][t] = r
+            section["failures"] += [f for f in [failure(r, f"{runtime}/{t}", self.int8,
+                                                        self.gate)] if f]
+        program = engine.all_tasks_program()
+        if program and set(program) <= set(self.tasks):  # add_adapter leaves it unchanged
+            section["all_tasks_program"] = self.check_all_tasks(engine, program, outputs)
+            section["failures"] += section["all_tasks_program"].pop("failures")
+        section["bytes"] = runtime_bytes(self.folder, runtime)
+        return section
+
+    def check_all_tasks(self, engine: Engine, program: list[str],
+                        single: dict[str, torch.Tensor]) -> dict[str, Any]:
+        """The all-tasks program on the first inputs of each task. It must compute what the
+        task's own program computes (already gated above): fp32 within FP32_TOLERANCE of
+        PyTorch; int8 the same predictions as the task's int8 program."""
+        tasks, failures = {}, []
+        for t in program:
+            encoded, gold, source = self.inputs[t]
+            n = min(len(encoded), ALL_TASKS_EXAMPLES)
+            got, _ = run_task(engine, t, encoded[:n], whole=True)
+            r = compare(self.model.tasks[t], self.refs[t][:n], got, None, f"first {n} of {source}",
+                        self.gate)
+            own = single[t][:n]
+            r["max_abs_diff_vs_task_program"] = float((own - got).abs().max())
+            where = f"{engine.runtime}/all-tasks program/{t}"
+            if not self.int8 and r["max_abs_diff"] > FP32_TOLERANCE:
+                failures.append(f"{where}: fp32 outputs differ from PyTorch by "
+                                f"{r['max_abs_diff']:.2e} (> {FP32_TOLERANCE:g})")
+            if self.int8 and not self.model.tasks[t].is_regression:
+                same = float((own.argmax(-1) == got.argmax(-1)).double().mean())
+                r["agreement_with_task_program"] = same
+                if same < 1.0 - 1.0 / n:  # one flip in n may sit on a decision boundary
+                    failures.append(f"{where}: int8 predictions differ from {t}'s own program "
+                                    f"on {1 - same:.1%} of {n} examples")
+            tasks[t] = r
+        return {"tasks": tasks, "failures": failures}
+
+    def layers(self, runtime: str) -> list[dict[str, Any]]:
+        """The per-layer SQNR table of `runtime` (every runtime's computed on the first call)."""
+        if runtime not in self.sqnr:
+            with one_thread():
+                self.sqnr = layer_sqnr(self.model, self.tasks, self.inputs, list(RECIPES))
+        return self.sqnr[runtime]
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """PyTorch on one thread: on a busy 2-core machine a second thread mostly spins."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def summary(report: dict[str, Any]) -> str:
+    """The refusal's one line."""
+    return "verification failed: " + "; ".join(report["failures"])
+
+
+def verify_bundle(folder: Path, model, tokenizer, max_len: int, data_dir: Path | None,
+                  int8: bool, gate: Gate, tasks: list[str], log: Log = say) -> dict[str, Any]:
+    """Check every runtime of the bundle written in `folder` (no fallback: add-task)."""
+    v = Verifier(folder, model, tokenizer, max_len, data_dir, int8, gate, tasks, log)
+    return assemble(v, {r: v.check(r) for r in read_bundle(folder).runtimes}, {}, {})
+
+
+def assemble(v: Verifier, sections: dict[str, dict[str, Any]], layers: dict[str, Any],
+             fallback: dict[str, Any]) -> dict[str, Any]:
+    """verify.json's body."""
+    for s in sections.values():
+        del s["mean_ms"]
+    failures = [f for s in sections.values() for f in s["failures"]]
+    report: dict[str, Any] = {"tolerance_fp32": FP32_TOLERANCE, "gate": asdict(v.gate),
+                              "confidence": CONFIDENCE, "runtimes": sections}
+    if layers:
+        report["layers"] = layers
+    if fallback:
+        report["fallback"] = fallback
+    report["passed"] = not failures
+    report["failures"] = failures
+    return report
+
+
+def gated_export(write: Callable[[str, list[str]], None], folder: Path, model, tokenizer,
+                 max_len: int, data_dir: Path | None, int8: bool, gate: Gate, tasks: list[str],
+                 runtimes: list[str], log: Log = say) -> dict[str, Any]:
+    """Check each runtime of the bundle in `folder`; where int8 fails the gate, keep the worst
+    layer (by SQNR) in float, `write(runtime, float_layers)` that runtime's files again and
+    check again, until it passes or `gate.max_float_layers` are kept. Returns verify.json's
+    body, with the per-layer SQNR and the fallback's steps and costs."""
+    v = Verifier(folder, model, tokenizer, max_len, data_dir, int8, gate, tasks, log)
+    sections, layers, fallback = {}, {}, {}
+    for runtime in runtimes:
+        t0 = time.time()
+        section = v.check(runtime)
+        log(f"verified {runtime} in {time.time() - t0:.0f} s")
+        if int8:
+            t0 = time.time()
+            layers[runtime] = v.layers(runtime)
+            log(f"{runtime}: per-layer SQNR in {time.time() - t0:.1f} s")
+            close = any(is_close(r, gate) for r in section["tasks"].values())
+            if section["failures"] or close:
+                log(f"{runtime}: {'gate failed' if section['failures'] else 'gate close'}; "
+                    f"worst int8 layers (output SQNR on dev inputs):\n"
+                    + layer_table(layers[runtime]))
+        kept = list(gate.keep_float.get(runtime, []))
+        first, steps = section, []
+        candidates = [c for c in fallback_candidates(runtime, layers.get(runtime, []))
+                      if c not in kept]
+        while section["failures"] and len(steps) < min(gate.max_float_layers, len(candidates)):
+            kept.append(candidates[len(steps)])
+            log(f"{runtime}: keeping {kept[-1]} in float ({len(kept)}/{gate.max_float_layers}) "
+                f"after: {section['failures'][0]}")
+            write(runtime, list(kept))
+            section = v.check(runtime)
+            steps.append({"float_layers": list(kept), "failures": section["failures"],
+                          "drop_bounds": {t: drop_bound(r) for t, r in section["tasks"].items()}})
+        if steps:
+            fallback[runtime] = fallback_costs(first, section, steps)
+        sections[runtime] = section
+    return assemble(v, sections, layers, fallback)
+
+
+def fallback_costs(first: dict[str, Any], last: dict[str, Any],
+                   steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """What keeping layers in float cost: the runtime's bytes and each task's mean latency per
+    call over its verification inputs (same inputs, same process), before and after."""
+    return {"float_layers": steps[-1]["float_layers"], "steps": steps,
+            "before": {"failures": first["failures"], "bytes": first["bytes"],
+                       "mean_ms": first["mean_ms"],
+                       "drop_bounds": {t: drop_bound(r) for t, r in first["tasks"].items()}},
+            "bytes_ratio": last["bytes"] / first["bytes"],
+            "mean_ms": last["mean_ms"],
+            "latency_ratio": {t: ms / max(first["mean_ms"][t], 1e-9)
+                              for t, ms in last["mean_ms"].items()}}

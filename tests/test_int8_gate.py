@@ -1,0 +1,195 @@
+"""The int8 gate (export/verify.py): its statistics on hand-computable cases, the per-layer SQNR
+report, and a tiny BERT whose feed-forward has planted outlier channels, where int8 loses
+accuracy, the report names the planted layer, and the fallback keeps it in float until the gate
+passes on both runtimes.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from export.bundle import ExportError, export_run
+from export.runtime import Engine, load_bundle
+from export.verify import (Gate, bootstrap_indices, compare, drop_bound, failure, interval,
+                           layer_sqnr, output_kl, reference_batched, verification_inputs)
+from tests.conftest import make_tiny_data, tiny_config
+from trainer.checkpoint import load_model, resolve_model_dir, save_model
+from trainer.tasks import BUILTIN_TASKS, TaskSpec
+
+QUIET = dict(log=lambda *a: None)
+PLANTED = "trunk.encoder.layer.1.output.dense"
+
+
+def spec(name: str) -> TaskSpec:
+    return BUILTIN_TASKS[name]
+
+
+# ---- statistics, by hand -----------------------------------------------------------------------
+
+def test_bootstrap_is_seeded_and_interval_is_the_percentiles():
+    a, b = bootstrap_indices(50, 100, seed=3), bootstrap_indices(50, 100, seed=3)
+    assert torch.equal(a, b) and a.shape == (100, 50) and 0 <= int(a.min()) and int(a.max()) < 50
+    assert not torch.equal(a, bootstrap_indices(50, 100, seed=4))
+    # 0..1000: the 2.5% and 97.5% points of 1001 values, interpolated at q * (n - 1)
+    assert interval(torch.arange(1001.0)) == pytest.approx([25.0, 975.0])
+
+
+def test_one_lost_flip_in_four_gives_the_binomial_interval():
+    """Gold is class 0 everywhere; fp32 gets all four right, int8 loses the last. A resample
+    holds k copies of that example with k ~ Binomial(4, 1/4): P(k >= 3) = 5.1% > 2.5% and
+    P(k = 4) = 0.4% < 2.5%, so the interval of the change is [-75, 0] points."""
+    ref = torch.tensor([[2.0, 0.0]] * 4)
+    got = ref.clone()
+    got[3] = torch.tensor([0.0, 2.0])
+    r = compare(spec("quora"), ref, got, [0.0] * 4, "hand")
+    assert r["metric"] == "quora_acc" and r["metric_change"] == -25.0
+    assert r["metric_change_interval"] == [-75.0, 0.0]
+    assert r["flips"] == {"gained": 0, "lost": 1}
+    assert r["agreement"] == 0.75 and r["agreement_interval"] == [0.25, 1.0]
+    assert drop_bound(r) == 75.0
+    message = failure(r, "executorch/quora", True, Gate(max_drop=1.0))
+    assert message == ("executorch/quora: int8 may lose up to 75.00 points of quora_acc (change "
+                       "-25.00, 95% interval [-75.00, +0.00] on 4 examples; agreement 0.750) > "
+                       "--max-drop 1")
+    assert failure(r, "x", True, Gate(max_drop=80.0)) is None
+    # fp32 bundles: only the tolerance counts, not the metric
+    assert "fp32 outputs differ from PyTorch by 2.00e+00" in failure(r, "x", False, Gate())
+    assert failure({**r, "max_abs_diff": 1e-5}, "x", False, Gate()) is None
+
+
+def test_equal_outputs_pass_with_a_zero_interval_and_zero_kl():
+    ref = torch.randn(30, 5, generator=torch.Generator().manual_seed(0))
+    gold = ref.argmax(-1).float().tolist()
+    r = compare(spec("sst"), ref, ref.clone(), gold, "same")
+    assert r["metric_change"] == 0.0 and r["metric_change_interval"] == [0.0, 0.0]
+    assert r["agreement_interval"] == [1.0, 1.0] and r["kl_mean"] == 0.0 and r["kl_p99"] == 0.0
+    scores = torch.rand(40, 1, generator=torch.Generator().manual_seed(1)) * 5
+    s = compare(spec("sts"), scores, scores.clone(), (scores[:, 0] + 1).tolist(), "same")
+    assert s["metric"] == "sts_pearson" and s["metric_change_interval"] == [0.0, 0.0]
+    assert s["agreement"] == pytest.approx(1.0) and "flips" not in s
+
+
+def test_kl_by_hand():
+    # softmax([0, 0]) = (1/2, 1/2); softmax([ln 3, 0]) = (3/4, 1/4):
+    # KL = 1/2 ln(2/3) + 1/2 ln 2 = 1/2 ln(4/3)
+    kl = output_kl(spec("quora"), torch.tensor([[0.0, 0.0]]), torch.tensor([[math.log(3), 0.0]]))
+    assert float(kl[0]) == pytest.approx(0.5 * math.log(4 / 3), rel=1e-6)
+    # regression: the Bernoulli of the score's place in [0, 5]: 2.5 -> 1/2, 3.75 -> 3/4
+    kl = output_kl(spec("sts"), torch.tensor([[2.5]]), torch.tensor([[3.75]]))
+    assert float(kl[0]) == pytest.approx(0.5 * math.log(4 / 3), rel=1e-6)
+
+
+def test_without_labels_only_agreement_can_refuse():
+    ref = torch.tensor([[2.0, 0.0]] * 10)
+    got = ref.flip(-1)  # every prediction flipped
+    r = compare(spec("quora"), ref, got, None, "built-in sentences")
+    assert "metric_change" not in r and r["agreement_interval"] == [0.0, 0.0]
+    assert "< --min-agreement 0.9" in failure(r, "onnxruntime/quora", True, Gate())
+    assert failure(r, "x", True, Gate(min_agreement=0.0)) is None
+
+
+# ---- a tiny BERT with planted outliers ---------------------------------------------------------
+
+def plant_outliers(model, channels=(3, 17, 40), offset=1e4, gain=30.0) -> None:
+    """Give the last layer's feed-forward a few channels that sit near `offset` for every token
+    (intermediate bias), folded back out of the output's bias so the model still computes about
+    the same; then make that feed-forward dominate its residual sum (`gain`). Its output Linear
+    then reads an input whose range is set by the outliers: 8-bit activations keep almost
+    nothing of the other channels."""
+    block = model.trunk.encoder.layer[1]
+    ch = list(channels)
+    with torch.no_grad():
+        block.intermediate.dense.bias[ch] += offset
+        block.output.dense.bias -= block.output.dense.weight[:, ch].sum(1) * offset
+        block.output.dense.weight *= gain
+        block.output.dense.bias *= gain
+
+
+@pytest.fixture(scope="module")
+def planted(tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(model folder, data folder): an sst-only PAL model trained to real margins, with planted
+    outliers, and a dev split of 200 sentences labelled with the planted fp32 model's own
+    predictions, so that fp32 scores 100% and every int8 flip is a lost example."""
+    from trainer.train import train
+
+    root = tmp_path_factory.mktemp("planted")
+    data = make_tiny_data(root / "data", n=400)
+    run = train(tiny_config(tiny_bert, data, root / "run", tasks=["sst"], epochs=1,
+                            steps_per_epoch=150, eval_batch_size=64))
+    model, tokenizer, _ = load_model(resolve_model_dir(run))
+    plant_outliers(model)
+    save_model(model, tokenizer, root / "model")
+    encoded, _, _ = verification_inputs(model.tasks["sst"], tokenizer, 128, data, None)
+    labels = reference_batched(model, "sst", encoded).argmax(-1).tolist()
+    dev = data / model.tasks["sst"].files["dev"]
+    with open(dev) as f:
+        rows = list(csv.reader(f, delimiter="\t"))
+    with open(dev, "w", newline="") as f:
+        w = csv.writer(f, delimiter="\t")
+        w.writerow(rows[0])
+        w.writerows(row[:-1] + [str(y)] for row, y in zip(rows[1:], labels))
+    return root / "model", data
+
+
+def test_layer_report_names_the_planted_layer(planted):
+    model_dir, data = planted
+    model, tokenizer, _ = load_model(model_dir)
+    inputs = {"sst": verification_inputs(model.tasks["sst"], tokenizer, 128, data, None)}
+    tables = layer_sqnr(model, ["sst"], inputs, ["executorch", "onnxruntime"])
+    for runtime, layers in tables.items():
+        assert layers[0]["layer"] == PLANTED and layers[0]["sqnr_db"] < 0, layers[:2]
+        assert layers[1]["sqnr_db"] > 30  # every other Linear is quantized well
+        names = {r["layer"] for r in layers}
+        task_layers = {"heads.sst.out", "adapters.sst.encoders.0"}
+        assert "trunk.pooler.dense" in names
+        # ExecuTorch runs the task's weights (method inputs) in fp32; ONNX Runtime's are int8
+        assert (task_layers <= names) == (runtime == "onnxruntime")
+
+
+@pytest.mark.slow
+def test_planted_outliers_fail_the_gate_and_the_fallback_fixes_them(planted, tmp_path):
+    model_dir, data = planted
+    # Today's gate (agreement with fp32 on the first 32 dev sentences >= 0.9) against the new one,
+    # on the bundle with every layer int8 (fallback off, gate off to publish it).
+    plain = tmp_path / "plain"
+    export_run(model_dir, plain, target="onnx", quant="int8", data_dir=data,
+               gate=Gate(max_drop=None, min_agreement=0.0, max_float_layers=0), **QUIET)
+    record = json.loads((plain / "verify.json").read_text())["runtimes"]["onnxruntime"]["tasks"]["sst"]
+    assert record["examples"] == 200 and record["flips"]["gained"] == 0
+    assert record["flips"]["lost"] > 20 and drop_bound(record) > 10
+    model, tokenizer, _ = load_model(model_dir)
+    engine = Engine(load_bundle(plain), "onnxruntime")
+    encoded, _, _ = verification_inputs(model.tasks["sst"], tokenizer, 128, data, 32)
+    ref = reference_batched(model, "sst", encoded)
+    got = torch.stack([torch.from_numpy(engine.run_ids("sst", *(x.numpy() for x in e))[0])
+                       for e in encoded])
+    old_agreement = float((ref.argmax(-1) == got.argmax(-1)).float().mean())
+    assert old_agreement < 0.9  # here both gates refuse; the new one says by how much
+
+    with pytest.raises(ExportError, match=r"onnxruntime/sst: int8 may lose up to \d+\.\d+ "
+                                          r"points of sst_acc .* > --max-drop 1"):
+        export_run(model_dir, tmp_path / "refused", target="onnx", quant="int8", data_dir=data,
+                   gate=Gate(max_float_layers=0), **QUIET)
+    assert not (tmp_path / "refused").exists()
+
+    # Default gate: the fallback keeps the planted layer in float and both runtimes pass.
+    out = tmp_path / "mixed"
+    export_run(model_dir, out, target="android", quant="int8", data_dir=data, **QUIET)
+    verify = json.loads((out / "verify.json").read_text())
+    assert verify["passed"]
+    for runtime in ("executorch", "onnxruntime"):
+        assert verify["layers"][runtime][0]["layer"] == PLANTED
+        fb = verify["fallback"][runtime]
+        assert fb["float_layers"] == [PLANTED] and fb["before"]["failures"]
+        assert fb["before"]["drop_bounds"]["sst"] > 10 and fb["steps"][-1]["failures"] == []
+        assert fb["bytes_ratio"] > 1.0  # the float layer's weights take 4 bytes each, not 1
+        r = verify["runtimes"][runtime]["tasks"]["sst"]
+        assert drop_bound(r) <= 1.0 and r["flips"]["lost"] == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["quantization"]["float_layers"] == {"executorch": [PLANTED],
+                                                        "onnxruntime": [PLANTED]}
