@@ -325,7 +325,7 @@ def write_task_files(model, tokenizer, task: str, manifest: Manifest, folder: Pa
                      log: Log) -> dict[str, str]:
     """The task's file for each runtime of the bundle, in `folder`: {bundle path: file name}."""
     folder.mkdir()
-    max_len, int8 = manifest.tokenizer.max_length, manifest.int8
+    int8 = manifest.int8
     new = {}
     if "executorch" in manifest.runtimes:
         from export.executorch_export import write_task_weights
