@@ -9,6 +9,7 @@ verify.json.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 import os
 import time
 from importlib.metadata import version
@@ -29,7 +30,8 @@ from trainer import palkit_version
 from trainer.errors import PalkitError
 from trainer.fileio import (file_digest, remove_tree, replace_dir, sha256_file, staging_dir,
                             write_json, write_vocab)
-from export.verify import BUILTIN_SENTENCES, Gate, encode_texts, gated_export, summary, verify_bundle
+from export.verify import (BUILTIN_SENTENCES, Gate, encode_texts, gated_export, summary,
+                           verify_bundle)
 from quant.mixed import keep_in_float
 from ui.progress import say
 
@@ -96,26 +98,37 @@ def calibration_inputs(model, max_len: int, tokenizer) -> list[tuple[torch.Tenso
     return encode_texts(tokenizer, BUILTIN_SENTENCES[:4], max_len)
 
 
-def export_run(run: Path, out: Path, target: str = "android", quant: str = "int8",
-               tasks: list[str] | None = None, max_len: int | None = None, onnx: bool = True,
-               data_dir: Path | None = None, gate: Gate = Gate(),
-               all_tasks: bool = True, log: Log = say, overwrite: bool = False,
-               sign_key: Path | None = None) -> list[Path]:
-    """Export a run (or a --mode separate run: one bundle per model under `out`); with
-    `sign_key`, each bundle is signed (model.sig, export/signing.py) before it is published."""
+@dataclass(frozen=True)
+class ExportOptions:
+    """What `palkit export` builds; one field per flag of the command."""
+    target: str = "android"              # android (both runtimes), executorch, onnx
+    quant: str = "int8"                  # int8 or fp32
+    tasks: list[str] | None = None       # None: every task of the run
+    max_len: int | None = None           # None: the run's own
+    onnx: bool = True                    # with target android: also the ONNX Runtime files
+    data_dir: Path | None = None         # dev data for verification; None: built-in sentences
+    gate: Gate = Gate()                  # the int8 check (export/verify.py)
+    all_tasks: bool = True               # ExecuTorch, several tasks: the forward_all method
+    overwrite: bool = False              # replace an existing bundle at `out`
+    sign_key: Path | None = None         # sign each bundle (model.sig) before publishing it
+
+
+def export_run(run: Path, out: Path, log: Log = say, **options: Any) -> list[Path]:
+    """Export a run (or a --mode separate run: one bundle per model under `out`); `options` are
+    ExportOptions' fields. With `sign_key`, each bundle is signed (model.sig,
+    export/signing.py) before it is published."""
+    opts = ExportOptions(**options)
     run, out = Path(run), Path(out)
-    if sign_key is not None:
-        check_signing_key(sign_key)  # before minutes of lowering
-    models = separate_models(run)
-    if models:
-        outs = []
-        for sub in models:
+    if opts.sign_key is not None:
+        check_signing_key(opts.sign_key)  # before minutes of lowering
+    models = separate_models(run) or [run]
+    outs = []
+    for sub in models:
+        if sub is not run:
             log(f"separate-mode model {sub.name} -> {out / sub.name}")
-            outs += export_run(sub, out / sub.name, target, quant, tasks, max_len, onnx,
-                               data_dir, gate, all_tasks, log, overwrite, sign_key)
-        return outs
-    return [export_bundle(resolve_model_dir(run), out, target, quant, tasks, max_len, onnx,
-                          data_dir, gate, all_tasks, log, overwrite, sign_key)]
+        outs.append(export_bundle(resolve_model_dir(sub), out if sub is run else out / sub.name,
+                                  opts, log))
+    return outs
 
 
 def check_export_target(out: Path, target: str, quant: str, overwrite: bool) -> None:
@@ -129,20 +142,19 @@ def check_export_target(out: Path, target: str, quant: str, overwrite: bool) -> 
         raise ExportError(f"{out} exists; pass --overwrite to replace it")
 
 
-def export_bundle(model_dir: Path, out: Path, target: str, quant: str, tasks: list[str] | None,
-                  max_len: int | None, onnx: bool, data_dir: Path | None,
-                  gate: Gate, all_tasks: bool = True, log: Log = say,
-                  overwrite: bool = False, sign_key: Path | None = None) -> Path:
+def export_bundle(model_dir: Path, out: Path, opts: ExportOptions, log: Log = say) -> Path:
     """Write, verify and publish one bundle of the model folder `model_dir`."""
     out = Path(out)
-    check_export_target(out, target, quant, overwrite)
+    target, quant, tasks, max_len = opts.target, opts.quant, opts.tasks, opts.max_len
+    data_dir, gate, all_tasks, sign_key = opts.data_dir, opts.gate, opts.all_tasks, opts.sign_key
+    check_export_target(out, target, quant, opts.overwrite)
     model, tokenizer, trunk_sha = load_model(model_dir, tasks)
     limit = int(model.trunk.config.max_position_embeddings)
     max_len = max_len or default_max_len(model)
     if not 2 <= max_len <= limit:
         raise ExportError(f"--max-len {max_len} must be between 2 and {limit} (the trunk's "
                           "position table)")
-    int8, runtimes, names = quant == "int8", runtimes_for(target, onnx), list(model.tasks)
+    int8, runtimes, names = quant == "int8", runtimes_for(target, opts.onnx), list(model.tasks)
     build = staging_dir(out)
     try:
         t0 = time.time()

@@ -95,8 +95,9 @@ def export(
         add_adapter(run_dir, adapter, out, replace, data, gate, sign_key=sign_key)
         return
     out = out or Path("bundles") / f"{run_dir.resolve().name}-{quant}"
-    for path in export_run(run_dir, out, target, quant, _comma_list(tasks), max_len, onnx, data,
-                           gate, all_tasks, overwrite=overwrite, sign_key=sign_key):
+    for path in export_run(run_dir, out, target=target, quant=quant, tasks=_comma_list(tasks),
+                           max_len=max_len, onnx=onnx, data_dir=data, gate=gate,
+                           all_tasks=all_tasks, overwrite=overwrite, sign_key=sign_key):
         typer.echo(f"bundle: {path}")
         summarize(path)
 
