@@ -139,18 +139,24 @@ def given_suffixes(int8: bool) -> tuple[str, ...]:
     return ("bias", "weight_t.int8", "weight_t.scale") if int8 else ("bias", "weight_t")
 
 
+def slot_model(model: PalBert) -> PalBert:
+    """An eval copy of `model` with one task, SLOT, whose adapter has any task's shape and whose
+    head is PAD_OUTPUTS wide: the shape every task's weights are given to at run time."""
+    any_task = next(iter(model.tasks))
+    m = copy.copy(model)
+    m._modules = dict(model._modules)
+    hidden = model.trunk.config.hidden_size
+    m.adapters = nn.ModuleDict({SLOT: copy.deepcopy(model.adapters[any_task])}
+                               if any_task in model.adapters else {})
+    m.heads = nn.ModuleDict({SLOT: TaskHead(hidden, PAD_OUTPUTS, 0.0)})
+    m.tasks = {SLOT: model.tasks[any_task]}
+    return copy.deepcopy(m).eval()
+
+
 class SwappableTrunk(nn.Module):
     def __init__(self, model: PalBert, int8_adapters: bool):
         super().__init__()
-        any_task = next(iter(model.tasks))
-        m = copy.copy(model)
-        m._modules = dict(model._modules)
-        hidden = model.trunk.config.hidden_size
-        m.adapters = nn.ModuleDict({SLOT: copy.deepcopy(model.adapters[any_task])}
-                                   if any_task in model.adapters else {})
-        m.heads = nn.ModuleDict({SLOT: TaskHead(hidden, PAD_OUTPUTS, 0.0)})
-        m.tasks = {SLOT: model.tasks[any_task]}
-        self.model = copy.deepcopy(m).eval()
+        self.model = slot_model(model)
         self.int8 = int8_adapters
         self.slots: list[tuple[str, GivenLinear]] = []  # (adapter tensor path, its module)
         for prefix, root in self.model.task_modules(SLOT).items():
@@ -214,15 +220,7 @@ class TaskSlotProgram(nn.Module):
 
     def __init__(self, model: PalBert, tasks: int):
         super().__init__()
-        any_task = next(iter(model.tasks))
-        m = copy.copy(model)
-        m._modules = dict(model._modules)
-        hidden = model.trunk.config.hidden_size
-        m.adapters = nn.ModuleDict({SLOT: copy.deepcopy(model.adapters[any_task])}
-                                   if any_task in model.adapters else {})
-        m.heads = nn.ModuleDict({SLOT: TaskHead(hidden, PAD_OUTPUTS, 0.0)})
-        m.tasks = {SLOT: model.tasks[any_task]}
-        self.model = copy.deepcopy(m).eval()
+        self.model = slot_model(model)
         self.tasks = tasks
         # a dict the forward fills, not tensor attributes: export refuses to see those assigned
         self.bound: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}

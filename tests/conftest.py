@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import csv
 import random
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -156,3 +159,26 @@ def et_fp32(tiny_pal_run: Path, tiny_data: Path, tmp_path_factory: pytest.TempPa
     export_run(tiny_pal_run, out, target="android", quant="fp32", tasks=["sst", "sts"],
                data_dir=tiny_data, log=lambda *a: None)
     return out
+
+
+@pytest.fixture(scope="module")
+def host_build():
+    """The app's JNI built for this host against the executorch wheel's C++ SDK (skipped, with
+    the reason, without a C++ compiler or a JDK)."""
+    from bench.native import native_host
+
+    reason = native_host().missing_toolchain()
+    if reason:
+        pytest.skip(reason)
+    return native_host().build()
+
+
+def kill_at_first_checkpoint(victim: subprocess.Popen, run: Path) -> None:
+    """SIGKILL a training process as soon as its run has a mid-run checkpoint (RUN/last),
+    whatever it is doing then."""
+    deadline = time.time() + 240
+    while not (run / "last").exists() and victim.poll() is None:
+        assert time.time() < deadline, "no checkpoint appeared"
+        time.sleep(0.05)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()

@@ -8,13 +8,11 @@ of three tasks, and through kill -9 / --resume. Capture itself needs CUDA (last 
 from __future__ import annotations
 
 import json
-import signal
-import time
 
 import pytest
 import torch
 
-from tests.conftest import tiny_config
+from tests.conftest import kill_at_first_checkpoint, tiny_config
 from tests.test_train import _train_cli, tensors_of
 from trainer.config import TrainConfig, parse_widths
 from trainer.sampling import epoch_task_schedule
@@ -191,12 +189,7 @@ def test_cuda_graphs_run_equals_plain_run_and_survives_kill_minus_nine(tmp_path,
     static = _train_cli([*common, *every_width, "--out", str(tmp_path / "static")])
     straight = _train_cli([*common, *coarse, "--out", str(tmp_path / "straight")])
     victim = _train_cli([*common, *coarse, "--out", str(tmp_path / "victim")])
-    deadline = time.time() + 240
-    while not (tmp_path / "victim" / "last").exists() and victim.poll() is None:
-        assert time.time() < deadline, "no checkpoint appeared"
-        time.sleep(0.05)
-    victim.send_signal(signal.SIGKILL)
-    victim.wait()
+    kill_at_first_checkpoint(victim, tmp_path / "victim")
     resumed = _train_cli([*common, *coarse, "--out", str(tmp_path / "victim"), "--resume"])
     for proc in (plain, static, straight, resumed):
         assert proc.wait(timeout=600) == 0, proc.stderr.read()

@@ -33,14 +33,6 @@ TASKS = ["sst", "sts"]  # one single-text classifier, one pair regressor: both i
 
 
 @pytest.fixture(scope="module")
-def host_build():
-    reason = native_host().missing_toolchain()
-    if reason:
-        pytest.skip(reason)
-    return native_host().build()
-
-
-@pytest.fixture(scope="module")
 def et_bundle(et_fp32: Path) -> Path:
     """One program over trunk.ptd and two task weights files (sst, sts); the app does not use
     the all-tasks method."""

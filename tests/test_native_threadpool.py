@@ -29,14 +29,6 @@ TEXT = "the movie was good"
 PROBE = "io.palkit.host.ThreadPoolProbe"
 
 
-@pytest.fixture(scope="module")
-def host_build():
-    reason = native_host().missing_toolchain()
-    if reason:
-        pytest.skip(reason)
-    return native_host().build()
-
-
 def probe(java: str, library_dir: Path, classes: Path, bundle: Path, try_threads: int,
           bench_threads: int, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """ThreadPoolProbe in a child JVM, so a native crash fails the test instead of pytest."""

@@ -3,10 +3,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +13,7 @@ from safetensors.torch import load_file
 from transformers import BertModel
 
 import cli
-from tests.conftest import poison_loss_at_call, tiny_config
+from tests.conftest import kill_at_first_checkpoint, poison_loss_at_call, tiny_config
 from trainer.checkpoint import load_model, sha256_file
 from trainer.config import TrainConfig, build_config
 from trainer.train import TrainingError, train
@@ -139,12 +137,7 @@ def test_kill_minus_nine_then_resume_matches_uninterrupted_run(tmp_path, tiny_be
     straight = _train_cli([*common, "--out", str(tmp_path / "straight")])
     victim = _train_cli([*common, "--out", str(tmp_path / "victim")])
     # Kill as soon as a mid-run checkpoint exists, whatever the process is doing then.
-    deadline = time.time() + 240
-    while not (tmp_path / "victim" / "last").exists() and victim.poll() is None:
-        assert time.time() < deadline, "no checkpoint appeared"
-        time.sleep(0.05)
-    victim.send_signal(signal.SIGKILL)
-    victim.wait()
+    kill_at_first_checkpoint(victim, tmp_path / "victim")
     resumed = _train_cli([*common, "--out", str(tmp_path / "victim"), "--resume"])
     assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
     assert straight.wait(timeout=300) == 0, straight.stderr.read()
