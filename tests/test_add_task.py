@@ -84,3 +84,41 @@ def test_results_quote_the_add_task_command(run_copy: Path, tiny_data: Path):
     cfg = json.loads((run_copy / "added" / "cfimdb" / "config.json").read_text())
     assert canonical_command(cfg, "runs/x/added/cfimdb") == \
         "python cli.py add-task runs/x --task cfimdb --epochs 1 --steps-per-epoch 2"
+
+
+@pytest.mark.parametrize("run_mode, adapter, layers, expected", [
+    ("pals", None, None, ("pals", "top")),
+    ("pals", "head", None, ("shared", "top")),
+    ("pals", "pal", "top-1", ("pals", "top-1")),
+    ("shared", None, None, ("shared", "top")),
+    ("shared", "pal", None, ("pals", "all")),
+    ("shared", "pal", "4,5", ("pals", "4,5")),
+])
+def test_a_later_task_chooses_its_own_adapter(run_mode, adapter, layers, expected):
+    from trainer.add_task import adapter_options
+    chosen = adapter_options({"mode": run_mode, "pal_layers": "top"}, adapter, layers)
+    assert (chosen["mode"], chosen["pal_layers"]) == expected
+
+
+@pytest.mark.parametrize("run_mode, adapter, message", [
+    ("shared", None, "add --adapter pal"),
+    ("pals", "head", "--adapter head has none"),
+])
+def test_pal_layers_without_pals_is_refused(run_mode, adapter, message):
+    from trainer.add_task import adapter_options
+    from trainer.errors import ConfigError
+    with pytest.raises(ConfigError, match=message):
+        adapter_options({"mode": run_mode, "pal_layers": "all"}, adapter, "top-1")
+
+
+def test_head_only_task_added_to_a_pal_run(run_copy: Path, tiny_data: Path):
+    trunk = run_copy / "model" / "trunk" / "model.safetensors"
+    before = sha256_file(trunk)
+    assert cli.main(["add-task", str(run_copy), "--task", "cfimdb", "--data-dir", str(tiny_data),
+                     "--adapter", "head", "--epochs", "1", "--steps-per-epoch", "2",
+                     "--batch-size", "8"]) == 0
+    task = run_copy / "model" / "tasks" / "cfimdb"
+    assert sha256_file(trunk) == before
+    assert json.loads((task / "adapter_config.json").read_text())["pal"] is None
+    assert {k.split(".")[0] for k in load_file(task / "adapter.safetensors")} == {"head"}
+    assert json.loads((run_copy / "added" / "cfimdb" / "config.json").read_text())["mode"] == "shared"

@@ -13,7 +13,7 @@ from typing import Any
 
 from trainer.checkpoint import (CheckpointError, TRUNK_WEIGHTS, read_json, read_run_config,
                                 resolve_model_dir, separate_models, sha256_file)
-from trainer.config import TrainConfig
+from trainer.config import ADAPTERS, TrainConfig
 from trainer.data import read_examples, resolve_data_dir
 from trainer.errors import ConfigError
 from trainer.fileio import remove_tree, replace_dir, staging_dir
@@ -23,13 +23,15 @@ from trainer.tasks import BUILTIN_TASKS, TaskSpec
 # (README, results) 5e-5 reached 65% dev accuracy in 400 steps, 1e-3 reached 86%.
 ADD_TASK_DEFAULTS = {"lr": 1e-3}
 
-# PAL shape options that must match the run so the new adapter fits the same export graph.
+# Options a new task takes from the run unless told otherwise: its PAL width and heads, so every
+# PAL of a bundle has one shape, and the sequence length the bundle was exported for.
 SHAPE_OPTIONS = ("mode", "pal_size", "pal_heads", "pal_layers", "pal_share_projections", "max_len")
 
 
 def add_task(run: Path, spec: TaskSpec, data_dir: str | None, overrides: dict[str, Any],
              resume: bool = False) -> Path:
-    """Train `spec` on the frozen trunk of `run`; return the new task folder."""
+    """Train `spec` on the frozen trunk of `run`; return the new task folder. `overrides` may
+    hold "adapter" (head or pal, see adapter_options) besides the training options."""
     from trainer.train import train
 
     run = Path(run)
@@ -71,16 +73,38 @@ def check_new_task(run: Path, spec: TaskSpec) -> Path:
     return target
 
 
+def adapter_options(run_cfg: dict[str, Any], adapter: str | None,
+                    pal_layers: str | None) -> dict[str, Any]:
+    """The new task's mode and placement: the run's own unless --adapter says otherwise. A PAL
+    added to a shared run is placed in every layer unless --pal-layers says where."""
+    if adapter is None:
+        if pal_layers is not None and run_cfg["mode"] != "pals":
+            raise ConfigError("--pal-layers places PALs: add --adapter pal (this run has none)")
+        return {"mode": run_cfg["mode"], "pal_layers": pal_layers or run_cfg["pal_layers"]}
+    if adapter not in ADAPTERS:
+        raise ConfigError(f"--adapter must be one of {', '.join(ADAPTERS)}, got '{adapter}'")
+    if adapter == "head":
+        if pal_layers is not None:
+            raise ConfigError("--pal-layers places PALs: a task added with --adapter head has none")
+        return {"mode": "shared", "pal_layers": run_cfg["pal_layers"]}
+    placed = pal_layers or (run_cfg["pal_layers"] if run_cfg["mode"] == "pals" else "all")
+    return {"mode": "pals", "pal_layers": placed}
+
+
 def task_run_config(run: Path, spec: TaskSpec, data_dir: str | None,
                     overrides: dict[str, Any]) -> TrainConfig:
     """The small run in RUN/added/<name>: the run's PAL shape and seed, its trunk frozen."""
     run_cfg = read_run_config(run)
     custom = () if BUILTIN_TASKS.get(spec.name) == spec else (spec.to_dict(),)
+    training = {k: v for k, v in overrides.items() if v is not None}
+    placement = adapter_options(run_cfg, training.pop("adapter", None),
+                                training.pop("pal_layers", None))
     return TrainConfig(**{
         **{k: run_cfg[k] for k in SHAPE_OPTIONS},
+        **placement,
         "seed": run_cfg["seed"],
         **ADD_TASK_DEFAULTS,
-        **{k: v for k, v in overrides.items() if v is not None},
+        **training,
         "tasks": (spec.name,), "custom_tasks": custom,
         "base_model": str(run / "model" / "trunk"),
         "freeze_trunk": True, "tune_adapters_after": 0, "data_dir": data_dir,

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, Optional
 
 import typer
 
-from trainer.config import TrainConfig, build_config, config_fields, field_default
+from trainer.config import ADAPTERS, TrainConfig, build_config, config_fields, field_default
 from trainer.options import TRAINING, DataDirOption
 from trainer.tasks import TASK_KINDS
 
@@ -121,12 +121,19 @@ def add_task(
     lr: Annotated[Optional[float], typer.Option(help="default 1e-3 (measured, see README)")] = None,
     max_len: Annotated[Optional[int], typer.Option(help="default: the run's own")] = None,
     seed: Annotated[Optional[int], typer.Option(help="default: the run's own")] = None,
+    adapter: Annotated[Optional[Literal[ADAPTERS]], typer.Option(
+        help="what the task trains on the frozen trunk: head (a classifier on the trunk's "
+             "output) or pal (PALs and a head); default: what the run's tasks have")] = None,
+    pal_layers: Annotated[Optional[str], typer.Option(
+        metavar="all|top|bottom|top-N|I,J,..", help="where the new task's PALs go (with "
+        "--adapter pal); default: the run's placement, or all for a shared run")] = None,
     resume: Annotated[bool, typer.Option(help="continue an interrupted add-task")] = False,
 ) -> None:
-    """Train one new task's PAL adapter and head on a run's frozen trunk.
+    """Train one new task's adapter and head on a run's frozen trunk.
 
     The trunk file stays bit-identical; the task is added to RUN/model/tasks. Built-in tasks need
-    only --task; others are described by --task-file or the description flags.
+    only --task; others are described by --task-file or the description flags. A task may bring
+    its own adapter (--adapter, --pal-layers) whatever the run's tasks have.
     """
     from trainer.add_task import add_task as run_add_task
     from trainer.add_task import task_from_options
@@ -137,7 +144,8 @@ def add_task(
         "labels": split(labels), "score_range": list(score_range) if score_range else None,
         "train_file": train_file, "dev_file": dev_file})
     overrides = {"epochs": epochs, "steps_per_epoch": steps_per_epoch, "batch_size": batch_size,
-                 "lr": lr, "max_len": max_len, "seed": seed}
+                 "lr": lr, "max_len": max_len, "seed": seed, "adapter": adapter,
+                 "pal_layers": pal_layers}
     folder = run_add_task(run_dir, spec, data_dir, overrides, resume=resume)
     typer.echo(f"added task '{spec.name}': {folder}")
 

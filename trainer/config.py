@@ -18,6 +18,9 @@ from trainer.errors import ConfigError
 DATA_DIR_ENV = "PALKIT_DATA_DIR"
 TRUST_KEY_ENV = "PALKIT_TRUST_KEY"  # the public key bundle loaders require (export/signing.py)
 MODES = ("pals", "shared", "separate")
+# What a task added later trains on the frozen trunk (add-task --adapter): a head alone (as in
+# mode shared) or PALs and a head (as in mode pals).
+ADAPTERS = ("head", "pal")
 SAMPLINGS = ("round-robin", "proportional", "sqrt", "annealed")
 GRAD_SURGERIES = ("none", "pcgrad", "gradvac")
 STS_LOSSES = ("mse", "bce")
