@@ -18,9 +18,10 @@ from typing import Any, Callable
 
 import torch
 
-from export.manifest import (IO, AllTasksMethod, ExecuTorchSection, FileEntry, Manifest,
-                             OnnxRuntimeSection, TaskEntry, TokenizerSettings, Trunk,
-                             write_manifest)
+from export.manifest import (IO, AllTasksMethod, BundleError, ExecuTorchSection, FileEntry,
+                             Manifest, OnnxRuntimeSection, TaskEntry, TokenizerSettings, Trunk,
+                             adapter_text, write_manifest)
+from export.executorch_export import adapter_record, export_order
 from export.programs import PAD_OUTPUTS
 from export.runtime import load_bundle
 from export.signing import SIGNATURE_FILE, check_signing_key, sign_bundle
@@ -66,7 +67,7 @@ def tokenizer_settings(trunk_dir: Path, tokenizer, max_length: int) -> Tokenizer
         mask_token=tokenizer.mask_token, max_input_chars_per_word=100)
 
 
-def task_entry(spec, trunk_sha: str, runtimes: list[str]) -> TaskEntry:
+def task_entry(spec, trunk_sha: str, runtimes: list[str], adapter: dict[str, Any]) -> TaskEntry:
     files = {}
     if "executorch" in runtimes:
         files["executorch"] = f"executorch/{spec.name}.safetensors"
@@ -76,7 +77,7 @@ def task_entry(spec, trunk_sha: str, runtimes: list[str]) -> TaskEntry:
                      labels=list(spec.labels) if spec.labels else None,
                      score_range=list(spec.score_range) if spec.score_range else None,
                      metric=spec.metric, num_outputs=spec.num_outputs, trunk_sha256=trunk_sha,
-                     files=files, spec=spec.to_dict())
+                     files=files, spec=spec.to_dict(), adapter=adapter)
 
 
 # ---- export ----------------------------------------------------------------------------------
@@ -142,6 +143,18 @@ def check_export_target(out: Path, target: str, quant: str, overwrite: bool) -> 
         raise ExportError(f"{out} exists; pass --overwrite to replace it")
 
 
+def check_placements(model, runtimes: list[str]) -> None:
+    """ONNX Runtime bundles hold one graph, so one placement: refuse a model whose tasks differ
+    (ExecuTorch has a method per placement)."""
+    groups = model.placement_groups(list(model.tasks))
+    if "onnxruntime" in runtimes and len(groups) > 1:
+        kinds = "; ".join(f"{', '.join(g)}: {adapter_text(adapter_record(model.task_pal(g[0])))}"
+                          for g in groups)
+        raise ExportError(f"the tasks' adapters differ ({kinds}); an ONNX Runtime bundle takes "
+                          "one placement: export with --target executorch, or pick tasks of one "
+                          "placement with --tasks")
+
+
 def export_bundle(model_dir: Path, out: Path, opts: ExportOptions, log: Log = say) -> Path:
     """Write, verify and publish one bundle of the model folder `model_dir`."""
     out = Path(out)
@@ -149,12 +162,14 @@ def export_bundle(model_dir: Path, out: Path, opts: ExportOptions, log: Log = sa
     data_dir, gate, all_tasks, sign_key = opts.data_dir, opts.gate, opts.all_tasks, opts.sign_key
     check_export_target(out, target, quant, opts.overwrite)
     model, tokenizer, trunk_sha = load_model(model_dir, tasks)
+    check_placements(model, runtimes_for(target, opts.onnx))
     limit = int(model.trunk.config.max_position_embeddings)
     max_len = max_len or default_max_len(model)
     if not 2 <= max_len <= limit:
         raise ExportError(f"--max-len {max_len} must be between 2 and {limit} (the trunk's "
                           "position table)")
-    int8, runtimes, names = quant == "int8", runtimes_for(target, opts.onnx), list(model.tasks)
+    int8, runtimes = quant == "int8", runtimes_for(target, opts.onnx)
+    names = export_order(model, list(model.tasks))
     build = staging_dir(out)
     try:
         t0 = time.time()
@@ -201,8 +216,8 @@ def write_executorch(model, names: list[str], build: Path, int8: bool, max_len: 
     """executorch/trunk.pte (the one program: task weights are method inputs), its trunk.ptd,
     and one weights file per task (executorch/<task>.safetensors). Returns what the manifest
     records about them."""
-    from export.executorch_export import (ALL_TASKS_METHOD, lower_trunk_program,
-                                          write_task_weights)
+    from export.executorch_export import (ALL_TASKS_METHOD, ONE_TASK_METHOD, lower_trunk_program,
+                                          method_name, write_task_weights)
 
     folder = build / "executorch"
     folder.mkdir()
@@ -210,10 +225,14 @@ def write_executorch(model, names: list[str], build: Path, int8: bool, max_len: 
     facts = lower_trunk_program(model, list(names) if several else None, folder, int8, max_len,
                                 calib, log=log)
     for name in names:
-        if write_task_weights(model, name, folder / f"{name}.safetensors") != facts["task_inputs"]:
-            raise ExportError(f"task '{name}' has other weights than the program's inputs (a "
-                              "different PAL placement?); please report this")
+        method = method_name(model.task_pal(name), model)
+        wanted = facts["methods"][method]["task_inputs"] if method != ONE_TASK_METHOD \
+            else facts["task_inputs"]
+        if write_task_weights(model, name, folder / f"{name}.safetensors") != wanted:
+            raise ExportError(f"task '{name}' has other weights than its method {method} takes; "
+                              "please report this")
     return {"non_delegated_ops": facts["non_delegated_ops"], "task_inputs": facts["task_inputs"],
+            "methods": facts["methods"] or None,
             "all_tasks": AllTasksMethod(ALL_TASKS_METHOD, list(names)) if several else None}
 
 
@@ -249,7 +268,8 @@ def build_manifest(build: Path, model, model_dir: Path, trunk_sha: str, tokenize
             program="executorch/trunk.pte", trunk_data="executorch/trunk.ptd",
             method=ONE_TASK_METHOD, task_inputs=et["task_inputs"], output_columns=PAD_OUTPUTS,
             seq_len={"min": 2, "max": max_len, "dynamic": True},
-            non_delegated_ops=et["non_delegated_ops"], all_tasks=et["all_tasks"])
+            non_delegated_ops=et["non_delegated_ops"], all_tasks=et["all_tasks"],
+            methods=et["methods"])
     if "onnxruntime" in details:
         ort = details["onnxruntime"]
         runtimes["onnxruntime"] = OnnxRuntimeSection(
@@ -267,8 +287,8 @@ def build_manifest(build: Path, model, model_dir: Path, trunk_sha: str, tokenize
         quantization={"scheme": "int8" if int8 else "fp32",
                       "details": q_details or "none: fp32 weights and activations",
                       **({"float_layers": kept} if kept else {})},
-        runtimes=runtimes, tasks=[task_entry(model.tasks[n], trunk_sha, list(runtimes))
-                                  for n in names],
+        runtimes=runtimes, tasks=[task_entry(model.tasks[n], trunk_sha, list(runtimes),
+                                             adapter_record(model.task_pal(n))) for n in names],
         files={}, io=IO)
     return dataclasses.replace(manifest, files=file_entries(build, list(manifest.files_for())))
 
@@ -295,9 +315,11 @@ def add_adapter(run: Path, task: str, bundle_dir: Path, replace: bool = False,
     max_len, int8 = old.manifest.tokenizer.max_length, old.manifest.int8
     build = staging_dir(bundle_dir)
     try:
-        new = write_task_files(model, tokenizer, task, old.manifest, build / ".new", log)
-        manifest = manifest_with_task(old.manifest, model.tasks[task], run_sha, build / ".new",
-                                      new)
+        adapter = adapter_record(model.task_pal(task))
+        manifest = manifest_with_task(old.manifest, model.tasks[task], run_sha, {}, adapter)
+        new = write_task_files(model, tokenizer, task, manifest, build / ".new", log)
+        manifest = manifest_with_task(manifest, model.tasks[task], run_sha, new, adapter,
+                                      build / ".new")
         stage_bundle(bundle_dir, build, new)
         write_manifest(build, manifest)
         report = verify_bundle(build, model, tokenizer, max_len, data_dir, int8, gate, [task],
@@ -341,13 +363,17 @@ def write_task_files(model, tokenizer, task: str, manifest: Manifest, folder: Pa
     new = {}
     if "executorch" in manifest.runtimes:
         from export.executorch_export import write_task_weights
-        log(f"executorch: writing {task}.safetensors (no lowering: the bundle's program takes "
-            "it as inputs)")
-        if write_task_weights(model, task, folder / f"{task}.safetensors") != \
-                manifest.runtimes["executorch"].task_inputs:
+        try:
+            method, inputs = manifest.executorch_method(task)
+        except BundleError as e:  # a placement the program has no method for: one lowering
+            raise ExportError(f"{e}: `palkit export RUN --overwrite` lowers one more method "
+                              "(adding a task of a placement the bundle has needs none)") from None
+        log(f"executorch: writing {task}.safetensors (no lowering: the program's {method} "
+            "takes it as inputs)")
+        if write_task_weights(model, task, folder / f"{task}.safetensors") != inputs:
             raise ExportError(f"task '{task}' has other weights than this bundle's program "
-                              "takes (another PAL placement, or an older palkit); export a new "
-                              "bundle with all its tasks")
+                              f"takes in {method} (an older palkit?); export a new bundle with "
+                              "all its tasks")
         new[f"executorch/{task}.safetensors"] = f"{task}.safetensors"
     if "onnxruntime" in manifest.runtimes:
         from export.onnx_export import write_adapter
@@ -355,6 +381,10 @@ def write_task_files(model, tokenizer, task: str, manifest: Manifest, folder: Pa
         if model.tasks[task].num_outputs > ort.output_columns:
             raise ExportError(f"task '{task}' has more outputs than trunk.onnx provides")
         from export.programs import adapter_tensors
+        if manifest.adapter(task) != adapter_record(manifest.trunk.pal):
+            raise ExportError(f"task '{task}' has {adapter_text(manifest.adapter(task))}, its "
+                              "bundle's trunk.onnx another placement; an ONNX Runtime bundle "
+                              "takes one placement (add it to an ExecuTorch bundle instead)")
         if ort.adapter_inputs is not None and \
                 sorted(adapter_tensors(model, task, int8)) != sorted(ort.adapter_inputs):
             raise ExportError("this bundle's trunk.onnx takes other adapter inputs than this "
@@ -366,15 +396,21 @@ def write_task_files(model, tokenizer, task: str, manifest: Manifest, folder: Pa
     return new
 
 
-def manifest_with_task(m: Manifest, spec, run_sha: str, folder: Path,
-                       new: dict[str, str]) -> Manifest:
-    """The manifest with `spec`'s entry and files, new or replaced. The all-tasks method keeps
-    its tasks: it takes their weights as inputs, so a replaced task's new weights apply to it."""
+def manifest_with_task(m: Manifest, spec, run_sha: str, new: dict[str, str],
+                       adapter: dict[str, Any], folder: Path | None = None) -> Manifest:
+    """The manifest with `spec`'s entry and its `new` files (in `folder`), new or replaced. The
+    all-tasks method keeps its tasks: it takes their weights as inputs, so a replaced task's new
+    weights apply to it (a replaced task must keep its placement: its method's inputs)."""
     files = dict(m.files)
+    if spec.name in m.task_names and m.adapter(spec.name) != adapter and \
+            m.all_tasks("executorch") and spec.name in m.all_tasks("executorch").tasks:
+        raise ExportError(f"task '{spec.name}' had {adapter_text(m.adapter(spec.name))} in this "
+                          f"bundle's all-tasks method, now {adapter_text(adapter)}; re-export "
+                          "the bundle with all its tasks")
     tasks = [t for t in m.tasks if t.name != spec.name]
-    tasks.append(task_entry(spec, run_sha, m.runtime_names))
+    tasks.append(task_entry(spec, run_sha, m.runtime_names, adapter))
     for rel, name in new.items():
-        files[rel] = FileEntry(*file_digest(folder / name))
+        files[rel] = FileEntry(*file_digest(folder / name))  # type: ignore[operator]
     return dataclasses.replace(m, tasks=tasks, files=files)
 
 

@@ -161,6 +161,7 @@ class ExecuTorchRunner(TaskRunner):
         except RuntimeError as e:  # the pybindings' errors carry an error code
             raise BundleError(f"{pte}: ExecuTorch cannot load it with {trunk.name} ({e}); "
                               "re-export the bundle") from None
+        self.methods = {self.section.method: self.method}
         self.weights: dict[str, tuple[Any, ...]] = {}
         self.all_method: Any = None
         self.all_weights: tuple[Any, ...] = ()
@@ -169,14 +170,27 @@ class ExecuTorchRunner(TaskRunner):
         """The task's weights file as the method's task inputs, read on first use."""
         if task.name not in self.weights:
             path = self.bundle.path(task.files["executorch"], f"task '{task.name}'")
-            self.weights[task.name] = read_task_weights(path, self.section.task_inputs)
+            _, inputs = self.bundle.manifest.executorch_method(task.name)
+            self.weights[task.name] = read_task_weights(path, inputs)
         return self.weights[task.name]
+
+    def task_method(self, task: TaskEntry) -> Any:
+        """The one-task method of the task's placement (`forward`, or a later task's own)."""
+        name, _ = self.bundle.manifest.executorch_method(task.name)
+        if name not in self.methods:
+            try:
+                self.methods[name] = self.program.load_method(name)
+            except RuntimeError as e:
+                raise BundleError(f"{self.bundle.folder}: ExecuTorch cannot load the program's "
+                                  f"{name} ({e}); re-export the bundle") from None
+        return self.methods[name]
 
     def select(self, task: TaskEntry) -> None:
         self.current = self.task_weights(task)
+        self.current_method = self.task_method(task)
 
     def run(self, task, ids, mask, types):
-        out = self.method((*_torch_inputs(ids, mask, types), *self.current))[0]
+        out = self.current_method((*_torch_inputs(ids, mask, types), *self.current))[0]
         return out.numpy()[0, : task.num_outputs]
 
     def load_all(self) -> list[str]:
@@ -185,8 +199,13 @@ class ExecuTorchRunner(TaskRunner):
             return super().load_all()
         if self.all_method is None:
             import torch
-            parts = [self.task_weights(self.bundle.tasks[t]) for t in spec.tasks]
-            self.all_weights = tuple(torch.cat(p) for p in zip(*parts))
+            # one group per placement, in order; a group's inputs each stacked over its tasks
+            groups: dict[str, list[tuple[Any, ...]]] = {}
+            for t in spec.tasks:
+                method, _ = self.bundle.manifest.executorch_method(t)
+                groups.setdefault(method, []).append(self.task_weights(self.bundle.tasks[t]))
+            self.all_weights = tuple(torch.cat(p) for parts in groups.values()
+                                     for p in zip(*parts))
             try:
                 self.all_method = self.program.load_method(spec.method)
             except RuntimeError as e:

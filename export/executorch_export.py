@@ -2,9 +2,11 @@
 task's weights file, `<task>.safetensors`.
 
 The program (TaskSlotProgram, export/programs.py) takes every task-specific matrix as a method
-input, so one lowering serves every task, present and future: adding a task writes its weights
-file and no program. `forward` runs one task; `forward_all` runs the bundle's tasks stacked on one
-input. Every constant the trunk owns (XNNPACK-packed linear weights and the non-delegated
+input, so one lowering serves every task of a placement, present and future: adding a task
+writes its weights file and no program. `forward` runs one task of the launch placement, and a
+bundle whose tasks differ (a task added later with a head only, or PALs elsewhere) has one more
+one-task method per other placement; `forward_all` runs the bundle's tasks on one input,
+branching where each placement's PALs begin. Every constant the trunk owns (XNNPACK-packed linear weights and the non-delegated
 embedding and LayerNorm tables) is tagged into the external file "trunk" (trunk.ptd).
 
 Lowering is single-threaded Python (most of it ExecuTorch's per-partition XNNPACK passes): a
@@ -21,7 +23,8 @@ import torch
 from torch.fx.passes.infra.pass_base import PassResult
 
 from export.programs import TEXT_INPUTS, TaskSlotProgram, task_tensors
-from trainer.model import PalBert
+from export.manifest import adapter_record as manifest_adapter
+from trainer.model import PalBert, PalConfig
 from ui.progress import say
 
 TRUNK_DATA = "trunk"  # -> trunk.ptd
@@ -75,30 +78,65 @@ ONE_TASK_METHOD = "forward"
 ALL_TASKS_METHOD = "forward_all"
 
 
+def method_name(pal: PalConfig | None, model: PalBert) -> str:
+    """The one-task method of a placement: `forward` for the model's own (the launch tasks'),
+    forward_head / forward_pal_<layers> for a task added later with another."""
+    if adapter_record(pal) == adapter_record(model.pal):
+        return ONE_TASK_METHOD
+    return "forward_head" if pal is None else "forward_pal_" + "_".join(map(str, pal.layers))
+
+
+def adapter_record(pal: PalConfig | None) -> dict[str, Any]:
+    """What the manifest records of a task's adapter (export/manifest.py reads it)."""
+    return manifest_adapter(pal.to_dict() if pal is not None else None)
+
+
 def lower_trunk_program(model: PalBert, all_tasks: list[str] | None, out_dir: Path, int8: bool,
                         max_len: int, calibration: list[tuple[torch.Tensor, ...]],
                         log: Callable[[str], None] = say) -> dict[str, Any]:
     """Write out_dir/trunk.pte and out_dir/trunk.ptd: one program whose task weights are method
-    inputs (TaskSlotProgram): `forward` runs one task, `forward_all` (when `all_tasks` lists
-    several) those tasks stacked in that order on one input. Calibration runs with the model's
-    own task weights. Returns the delegation facts and the task input names in method order."""
-    tasks = all_tasks or [next(iter(model.tasks))]
-    one = TaskSlotProgram(model, 1)
-    order = one.input_names()
-    weights = {t: task_tensors(model, t) for t in tasks}
-    methods = {ONE_TASK_METHOD: (one, [x + tuple(weights[tasks[0]][k] for k in order)
-                                       for x in calibration])}
+    inputs (TaskSlotProgram): a one-task method per placement among the model's tasks (method_name;
+    a head-only task's is the plain trunk and one matmul, a PAL task's has only its PALs) and,
+    when `all_tasks` lists several (grouped by placement, export_order), `forward_all`: those
+    tasks on one input, branching where a placement's PALs begin. Calibration runs with the
+    model's own task weights. Returns the delegation facts, the `forward` method's task input
+    names in method order ("task_inputs") and the other one-task methods ("methods": name ->
+    adapter record and task input names)."""
+    placements = {method_name(model.task_pal(t), model): t for t in model.tasks}
+    if ONE_TASK_METHOD not in placements:
+        raise ValueError("no task has the model's own placement (load models with load_model)")
+    weights = {t: task_tensors(model, t) for t in {*placements.values(), *(all_tasks or [])}}
+    methods, inputs = {}, {}
+    for name in sorted(placements, key=lambda m: m != ONE_TASK_METHOD):
+        task = placements[name]
+        program = TaskSlotProgram(model, [(model.task_pal(task), 1)])
+        inputs[name] = program.input_names()
+        methods[name] = (program, [x + tuple(weights[task][k] for k in inputs[name])
+                                   for x in calibration])
     if all_tasks and len(all_tasks) > 1:
-        stacked = stack_task_tensors([weights[t] for t in all_tasks], order)
-        methods[ALL_TASKS_METHOD] = (TaskSlotProgram(model, len(all_tasks)),
-                                     [x + tuple(stacked) for x in calibration])
+        groups = model.placement_groups(all_tasks)
+        if [t for g in groups for t in g] != list(all_tasks):
+            raise ValueError(f"all-tasks order {all_tasks} is not grouped by placement")
+        program = TaskSlotProgram(model, [(model.task_pal(g[0]), len(g)) for g in groups])
+        stacked = [x for g, group in enumerate(groups)
+                   for x in stack_task_tensors([weights[t] for t in group], program.input_names(g))]
+        methods[ALL_TASKS_METHOD] = (program, [x + tuple(stacked) for x in calibration])
     log(f"executorch: lowering {PROGRAM}.pte ({', '.join(methods)})")
     facts = lower_methods(methods, PROGRAM, out_dir, int8, max_len)
-    return {**facts, "task_inputs": order}
+    others = {name: {"adapter": adapter_record(model.task_pal(task)), "task_inputs": inputs[name]}
+              for name, task in placements.items() if name != ONE_TASK_METHOD}
+    return {**facts, "task_inputs": inputs[ONE_TASK_METHOD], "methods": others}
+
+
+def export_order(model: PalBert, tasks: list[str]) -> list[str]:
+    """`tasks` with each placement's tasks together (in order of first appearance): the order
+    of a bundle's tasks and of its all-tasks method's rows."""
+    return [t for group in model.placement_groups(tasks) for t in group]
 
 
 def stack_task_tensors(tasks: list[dict[str, torch.Tensor]], order: list[str]) -> list[torch.Tensor]:
-    """The all-tasks method's task inputs: each input's per-task slices stacked, in task order."""
+    """A group's task inputs in the all-tasks method: each input's per-task slices stacked, in
+    task order."""
     return [torch.cat([t[k] for t in tasks]) for k in order]
 
 

@@ -55,6 +55,8 @@ class TaskEntry:
     trunk_sha256: str
     files: dict[str, str]           # runtime -> relative path of the task's file
     spec: dict[str, Any]            # the training TaskSpec (TaskSpec.from_dict reads it)
+    # {"kind": "head"|"pal", "layers": [...]} (adapter_record); absent: the trunk's placement
+    adapter: dict[str, Any] | None = None
 
     @property
     def is_pair(self) -> bool:
@@ -84,6 +86,9 @@ class ExecuTorchSection:
     seq_len: dict[str, Any]
     non_delegated_ops: list[str] | None
     all_tasks: AllTasksMethod | None = None    # written only when present
+    # one-task methods of the other placements (tasks added later with their own adapter):
+    # name -> {"adapter": adapter_record, "task_inputs": [...]}; written only when present
+    methods: dict[str, dict[str, Any]] | None = None
 
     trunk_key = "trunk_data"
 
@@ -165,6 +170,25 @@ class Manifest:
         """Bytes of one task's own files, per runtime (its adapter or weights file)."""
         return {rt: self.files[path].bytes for rt, path in self.task(name).files.items()}
 
+    def adapter(self, name: str) -> dict[str, Any]:
+        """The task's adapter record: its own, or (older bundles) the trunk's placement."""
+        return self.task(name).adapter or adapter_record(self.trunk.pal)
+
+    def executorch_method(self, name: str) -> tuple[str, list[str]]:
+        """The ExecuTorch one-task method that runs task `name`, and its task inputs in order:
+        `method` for the trunk's placement, else the one of `methods` with the task's adapter."""
+        section = self.runtimes["executorch"]
+        assert isinstance(section, ExecuTorchSection)
+        adapter = self.adapter(name)
+        if adapter == adapter_record(self.trunk.pal):
+            return section.method, section.task_inputs
+        for method, spec in (section.methods or {}).items():
+            if spec.get("adapter") == adapter:
+                return method, spec["task_inputs"]
+        raise BundleError(f"task '{name}' has adapter {adapter_text(adapter)}, for which the "
+                          "bundle's ExecuTorch program has no method; re-export the bundle with "
+                          "all its tasks")
+
     def all_tasks(self, runtime: str) -> AllTasksMethod | None:
         # Only ExecuTorch bundles have an all-tasks method.
         return getattr(self.runtimes.get(runtime), "all_tasks", None)
@@ -190,9 +214,26 @@ class Manifest:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         for section in d["runtimes"].values():
-            if "all_tasks" in section and section["all_tasks"] is None:
-                del section["all_tasks"]
+            for key in ("all_tasks", "methods"):
+                if key in section and section[key] is None:
+                    del section[key]
+        for task in d["tasks"]:
+            if task["adapter"] is None:
+                del task["adapter"]
         return {"format": FORMAT, "version": VERSION, **d}
+
+
+def adapter_record(pal: dict[str, Any] | None) -> dict[str, Any]:
+    """A task's adapter as the manifest records it: a head only, or PALs in these layers."""
+    return {"kind": "head", "layers": []} if pal is None else \
+        {"kind": "pal", "layers": [int(x) for x in pal["layers"]]}
+
+
+def adapter_text(adapter: Any) -> str:
+    if isinstance(adapter, dict) and adapter.get("kind") == "pal":
+        return f"PALs in layers {adapter.get('layers')}"
+    return "a head only" if isinstance(adapter, dict) and adapter.get("kind") == "head" \
+        else repr(adapter)
 
 
 # ---- reading ---------------------------------------------------------------------------------
@@ -312,11 +353,46 @@ def check_manifest(m: Manifest, where: str) -> None:
         if unknown or not program.tasks:
             raise BundleError(f"{where}: runtimes.executorch.all_tasks names tasks "
                               f"{unknown or '[]'} that the bundle lacks; re-export the bundle")
+    if "executorch" in m.runtimes:
+        check_methods(m, where)
     for rel, owner in m.files_for().items():
         check_relative(rel, where, owner)
         if rel not in m.files:
             raise BundleError(f"{where}: {owner} names '{rel}', which is not listed under "
                               "'files'; re-export the bundle")
+
+
+def check_methods(m: Manifest, where: str) -> None:
+    """Every task's adapter is a head or PALs in known layers and has an ExecuTorch method; the
+    all-tasks method's tasks come grouped by method (its inputs are one group after another)."""
+    section = m.runtimes["executorch"]
+    assert isinstance(section, ExecuTorchSection)
+    for method, spec in (section.methods or {}).items():
+        if not isinstance(spec, dict) or set(spec) != {"adapter", "task_inputs"} \
+                or not isinstance(spec["task_inputs"], list):
+            raise BundleError(f"{where}: runtimes.executorch.methods.{method} is not "
+                              "{adapter, task_inputs}; re-export the bundle")
+    layers = range(m.trunk.num_layers)
+    for t in m.tasks:
+        a = t.adapter
+        if a is not None and not (isinstance(a, dict) and set(a) == {"kind", "layers"}
+                                  and a["kind"] in ("head", "pal")
+                                  and isinstance(a["layers"], list)
+                                  and all(isinstance(x, int) and x in layers for x in a["layers"])
+                                  and (a["kind"] == "pal") == bool(a["layers"])):
+            raise BundleError(f"{where}: task '{t.name}' adapter {a!r} is not a head or PALs in "
+                              "the trunk's layers; re-export the bundle")
+        try:
+            m.executorch_method(t.name)
+        except BundleError as e:
+            raise BundleError(f"{where}: {e}") from None
+    program = section.all_tasks
+    if program is not None:
+        runs = [m.executorch_method(t)[0] for t in program.tasks]
+        starts = [r for i, r in enumerate(runs) if i == 0 or runs[i - 1] != r]
+        if len(starts) != len(set(starts)):
+            raise BundleError(f"{where}: runtimes.executorch.all_tasks lists tasks of one "
+                              "placement apart; re-export the bundle")
 
 
 def read_manifest(folder: str | Path) -> Manifest:

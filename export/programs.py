@@ -23,7 +23,8 @@ from torch import nn
 import trainer.model as model_code
 from export import onnx_ops
 from quant.weights import quantize_rows
-from trainer.model import PalBert, ProjectedAttention, TaskHead, regression_score
+from trainer.model import (PalBert, PalConfig, ProjectedAttention, TaskAdapter, TaskHead,
+                           regression_score)
 
 # Fixed width of the ONNX output: the trunk file must not depend on which tasks a bundle holds.
 PAD_OUTPUTS = 16
@@ -139,24 +140,30 @@ def given_suffixes(int8: bool) -> tuple[str, ...]:
     return ("bias", "weight_t.int8", "weight_t.scale") if int8 else ("bias", "weight_t")
 
 
-def slot_model(model: PalBert) -> PalBert:
-    """An eval copy of `model` with one task, SLOT, whose adapter has any task's shape and whose
-    head is PAD_OUTPUTS wide: the shape every task's weights are given to at run time."""
+def slot_model(model: PalBert, placements: list[PalConfig | None]) -> PalBert:
+    """An eval copy of `model` with one slot task per placement (slot_names): each with an
+    adapter of that placement (None: a head only) and a head PAD_OUTPUTS wide, the shapes every
+    task of that placement gives its weights to at run time."""
     any_task = next(iter(model.tasks))
     m = copy.copy(model)
     m._modules = dict(model._modules)
-    hidden = model.trunk.config.hidden_size
-    m.adapters = nn.ModuleDict({SLOT: copy.deepcopy(model.adapters[any_task])}
-                               if any_task in model.adapters else {})
-    m.heads = nn.ModuleDict({SLOT: TaskHead(hidden, PAD_OUTPUTS, 0.0)})
-    m.tasks = {SLOT: model.tasks[any_task]}
+    cfg = model.trunk.config
+    slots = slot_names(len(placements))
+    m.adapters = nn.ModuleDict({s: TaskAdapter(cfg.hidden_size, pal, 0.0)
+                                for s, pal in zip(slots, placements) if pal is not None})
+    m.heads = nn.ModuleDict({s: TaskHead(cfg.hidden_size, PAD_OUTPUTS, 0.0) for s in slots})
+    m.tasks = {s: model.tasks[any_task] for s in slots}
     return copy.deepcopy(m).eval()
+
+
+def slot_names(n: int) -> list[str]:
+    return [SLOT] if n == 1 else [f"{SLOT}{g}" for g in range(n)]
 
 
 class SwappableTrunk(nn.Module):
     def __init__(self, model: PalBert, int8_adapters: bool):
         super().__init__()
-        self.model = slot_model(model)
+        self.model = slot_model(model, [model.pal])
         self.int8 = int8_adapters
         self.slots: list[tuple[str, GivenLinear]] = []  # (adapter tensor path, its module)
         for prefix, root in self.model.task_modules(SLOT).items():
@@ -210,57 +217,57 @@ def task_linears(modules: dict[str, nn.Module]) -> list[tuple[str, nn.Module, st
 
 
 class TaskSlotProgram(nn.Module):
-    """The ExecuTorch trunk program: `tasks` tasks (1: the one-task method) on one input, every
-    task-specific matrix a method input, so one lowered program serves every task and a task is
-    its weights file. Inputs: the three text inputs, then `input_names()` in order, each
-    [tasks, ...]; output [tasks, PAD_OUTPUTS]: row t is task t's logits (or score, column 0) in
-    its first num_outputs columns, through the same output map (linear / sigmoid / offset) as the
-    ONNX graph. With several tasks the layers below the first adapted layer, and that layer's
-    attention and feed-forward, run once (as PalBert.forward_all does)."""
+    """An ExecuTorch method of the bundle's one program: tasks on one input, every
+    task-specific matrix a method input, so one lowering serves every task of a placement and a
+    task is its weights file. `groups` lists (placement, task count): [(pal, 1)] is a one-task
+    method; an int n is n tasks of the model's own placement. Inputs: the three text inputs,
+    then each group's `input_names(g)` in order, each [count, ...]; output [tasks, PAD_OUTPUTS]:
+    row t is task t's logits (or score, column 0) in its first num_outputs columns, through the
+    same output map (linear / sigmoid / offset) as the ONNX graph. The trunk runs once up to
+    where a group's PALs begin (PalBert.branched, as PalBert.forward_all)."""
 
-    def __init__(self, model: PalBert, tasks: int):
+    def __init__(self, model: PalBert, groups: list[tuple[PalConfig | None, int]] | int):
         super().__init__()
-        self.model = slot_model(model)
-        self.tasks = tasks
+        groups = [(model.pal, groups)] if isinstance(groups, int) else groups
+        self.counts = [n for _, n in groups]
+        self.slots = slot_names(len(groups))
+        self.model = slot_model(model, [pal for pal, _ in groups])
         # a dict the forward fills, not tensor attributes: export refuses to see those assigned
         self.bound: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-        self.paths: list[str] = []
-        for path, parent, attr, _ in task_linears(self.model.task_modules(SLOT)):
-            setattr(parent, attr, BmmLinear(self.bound, path))
-            self.paths.append(path)
+        self.paths: list[list[str]] = []
+        for slot in self.slots:
+            paths = []
+            for path, parent, attr, _ in task_linears(self.model.task_modules(slot)):
+                setattr(parent, attr, BmmLinear(self.bound, f"{slot}:{path}"))
+                paths.append(path)
+            self.paths.append(paths)
 
-    def input_names(self) -> list[str]:
-        return task_input_names(self.paths)
+    def input_names(self, group: int = 0) -> list[str]:
+        return task_input_names(self.paths[group])
 
     def forward(self, input_ids, attention_mask, token_type_ids, *tensors):
         it = iter(tensors)
-        for path in self.paths:
-            self.bound[path] = (next(it), next(it))
-        linear, sigmoid, offset = next(it), next(it), next(it)
-        m, n = self.model, self.tasks
+        maps = []
+        for slot, paths in zip(self.slots, self.paths):
+            for path in paths:
+                self.bound[f"{slot}:{path}"] = (next(it), next(it))
+            maps.append((next(it), next(it), next(it)))
+        m = self.model
         mask = model_code.additive_mask(attention_mask,
                                         m.trunk.embeddings.word_embeddings.weight.dtype)
         h = m.embed(input_ids, token_type_ids)
-        layers = len(m.trunk.encoder.layer)
-        start = m.first_adapted_layer() if n > 1 else 0
-        for i in range(start):
-            h = m.layer(i, h, mask, None)
-        if n > 1 and start < layers:
-            # The first adapted layer reads one state for all tasks: attention and feed-forward
-            # once, the PALs and the join per task (the order of PalBert.fork_layer's sums).
-            a, ffn = m.trunk_sublayers(start, h, mask)
-            pals = m.adapters[SLOT](start, h.repeat(n, 1, 1), mask)
-            h = m.trunk.encoder.layer[start].output.LayerNorm(
-                (ffn.repeat(n, 1, 1) + pals) + a.repeat(n, 1, 1))
-            start += 1
-        for i in range(start, layers):
-            h = m.layer(i, h, mask, SLOT)
-        # BertPooler on the [CLS] row kept 3-D ([B, 1, d]), so the head is a bmm too
-        pooled = torch.tanh(m.trunk.pooler.dense(h[:, :1]))
-        if pooled.shape[0] != n:
-            pooled = pooled.repeat(n, 1, 1)
-        raw = m.heads[SLOT].out(pooled)
-        return (linear * raw + sigmoid * torch.sigmoid(raw) + offset).reshape(n, PAD_OUTPUTS)
+        states = m.branched(h, mask, [(m.first_adapted_layer(s), s, n)
+                                      for s, n in zip(self.slots, self.counts)])
+        outs = []
+        for slot, n, state, (linear, sigmoid, offset) in zip(self.slots, self.counts, states, maps):
+            # BertPooler on the [CLS] row kept 3-D ([B, 1, d]), so the head is a bmm too
+            pooled = torch.tanh(m.trunk.pooler.dense(state[:, :1]))
+            if pooled.shape[0] != n:
+                pooled = pooled.repeat(n, 1, 1)
+            raw = m.heads[slot].out(pooled)
+            outs.append((linear * raw + sigmoid * torch.sigmoid(raw) + offset)
+                        .reshape(n, PAD_OUTPUTS))
+        return outs[0] if len(outs) == 1 else torch.cat(outs)
 
 
 def task_input_names(paths: list[str]) -> list[str]:

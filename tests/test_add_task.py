@@ -122,3 +122,147 @@ def test_head_only_task_added_to_a_pal_run(run_copy: Path, tiny_data: Path):
     assert json.loads((task / "adapter_config.json").read_text())["pal"] is None
     assert {k.split(".")[0] for k in load_file(task / "adapter.safetensors")} == {"head"}
     assert json.loads((run_copy / "added" / "cfimdb" / "config.json").read_text())["mode"] == "shared"
+
+
+# ---- a run whose tasks differ: head-only and PAL tasks added later -----------------------------
+
+QUIET = {"log": lambda *a: None}
+PARA = ["--kind", "pair_classification", "--text-columns", "sentence1,sentence2",
+        "--label-column", "is_duplicate", "--labels", "no,yes",
+        "--train-file", "quora/quora-train.csv", "--dev-file", "quora/quora-dev.csv"]
+
+
+@pytest.fixture(scope="module")
+def hybrid_run(tiny_pal_run: Path, tiny_data: Path, tmp_path_factory) -> Path:
+    """The PAL run (every layer) plus cfimdb and dup as heads only and para with PALs on top."""
+    run = tmp_path_factory.mktemp("hybrid") / "run"
+    shutil.copytree(tiny_pal_run, run, symlinks=True)
+    short = ["--data-dir", str(tiny_data), "--epochs", "1", "--steps-per-epoch", "2",
+             "--batch-size", "8"]
+    for args in (["--task", "cfimdb", "--adapter", "head"],
+                 ["--task", "dup", "--adapter", "head", *PARA],
+                 ["--task", "para", "--adapter", "pal", "--pal-layers", "top-1", *PARA]):
+        assert cli.main(["add-task", str(run), *args, *short]) == 0
+    return run
+
+
+def test_hybrid_run_loads_and_evaluates(hybrid_run: Path, tiny_data: Path, capsys):
+    model, _, _ = load_model(hybrid_run / "model")
+    assert model.pal.layers == (0, 1) and model.task_pal("sst").layers == (0, 1)
+    assert model.task_pal("cfimdb") is None and model.task_pal("para").layers == (1,)
+    assert model.placement_groups(list(model.tasks)) == [["cfimdb", "dup"], ["para"],
+                                                         ["quora", "sst", "sts"]]
+    assert cli.main(["evaluate", str(hybrid_run), "--data-dir", str(tiny_data)]) == 0
+    out = capsys.readouterr().out
+    assert "cfimdb" in out and "para" in out and "sst" in out
+
+
+def test_adding_tasks_leaves_the_launch_tasks_bit_identical(hybrid_run: Path, tiny_pal_run: Path):
+    import torch
+    before, _, _ = load_model(tiny_pal_run / "model")
+    after, _, _ = load_model(hybrid_run / "model")
+    torch.manual_seed(0)
+    ids = torch.randint(5, 30, (2, 12))
+    mask, types = torch.ones_like(ids), torch.zeros_like(ids)
+    with torch.no_grad():
+        for t in ("sst", "quora", "sts"):
+            assert torch.equal(after(ids, mask, types, task=t), before(ids, mask, types, task=t))
+
+
+def test_pal_of_another_width_is_refused_on_load(hybrid_run: Path, tmp_path: Path):
+    run = tmp_path / "run"
+    shutil.copytree(hybrid_run, run, symlinks=True)
+    cfg_file = run / "model" / "tasks" / "para" / "adapter_config.json"
+    cfg = json.loads(cfg_file.read_text())
+    cfg["pal"]["size"] = 12
+    cfg_file.write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="PAL width 12 with 2 heads differs"):
+        load_model(run / "model")
+
+
+def hybrid_reference(model, task: str, ids, mask, types):
+    import torch
+    from export.programs import reference_outputs
+    return reference_outputs(model, task, *(torch.from_numpy(x) for x in (ids, mask, types)))[0]
+
+
+def test_hybrid_executorch_bundle_matches_pytorch(hybrid_run: Path, tiny_data: Path,
+                                                  tmp_path: Path):
+    import numpy as np
+    from export.bundle import export_run
+    from export.runtime import Engine, load_bundle
+
+    out = tmp_path / "bundle"
+    tasks = ["sst", "quora", "cfimdb", "dup", "para"]
+    export_run(hybrid_run, out, target="executorch", quant="fp32", tasks=tasks,
+               data_dir=tiny_data, **QUIET)
+    m = json.loads((out / "manifest.json").read_text())
+    et = m["runtimes"]["executorch"]
+    # one method per placement; the tasks (and the all-tasks rows) grouped by placement
+    assert m["trunk"]["pal"]["layers"] == [0, 1] and et["method"] == "forward"
+    assert set(et["methods"]) == {"forward_head", "forward_pal_1"}
+    assert et["methods"]["forward_head"]["adapter"] == {"kind": "head", "layers": []}
+    assert et["methods"]["forward_head"]["task_inputs"] == [
+        "head.out.weight_t", "head.out.bias", "output.linear", "output.sigmoid", "output.offset"]
+    assert [t["name"] for t in m["tasks"]] == ["sst", "quora", "cfimdb", "dup", "para"]
+    assert {t["name"]: t["adapter"] for t in m["tasks"]}["para"] == {"kind": "pal", "layers": [1]}
+    assert et["all_tasks"]["tasks"] == ["sst", "quora", "cfimdb", "dup", "para"]
+    model, _, _ = load_model(hybrid_run / "model")
+    engine = Engine(load_bundle(out), "executorch")
+    ids, mask, types = engine.tokenizer("the movie was good", "a fine film")
+    for task in tasks:
+        got, _, _ = engine.run_ids(task, ids, mask, types)
+        np.testing.assert_allclose(got, hybrid_reference(model, task, ids, mask, types),
+                                   atol=1e-4)
+    outs, _ = engine.run_all_ids(ids, mask, types)
+    for task in tasks:
+        np.testing.assert_allclose(outs[task], hybrid_reference(model, task, ids, mask, types),
+                                   atol=1e-4)
+    verify = json.loads((out / "verify.json").read_text())
+    assert verify["passed"]
+    # the same run exported again: the same bytes
+    again = tmp_path / "again"
+    export_run(hybrid_run, again, target="executorch", quant="fp32", tasks=tasks,
+               data_dir=tiny_data, **QUIET)
+    assert (again / "manifest.json").read_bytes() == (out / "manifest.json").read_bytes()
+
+
+def test_a_later_task_of_a_known_placement_needs_no_lowering(hybrid_run: Path, tiny_data: Path,
+                                                             tmp_path: Path, monkeypatch):
+    import numpy as np
+    from export import executorch_export
+    from export.bundle import ExportError, add_adapter, export_run
+    from export.runtime import Engine, load_bundle
+
+    out = tmp_path / "bundle"
+    export_run(hybrid_run, out, target="android", quant="fp32", onnx=False,
+               tasks=["sst", "cfimdb"], data_dir=tiny_data, **QUIET)
+    program = sha256_file(out / "executorch" / "trunk.pte")
+
+    def no_lowering(*args, **kwargs):
+        raise AssertionError("lowered a program to add a task")
+
+    monkeypatch.setattr(executorch_export, "lower_methods", no_lowering)
+    add_adapter(hybrid_run, "dup", out, data_dir=tiny_data, **QUIET)
+    assert sha256_file(out / "executorch" / "trunk.pte") == program
+    b = load_bundle(out)
+    assert b.manifest.adapter("dup") == {"kind": "head", "layers": []}
+    assert b.manifest.executorch_method("dup")[0] == "forward_head"
+    model, _, _ = load_model(hybrid_run / "model")
+    engine = Engine(b, "executorch")
+    ids, mask, types = engine.tokenizer("a man is running", "a man runs")
+    got, _, _ = engine.run_ids("dup", ids, mask, types)
+    np.testing.assert_allclose(got, hybrid_reference(model, "dup", ids, mask, types), atol=1e-4)
+    # a placement the program has no method for is one lowering: refused, nothing changes
+    manifest = (out / "manifest.json").read_bytes()
+    with pytest.raises(ExportError, match=r"PALs in layers \[1\].*lowers one more method"):
+        add_adapter(hybrid_run, "para", out, data_dir=tiny_data, **QUIET)
+    assert (out / "manifest.json").read_bytes() == manifest
+
+
+def test_onnx_bundle_of_differing_tasks_is_refused(hybrid_run: Path, tmp_path: Path):
+    from export.bundle import ExportError, export_run
+    with pytest.raises(ExportError, match="an ONNX Runtime bundle takes one placement"):
+        export_run(hybrid_run, tmp_path / "b", target="onnx", quant="fp32",
+                   tasks=["sst", "cfimdb"], **QUIET)
+    assert not (tmp_path / "b").exists()

@@ -5,6 +5,7 @@ import torch
 from transformers import BertConfig, BertModel
 
 from trainer.model import PalBert, PalConfig, TaskAdapter, additive_mask, default_pal_size
+from trainer.errors import ConfigError
 from trainer.placement import pal_layer_indices
 from trainer.tasks import BUILTIN_TASKS
 
@@ -97,7 +98,7 @@ def test_forward_all_matches_per_task_forward():
 
 def test_top_half_pals_leave_bottom_half_shared():
     model = pal_model("top")
-    assert model.pal.layers == (2, 3) and model.first_adapted_layer() == 2
+    assert model.pal.layers == (2, 3) and model.first_adapted_layer("sst") == 2
     ids, mask, types = inputs()
     am = additive_mask(mask, torch.float32)
     with torch.no_grad():
@@ -156,7 +157,7 @@ def test_param_counts_split_trunk_and_tasks():
 def test_shared_mode_has_heads_only():
     model = PalBert(tiny_trunk(), TASKS, None)
     assert len(model.adapters) == 0 and set(model.heads) == {"sst", "quora", "sts"}
-    assert model.first_adapted_layer() == 4
+    assert model.first_adapted_layer("sst") == 4
 
 
 def test_training_attention_is_the_fused_kernel_with_the_same_outputs_and_gradients():
@@ -186,3 +187,51 @@ def test_training_attention_drops_out_with_its_probability():
     kept = multi_head_attention(q, k, v, 2, am, 0.0, training=True)
     dropped = multi_head_attention(q, k, v, 2, am, 0.5, training=True)
     assert not torch.allclose(kept, dropped)
+
+
+def hybrid_model(n_layers: int = 4) -> PalBert:
+    """sst and quora with PALs in every layer (the run's), sts a head only, cola PALs on top."""
+    cola = BUILTIN_TASKS["sst"].__class__.from_dict({**BUILTIN_TASKS["sst"].to_dict(),
+                                                     "name": "cola"})
+    top = PalConfig(size=8, heads=2, layers=(n_layers - 1,), share_projections=True)
+    model = pal_model("all", n_layers=n_layers)
+    return PalBert(model.trunk, TASKS + [cola], model.pal, {"sts": None, "cola": top}).eval()
+
+
+def test_hybrid_forward_all_matches_each_task_alone():
+    model = hybrid_model()
+    assert model.task_pal("sts") is None and model.task_pal("cola").layers == (3,)
+    assert model.placement_groups(list(model.tasks)) == [["sst", "quora"], ["sts"], ["cola"]]
+    ids, mask, types = inputs()
+    with torch.no_grad():
+        together = model.forward_all(ids, mask, types)
+        assert list(together) == ["sst", "quora", "sts", "cola"]
+        for t in model.tasks:
+            assert torch.allclose(together[t], model(ids, mask, types, task=t), atol=1e-5)
+    # a head-only task reads the plain trunk: exactly BertModel's pooled output through its head
+    reference = model.trunk(input_ids=ids, attention_mask=mask, token_type_ids=types)
+    with torch.no_grad():
+        assert torch.equal(model(ids, mask, types, task="sts"),
+                           model.heads["sts"](reference.pooler_output))
+
+
+def test_hybrid_forward_all_without_head_only_tasks():
+    # two placements, neither head-only: the plain trunk stops where the last one branches
+    model = hybrid_model()
+    model.tasks.pop("sts"), model.heads.pop("sts")
+    ids, mask, types = inputs()
+    with torch.no_grad():
+        together = model.forward_all(ids, mask, types)
+        for t in model.tasks:
+            assert torch.allclose(together[t], model(ids, mask, types, task=t), atol=1e-5)
+
+
+def test_pal_width_is_one_per_model():
+    wide = PalConfig(size=12, heads=2, layers=(3,), share_projections=True)
+    model = pal_model("all")
+    try:
+        PalBert(model.trunk, TASKS, model.pal, {"sts": wide})
+    except ConfigError as e:
+        assert "PAL width 12 with 2 heads differs" in str(e)
+    else:
+        raise AssertionError("a PAL of another width was accepted")

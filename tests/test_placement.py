@@ -54,7 +54,7 @@ def test_any_placement_trains_exports_and_runs_on_both_runtimes(tmp_path, tiny_b
 
     run = train(tiny_config(tiny_bert, tiny_data, tmp_path / "run", pal_layers="1", epochs=1))
     model, _, _ = load_model(resolve_model_dir(run))
-    assert model.pal.layers == (1,) and model.first_adapted_layer() == 1
+    assert model.pal.layers == (1,) and model.first_adapted_layer("sst") == 1
     (bundle,) = export_run(run, tmp_path / "bundle", target="android", quant="fp32",
                            tasks=["sst", "sts"], data_dir=tiny_data, log=lambda *a: None)
     et, ort = Engine(load_bundle(bundle), "executorch"), Engine(load_bundle(bundle), "onnxruntime")

@@ -32,7 +32,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from transformers import AutoTokenizer, BertConfig, BertModel
 
-from trainer.errors import PalkitError
+from trainer.errors import ConfigError, PalkitError
 from trainer.fileio import (append_jsonl, publish_snapshot, remove_tree, sha256_file,
                             write_json, write_vocab)
 from trainer.model import PalBert, PalConfig
@@ -91,7 +91,7 @@ def save_task(model: PalBert, name: str, out: Path, trunk_sha: str) -> None:
     write_json(out / "adapter_config.json", {
         "format_version": FORMAT_VERSION,
         "task": model.tasks[name].to_dict(),
-        "pal": model.pal.to_dict() if model.pal is not None else None,
+        "pal": pal.to_dict() if (pal := model.task_pal(name)) is not None else None,
         "trunk_sha256": trunk_sha,
         "hidden_size": model.trunk.config.hidden_size,
     })
@@ -157,15 +157,24 @@ def load_model(model_dir: Path, tasks: list[str] | None = None) -> tuple[PalBert
                               f"{', '.join(saved)})")
     names = tasks or saved
     configs = [read_task_config(model_dir / "tasks" / n, trunk_sha) for n in names]
-    pals = {json.dumps(c["pal"], sort_keys=True) for c in configs}
-    if len(pals) > 1:
-        raise CheckpointError(f"{model_dir}: tasks were trained with different PAL shapes")
-    pal_dict = configs[0]["pal"] if configs else None
-    pal = PalConfig.from_dict(pal_dict) if pal_dict else None
-    model = PalBert(trunk, [TaskSpec.from_dict(c["task"]) for c in configs], pal)
+    pals = {n: PalConfig.from_dict(c["pal"]) if c["pal"] else None for n, c in zip(names, configs)}
+    try:
+        model = PalBert(trunk, [TaskSpec.from_dict(c["task"]) for c in configs],
+                        run_placement(list(pals.values())), pals)
+    except ConfigError as e:
+        raise CheckpointError(f"{model_dir}: {e}") from None
     for name in names:
         load_task_weights(model, name, model_dir / "tasks" / name / "adapter.safetensors")
     return model.eval(), tokenizer, trunk_sha
+
+
+def run_placement(pals: list[PalConfig | None]) -> PalConfig | None:
+    """The model's own adapter when its tasks differ (a task added later with its own): the
+    most common one, ties to the first task's, so the launch tasks' stays the model's."""
+    keys = [json.dumps(p.to_dict() if p else None, sort_keys=True) for p in pals]
+    if not pals:
+        return None
+    return pals[max(range(len(pals)), key=lambda i: (keys.count(keys[i]), -i))]
 
 
 def read_task_config(task_dir: Path, trunk_sha: str) -> dict[str, Any]:

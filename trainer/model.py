@@ -59,6 +59,25 @@ def default_pal_size(hidden_size: int, heads: int) -> int:
     return heads * max(1, per_head)
 
 
+def check_same_width(pal: PalConfig, others: list[PalConfig | None]) -> None:
+    """One PAL width and head count per model: a bundle's PALs all have one shape per layer."""
+    for other in others:
+        if other is not None and (other.size, other.heads) != (pal.size, pal.heads):
+            raise ConfigError(f"PAL width {pal.size} with {pal.heads} heads differs from the "
+                              f"model's other PALs ({other.size} with {other.heads} heads); "
+                              "train the task with the run's --pal-size and --pal-heads")
+
+
+def copies(x: torch.Tensor, n: int) -> torch.Tensor:
+    """n copies of a batch stacked (one: the batch itself, no op in an exported graph)."""
+    return x if n == 1 else x.repeat(n, 1, 1)
+
+
+def branch_mask(mask: torch.Tensor, n: int) -> torch.Tensor:
+    """The mask for n stacked copies of a batch (a one-row mask broadcasts as it is)."""
+    return mask if mask.shape[0] == 1 else mask.repeat(n, 1, 1, 1)
+
+
 def additive_mask(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """[B, S] 1/0 mask -> [B, 1, 1, S] additive mask (0 where attended, very negative where not)."""
     keep = attention_mask[:, None, None, :].to(dtype)
@@ -151,9 +170,14 @@ def regression_score(spec: TaskSpec, raw: torch.Tensor) -> torch.Tensor:
 
 
 class PalBert(nn.Module):
-    """A BERT trunk shared by all tasks, one adapter (optional) and one head per task."""
+    """A BERT trunk shared by all tasks, one adapter (optional) and one head per task.
 
-    def __init__(self, trunk: BertModel, tasks: list[TaskSpec], pal: PalConfig | None):
+    `pal` is the run's adapter, the one joint training gives every task; `task_pals` gives a
+    task another (a PalConfig with its own layers, or None: a head only), as a task added later
+    has. PAL width and heads are one per model."""
+
+    def __init__(self, trunk: BertModel, tasks: list[TaskSpec], pal: PalConfig | None,
+                 task_pals: dict[str, PalConfig | None] | None = None):
         super().__init__()
         cfg = trunk.config
         if getattr(cfg, "position_embedding_type", "absolute") != "absolute":
@@ -165,20 +189,26 @@ class PalBert(nn.Module):
         self.pal = pal
         self.adapters = nn.ModuleDict()
         self.heads = nn.ModuleDict()
+        task_pals = task_pals or {}
         for t in tasks:
-            self.add_task_modules(t)
+            self.add_task_modules(t, task_pals[t.name] if t.name in task_pals else pal)
 
-    def add_task_modules(self, spec: TaskSpec) -> None:
-        """A fresh adapter (when PALs are on) and head; joint training and add-task both use it."""
+    def add_task_modules(self, spec: TaskSpec, pal: PalConfig | None) -> None:
+        """A fresh adapter (unless `pal` is None: a head only) and head for `spec`."""
         cfg = self.trunk.config
-        if self.pal is not None:
-            adapter = TaskAdapter(cfg.hidden_size, self.pal, cfg.attention_probs_dropout_prob)
+        if pal is not None:
+            check_same_width(pal, [a.cfg for a in self.adapters.values()] + [self.pal])
+            adapter = TaskAdapter(cfg.hidden_size, pal, cfg.attention_probs_dropout_prob)
             adapter.apply(self._init_linear)
             self.adapters[spec.name] = adapter
         head = TaskHead(cfg.hidden_size, spec.num_outputs, cfg.hidden_dropout_prob)
         head.apply(self._init_linear)
         self.heads[spec.name] = head
         self.tasks[spec.name] = spec
+
+    def task_pal(self, task: str) -> PalConfig | None:
+        """The task's own adapter config; None for a head-only task."""
+        return self.adapters[task].cfg if task in self.adapters else None
 
     def _init_linear(self, module: nn.Module) -> None:
         # BERT's own initialisation, as the paper's code uses for its PALs.
@@ -212,27 +242,15 @@ class PalBert(nn.Module):
 
     def layer(self, index: int, h: torch.Tensor, mask: torch.Tensor,
               task: str | list[str] | None) -> torch.Tensor:
-        """One BERT layer, plus the task's PAL in parallel when this layer is adapted. `task` may
-        list one task per equal slice of the batch (forward_all runs every task as one batch)."""
+        """One BERT layer, plus the task's PAL in parallel when this layer is adapted for it.
+        `task` may list one task per equal slice of the batch, all of one placement
+        (forward_all runs such a group as one batch)."""
         a, ffn = self.trunk_sublayers(index, h, mask)
-        if task is not None and self.adapted(index):
-            if isinstance(task, list):
-                ffn = ffn + self.task_pals(index, h, mask, task, shared=False)
-            elif task in self.adapters:
-                ffn = ffn + self.adapters[task](index, h, mask)
+        if task is not None:
+            names = task if isinstance(task, list) else [task]
+            if self.adapted(index, names[0]):
+                ffn = ffn + self.task_pals(index, h, mask, names, shared=False)
         return self.trunk.encoder.layer[index].output.LayerNorm(ffn + a)
-
-    def fork_layer(self, index: int, h: torch.Tensor, mask: torch.Tensor,
-                   tasks: list[str]) -> torch.Tensor:
-        """The first adapted layer for every task at once: its input is the same for all tasks,
-        so attention and feed-forward run once and only the PALs and the join run per task.
-        Returns the tasks' states as one batch (slice t is task t)."""
-        a, ffn = self.trunk_sublayers(index, h, mask)
-        n = len(tasks)
-        pals = self.task_pals(index, h, mask, tasks, shared=True)
-        # Same order of additions as layer(), so each slice equals the task run alone.
-        joined = (ffn.repeat(n, 1, 1) + pals) + a.repeat(n, 1, 1)
-        return self.trunk.encoder.layer[index].output.LayerNorm(joined)
 
     def task_pals(self, index: int, h: torch.Tensor, mask: torch.Tensor, tasks: list[str],
                   shared: bool) -> torch.Tensor:
@@ -244,21 +262,63 @@ class PalBert(nn.Module):
         masks = mask.chunk(n) if not shared and mask.shape[0] > 1 else [mask] * n
         return torch.cat([self.adapters[t](index, x, m) for t, x, m in zip(tasks, hs, masks)])
 
-    def adapted(self, index: int) -> bool:
-        return self.pal is not None and index in self.pal.layers
+    def adapted(self, index: int, task: str) -> bool:
+        pal = self.task_pal(task)
+        return pal is not None and index in pal.layers
 
-    def first_adapted_layer(self) -> int:
-        """Layers below this one are identical for every task and can be computed once."""
-        if self.pal is None:
-            return len(self.trunk.encoder.layer)
-        return min(self.pal.layers)
+    def first_adapted_layer(self, task: str) -> int:
+        """Layers below this one are the plain trunk for `task` (the layer count: a head only)."""
+        pal = self.task_pal(task)
+        return len(self.trunk.encoder.layer) if pal is None else min(pal.layers)
+
+    def placement_groups(self, tasks: list[str]) -> list[list[str]]:
+        """`tasks` grouped by PAL placement (the same adapted layers; head-only tasks are one
+        group), groups in order of first appearance: a group runs as one batch."""
+        groups: dict[tuple[int, ...], list[str]] = {}
+        for t in tasks:
+            pal = self.task_pal(t)
+            groups.setdefault(pal.layers if pal else (), []).append(t)
+        return list(groups.values())
+
+    def branched(self, h: torch.Tensor, mask: torch.Tensor,
+                 branches: list[tuple[int, str | list[str] | None, int]]) -> list[torch.Tensor]:
+        """The encoder for several branches on one embedded input. A branch is (its first
+        adapted layer, its `task` argument to layer(), its row count n); it reads the plain
+        trunk below its first layer, and the first layer's attention and feed-forward are the
+        plain trunk's too, so only its PALs and join run per branch ([n·B, S, d], slice t is
+        task t). A branch whose first layer is the layer count (head-only) reads the plain
+        trunk's output. So the trunk runs once up to the highest branch point, and every branch
+        adds only its own layers. Same sums in the same order as forward(), slice for slice."""
+        layers = len(self.trunk.encoder.layer)
+        split = max(first for first, _, _ in branches)
+        states: dict[int, torch.Tensor] = {}
+        for i in range(layers):
+            for b, (first, task, n) in enumerate(branches):
+                if first < i:
+                    states[b] = self.layer(i, states[b], branch_mask(mask, n), task)
+            if i > split:
+                continue
+            a, ffn = self.trunk_sublayers(i, h, mask)
+            for b, (first, task, n) in enumerate(branches):
+                if first == i:
+                    # a task list: each task's PAL on the shared state; a slot (export): its
+                    # PAL with n stacked weights, so on n copies of the state
+                    pals = (self.task_pals(i, h, mask, task, shared=True)
+                            if isinstance(task, list) else
+                            self.adapters[task](i, copies(h, n), mask))
+                    joined = (copies(ffn, n) + pals) + copies(a, n)
+                    states[b] = self.trunk.encoder.layer[i].output.LayerNorm(joined)
+            if i < split:
+                h = self.trunk.encoder.layer[i].output.LayerNorm(ffn + a)
+        return [states.get(b, h) for b in range(len(branches))]
 
     def head(self, task: str, h: torch.Tensor) -> torch.Tensor:
         return self.heads[task](self.trunk.pooler(h))
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 token_type_ids: torch.Tensor, task: str) -> torch.Tensor:
-        """Raw outputs of one task: class logits, or the regression logit (see regression_score)."""
+        """Raw outputs of one task: class logits, or the regression logit (see regression_score).
+        Only the task's own PALs run."""
         mask = additive_mask(attention_mask, self.trunk.embeddings.word_embeddings.weight.dtype)
         h = self.embed(input_ids, token_type_ids)
         for i in range(len(self.trunk.encoder.layer)):
@@ -267,24 +327,20 @@ class PalBert(nn.Module):
 
     def forward_all(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                     token_type_ids: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Every task on one input. The layers below the first PAL, and that layer's attention and
-        feed-forward, run once for all tasks; above it the tasks run as one batch (slice t is
-        task t), so the trunk's weights are read once per layer and its matrix multiplies get T
-        times the rows."""
+        """Every task on one input. The trunk runs once up to the highest layer where a
+        placement's PALs begin (`branched`); head-only tasks read its plain output, and the
+        tasks of one placement run as one batch from their first adapted layer on, so the
+        trunk's weights are read once per layer and its matrix multiplies get more rows."""
         mask = additive_mask(attention_mask, self.trunk.embeddings.word_embeddings.weight.dtype)
         h = self.embed(input_ids, token_type_ids)
-        split_at = self.first_adapted_layer()
-        for i in range(split_at):
-            h = self.layer(i, h, mask, None)
-        names = list(self.tasks)
-        if split_at == len(self.trunk.encoder.layer):  # no PALs: every task reads the same state
-            return {t: self.head(t, h) for t in names}
-        h = self.fork_layer(split_at, h, mask, names)
-        if mask.shape[0] > 1:  # a one-row mask broadcasts over the tasks' rows as it is
-            mask = mask.repeat(len(names), 1, 1, 1)
-        for i in range(split_at + 1, len(self.trunk.encoder.layer)):
-            h = self.layer(i, h, mask, names)
-        return {t: self.head(t, x) for t, x in zip(names, h.chunk(len(names)))}
+        groups = self.placement_groups(list(self.tasks))
+        states = self.branched(h, mask, [(self.first_adapted_layer(g[0]), g, len(g))
+                                         for g in groups])
+        out: dict[str, torch.Tensor] = {}
+        for group, state in zip(groups, states):
+            slices = state.chunk(len(group)) if state.shape[0] != h.shape[0] else [state] * len(group)
+            out.update({t: self.head(t, x) for t, x in zip(group, slices)})
+        return {t: out[t] for t in self.tasks}
 
     # ---- bookkeeping ---------------------------------------------------------------------
 
