@@ -20,8 +20,8 @@ import torch
 
 from export.manifest import (IO, AllTasksMethod, BundleError, ExecuTorchSection, FileEntry,
                              Manifest, OnnxRuntimeSection, TaskEntry, TokenizerSettings, Trunk,
-                             adapter_text, write_manifest)
-from export.executorch_export import adapter_record, export_order
+                             adapter_record, adapter_text, write_manifest)
+from export.executorch_export import adapter_of, export_order
 from export.programs import PAD_OUTPUTS
 from export.runtime import load_bundle
 from export.signing import SIGNATURE_FILE, check_signing_key, sign_bundle
@@ -148,7 +148,7 @@ def check_placements(model, runtimes: list[str]) -> None:
     (ExecuTorch has a method per placement)."""
     groups = model.placement_groups(list(model.tasks))
     if "onnxruntime" in runtimes and len(groups) > 1:
-        kinds = "; ".join(f"{', '.join(g)}: {adapter_text(adapter_record(model.task_pal(g[0])))}"
+        kinds = "; ".join(f"{', '.join(g)}: {adapter_text(adapter_of(model.task_pal(g[0])))}"
                           for g in groups)
         raise ExportError(f"the tasks' adapters differ ({kinds}); an ONNX Runtime bundle takes "
                           "one placement: export with --target executorch, or pick tasks of one "
@@ -288,7 +288,7 @@ def build_manifest(build: Path, model, model_dir: Path, trunk_sha: str, tokenize
                       "details": q_details or "none: fp32 weights and activations",
                       **({"float_layers": kept} if kept else {})},
         runtimes=runtimes, tasks=[task_entry(model.tasks[n], trunk_sha, list(runtimes),
-                                             adapter_record(model.task_pal(n))) for n in names],
+                                             adapter_of(model.task_pal(n))) for n in names],
         files={}, io=IO)
     return dataclasses.replace(manifest, files=file_entries(build, list(manifest.files_for())))
 
@@ -315,7 +315,7 @@ def add_adapter(run: Path, task: str, bundle_dir: Path, replace: bool = False,
     max_len, int8 = old.manifest.tokenizer.max_length, old.manifest.int8
     build = staging_dir(bundle_dir)
     try:
-        adapter = adapter_record(model.task_pal(task))
+        adapter = adapter_of(model.task_pal(task))
         manifest = manifest_with_task(old.manifest, model.tasks[task], run_sha, {}, adapter)
         new = write_task_files(model, tokenizer, task, manifest, build / ".new", log)
         manifest = manifest_with_task(manifest, model.tasks[task], run_sha, new, adapter,

@@ -23,7 +23,7 @@ import torch
 from torch.fx.passes.infra.pass_base import PassResult
 
 from export.programs import TEXT_INPUTS, TaskSlotProgram, task_tensors
-from export.manifest import adapter_record as manifest_adapter
+from export.manifest import adapter_record
 from trainer.model import PalBert, PalConfig
 from ui.progress import say
 
@@ -81,14 +81,14 @@ ALL_TASKS_METHOD = "forward_all"
 def method_name(pal: PalConfig | None, model: PalBert) -> str:
     """The one-task method of a placement: `forward` for the model's own (the launch tasks'),
     forward_head / forward_pal_<layers> for a task added later with another."""
-    if adapter_record(pal) == adapter_record(model.pal):
+    if adapter_of(pal) == adapter_of(model.pal):
         return ONE_TASK_METHOD
     return "forward_head" if pal is None else "forward_pal_" + "_".join(map(str, pal.layers))
 
 
-def adapter_record(pal: PalConfig | None) -> dict[str, Any]:
+def adapter_of(pal: PalConfig | None) -> dict[str, Any]:
     """What the manifest records of a task's adapter (export/manifest.py reads it)."""
-    return manifest_adapter(pal.to_dict() if pal is not None else None)
+    return adapter_record(pal.to_dict() if pal is not None else None)
 
 
 def lower_trunk_program(model: PalBert, all_tasks: list[str] | None, out_dir: Path, int8: bool,
@@ -123,7 +123,7 @@ def lower_trunk_program(model: PalBert, all_tasks: list[str] | None, out_dir: Pa
         methods[ALL_TASKS_METHOD] = (program, [x + tuple(stacked) for x in calibration])
     log(f"executorch: lowering {PROGRAM}.pte ({', '.join(methods)})")
     facts = lower_methods(methods, PROGRAM, out_dir, int8, max_len)
-    others = {name: {"adapter": adapter_record(model.task_pal(task)), "task_inputs": inputs[name]}
+    others = {name: {"adapter": adapter_of(model.task_pal(task)), "task_inputs": inputs[name]}
               for name, task in placements.items() if name != ONE_TASK_METHOD}
     return {**facts, "task_inputs": inputs[ONE_TASK_METHOD], "methods": others}
 

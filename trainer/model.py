@@ -338,7 +338,8 @@ class PalBert(nn.Module):
                                          for g in groups])
         out: dict[str, torch.Tensor] = {}
         for group, state in zip(groups, states):
-            slices = state.chunk(len(group)) if state.shape[0] != h.shape[0] else [state] * len(group)
+            n = len(group)  # a head-only group shares the plain state
+            slices = state.chunk(n) if state.shape[0] != h.shape[0] else [state] * n
             out.update({t: self.head(t, x) for t, x in zip(group, slices)})
         return {t: out[t] for t in self.tasks}
 
