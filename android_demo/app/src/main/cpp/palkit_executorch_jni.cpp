@@ -269,9 +269,12 @@ Java_io_palkit_demo_runtime_ExecuTorchProgram_nativeBind(
 
 extern "C" JNIEXPORT jfloatArray JNICALL
 Java_io_palkit_demo_runtime_ExecuTorchProgram_nativeForward(
-    JNIEnv* env, jclass, jlong handle, jlong weightsHandle, jlongArray inputIds,
-    jlongArray attentionMask, jlongArray tokenTypeIds) {
+    JNIEnv* env, jclass, jlong handle, jstring methodName, jlong weightsHandle,
+    jlongArray inputIds, jlongArray attentionMask, jlongArray tokenTypeIds) {
   auto* program = reinterpret_cast<Program*>(handle);
+  // The task's placement's method (a task added later with another adapter has its own);
+  // Module::execute loads a method on its first call. Null: the method loaded with the program.
+  const std::string method = methodName == nullptr ? program->method : toString(env, methodName);
   const auto* weights = reinterpret_cast<const TaskWeights*>(weightsHandle);
   std::vector<int64_t> ids = toVector(env, inputIds);
   std::vector<int64_t> mask = toVector(env, attentionMask);
@@ -292,9 +295,9 @@ Java_io_palkit_demo_runtime_ExecuTorchProgram_nativeForward(
   inputs.reserve(3 + weights->tensors.size());
   for (const TensorPtr& t : text) inputs.emplace_back(*t);
   for (const TensorPtr& t : weights->tensors) inputs.emplace_back(*t);
-  auto result = program->module->execute(program->method, inputs);
+  auto result = program->module->execute(method, inputs);
   if (!result.ok()) {
-    throwRuntime(env, "ExecuTorch forward failed with " + std::to_string(ids.size()) +
+    throwRuntime(env, "ExecuTorch " + method + " failed with " + std::to_string(ids.size()) +
                           " tokens: " + describe(result.error()));
     return nullptr;
   }

@@ -7,6 +7,7 @@ import io.palkit.core.bundle.TaskKind;
 import io.palkit.core.bundle.TaskSpec;
 import io.palkit.core.tokenizer.Encoding;
 import java.util.Arrays;
+import java.util.Map;
 
 public final class ManifestTest {
     public static void testOpensAValidBundle() throws Exception {
@@ -34,6 +35,43 @@ public final class ManifestTest {
         Check.equal(5.0, stsb.scoreRange[1], "stsb range");
         Check.equal((long) ("trunk graph".length() + "sst adapter".length() + "stsb adapter".length()),
                 bundle.bytesFor(RuntimeKind.ONNXRUNTIME), "onnx bytes");
+    }
+
+    /** A task added later with its own adapter names its own method and inputs; the launch
+     *  tasks keep the trunk's placement and the section's method. */
+    public static void testHybridTasksNameTheirMethods() throws Exception {
+        TestBundle fixture = new TestBundle();
+        fixture.section("trunk").put("pal", TestBundle.map("size", 8L, "heads", 2L,
+                "layers", Arrays.asList(0L, 1L), "share_projections", true));
+        fixture.task(1).put("adapter", TestBundle.map("kind", "head", "layers", Arrays.asList()));
+        Map<String, Object> et = fixture.runtime("executorch");
+        et.put("methods", TestBundle.map("forward_head", TestBundle.map(
+                "adapter", TestBundle.map("kind", "head", "layers", Arrays.asList()),
+                "task_inputs", Arrays.asList("head.out.weight_t", "head.out.bias", "output.linear"))));
+        fixture.writeManifest();
+        Manifest m = Bundle.open(fixture.dir).manifest;
+        TaskSpec sst = m.tasks.get(0);
+        TaskSpec stsb = m.tasks.get(1);
+        Check.equal(Arrays.asList(0, 1), sst.adapterLayers, "sst keeps the trunk's PALs");
+        Check.equal("forward", sst.executorchMethod, "sst method");
+        Check.equal(m.executorchTaskInputs, sst.executorchTaskInputs, "sst inputs");
+        Check.isTrue(stsb.headOnly(), "stsb is a head only");
+        Check.equal("forward_head", stsb.executorchMethod, "stsb method");
+        Check.equal(Arrays.asList("head.out.weight_t", "head.out.bias", "output.linear"),
+                stsb.executorchTaskInputs, "stsb inputs");
+    }
+
+    public static void testTaskOfAPlacementWithoutAMethodIsRefused() throws Exception {
+        TestBundle fixture = new TestBundle();
+        fixture.task(1).put("adapter", TestBundle.map("kind", "pal", "layers", Arrays.asList(3L)));
+        fixture.writeManifest();
+        Check.failsMentioning(io.palkit.core.bundle.BundleException.class,
+                "task 'stsb' has PALs in layers [3], for which the ExecuTorch program has no method",
+                () -> Bundle.open(fixture.dir));
+        fixture.task(1).put("adapter", TestBundle.map("kind", "pal", "layers", Arrays.asList()));
+        fixture.writeManifest();
+        Check.failsMentioning(io.palkit.core.bundle.BundleException.class,
+                "must be a head (no layers) or PALs", () -> Bundle.open(fixture.dir));
     }
 
     public static void testBundleTokenizerUsesManifestSettings() throws Exception {

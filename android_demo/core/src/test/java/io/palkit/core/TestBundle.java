@@ -90,6 +90,11 @@ final class TestBundle {
         return (Map<String, Object>) manifest.get(key);
     }
 
+    @SuppressWarnings("unchecked")
+    Map<String, Object> runtime(String key) {
+        return (Map<String, Object>) section("runtimes").get(key);
+    }
+
     void writeManifest() throws IOException {
         Files.write(new File(dir, "manifest.json").toPath(),
                 Json.write(manifest).getBytes(StandardCharsets.UTF_8));

@@ -34,13 +34,21 @@ public final class ExecuTorchProgram implements AutoCloseable {
         }
     }
 
-    /** The program's output row for one unpadded example with a bound task's weights; the task's
-     *  result is its first num_outputs values. Inputs in the manifest's io.inputs order. */
+    /** The program's output row for one unpadded example with a bound task's weights, through
+     *  the method it was loaded with; the task's result is its first num_outputs values. Inputs
+     *  in the manifest's io.inputs order. */
     public float[] forward(long weights, long[] inputIds, long[] attentionMask, long[] tokenTypeIds) {
+        return forward(null, weights, inputIds, attentionMask, tokenTypeIds);
+    }
+
+    /** As {@link #forward(long, long[], long[], long[])} through {@code method} (the task's
+     *  own, loaded on first use; null: the one loaded with the program). */
+    public float[] forward(String method, long weights, long[] inputIds, long[] attentionMask,
+            long[] tokenTypeIds) {
         if (handle == 0L) {
             throw new IllegalStateException("program is closed");
         }
-        return nativeForward(handle, weights, inputIds, attentionMask, tokenTypeIds);
+        return nativeForward(handle, method, weights, inputIds, attentionMask, tokenTypeIds);
     }
 
     @Override
@@ -55,8 +63,8 @@ public final class ExecuTorchProgram implements AutoCloseable {
 
     private static native long nativeBind(String weights, String[] inputNames);
 
-    private static native float[] nativeForward(long handle, long weights, long[] inputIds,
-            long[] attentionMask, long[] tokenTypeIds);
+    private static native float[] nativeForward(long handle, String method, long weights,
+            long[] inputIds, long[] attentionMask, long[] tokenTypeIds);
 
     private static native void nativeFreeWeights(long weights);
 

@@ -11,7 +11,8 @@ import java.util.Map;
 /**
  * A verified bundle's ExecuTorch program, opened once against its trunk data file (memory-mapped),
  * and each task's weights file, read once when the task is first used. Swapping tasks is passing
- * another task's weights: no program is loaded. Java, so the host tests run this exact path.
+ * another task's weights: no program is loaded (a task added later with another adapter runs the
+ * program's method for its placement). Java, so the host tests run this exact path.
  */
 public final class ExecuTorchTasks implements AutoCloseable {
     private final Bundle bundle;
@@ -29,14 +30,14 @@ public final class ExecuTorchTasks implements AutoCloseable {
     public void load(TaskSpec task) {
         weights.computeIfAbsent(task.name, name -> ExecuTorchProgram.bind(
                 bundle.file(task.files.get(RuntimeKind.EXECUTORCH)).getPath(),
-                bundle.manifest.executorchTaskInputs));
+                task.executorchTaskInputs));
     }
 
     /** The task's logits (or score) for one unpadded example, binding its weights on first use. */
     public float[] run(TaskSpec task, Encoding input) {
         load(task);
-        float[] row = program.forward(weights.get(task.name), input.inputIds, input.attentionMask,
-                input.tokenTypeIds);
+        float[] row = program.forward(task.executorchMethod, weights.get(task.name),
+                input.inputIds, input.attentionMask, input.tokenTypeIds);
         return Arrays.copyOf(row, task.numOutputs);
     }
 

@@ -21,10 +21,11 @@ public final class Manifest {
     public final Map<RuntimeKind, String> trunkFiles;
     /** ExecuTorch: the one program (its trunk constants in trunkFiles), or null without it. */
     public final String executorchProgram;
-    /** ExecuTorch: the program's method for one task. */
+    /** ExecuTorch: the program's method for one task of the trunk's placement (each task names
+     *  its own: {@link TaskSpec#executorchMethod}). */
     public final String executorchMethod;
-    /** ExecuTorch: the tensor names of a task's weights file, in the method's input order after
-     *  the text inputs. */
+    /** ExecuTorch: the tensor names of a weights file for that method, in its input order after
+     *  the text inputs ({@link TaskSpec#executorchTaskInputs}: a task's own). */
     public final List<String> executorchTaskInputs;
     /** Model input names in the order the programs take them (ids, mask, token types). */
     public final List<String> inputNames;

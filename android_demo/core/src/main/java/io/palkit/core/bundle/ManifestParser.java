@@ -47,7 +47,7 @@ public final class ManifestParser {
                         : Collections.unmodifiableList(et.strings("task_inputs")),
                 readNames(io, "inputs"),
                 readNames(io, "outputs").get(0),
-                readTasks(root),
+                readTasks(root, et, placementOf(trunk)),
                 readFiles(root.object("files")));
     }
 
@@ -102,19 +102,88 @@ public final class ManifestParser {
         return Collections.unmodifiableList(names);
     }
 
-    private static List<TaskSpec> readTasks(JsonFields root) throws BundleException {
+    private static List<TaskSpec> readTasks(JsonFields root, JsonFields et, List<Integer> trunkLayers)
+            throws BundleException {
         List<Object> items = root.list("tasks");
         if (items.isEmpty()) {
             throw new BundleException("manifest: the bundle has no tasks");
         }
         List<TaskSpec> tasks = new ArrayList<>();
         for (int i = 0; i < items.size(); i++) {
-            tasks.add(readTask(new JsonFields(items.get(i), "tasks[" + i + "]")));
+            tasks.add(readTask(new JsonFields(items.get(i), "tasks[" + i + "]"), et, trunkLayers));
         }
         return Collections.unmodifiableList(tasks);
     }
 
-    private static TaskSpec readTask(JsonFields t) throws BundleException {
+    /** The trunk's PAL layers (the launch tasks' placement); empty when it has none. */
+    private static List<Integer> placementOf(JsonFields trunk) throws BundleException {
+        if (!trunk.has("pal") || trunk.raw("pal") == null) {
+            return Collections.emptyList();
+        }
+        return layers(trunk.object("pal"), "layers");
+    }
+
+    /** A task's adapter layers: its own "adapter" record, else (older bundles) the trunk's. */
+    private static List<Integer> adapterOf(JsonFields t, List<Integer> trunkLayers)
+            throws BundleException {
+        if (!t.has("adapter")) {
+            return trunkLayers;
+        }
+        JsonFields adapter = t.object("adapter");
+        String kind = adapter.string("kind");
+        List<Integer> layers = layers(adapter, "layers");
+        if (!(kind.equals("head") && layers.isEmpty()) && !(kind.equals("pal") && !layers.isEmpty())) {
+            throw new BundleException("manifest: " + t.where("adapter")
+                    + " must be a head (no layers) or PALs in some layers");
+        }
+        return layers;
+    }
+
+    private static List<Integer> layers(JsonFields f, String key) throws BundleException {
+        List<Integer> out = new ArrayList<>();
+        for (Object x : f.list(key)) {
+            if (!(x instanceof Long) || (Long) x < 0 || (Long) x > 4096) {
+                throw new BundleException("manifest: " + f.where(key) + " must list layer numbers");
+            }
+            out.add(((Long) x).intValue());
+        }
+        return Collections.unmodifiableList(out);
+    }
+
+    /** The ExecuTorch method running a task of these adapter layers, and its task inputs: the
+     *  section's "method" for the trunk's placement, else the "methods" entry of that adapter. */
+    private static final class Method {
+        final String name;
+        final List<String> taskInputs;
+
+        Method(String name, List<String> taskInputs) {
+            this.name = name;
+            this.taskInputs = Collections.unmodifiableList(taskInputs);
+        }
+    }
+
+    private static Method methodFor(String task, List<Integer> adapter, JsonFields et,
+            List<Integer> trunkLayers) throws BundleException {
+        if (adapter.equals(trunkLayers)) {
+            return new Method(et.string("method"), et.strings("task_inputs"));
+        }
+        if (et.has("methods")) {
+            JsonFields methods = et.object("methods");
+            for (Map.Entry<?, ?> entry : methods.entries()) {
+                String name = String.valueOf(entry.getKey());
+                JsonFields m = new JsonFields(entry.getValue(), methods.where(name));
+                if (layers(m.object("adapter"), "layers").equals(adapter)) {
+                    return new Method(name, m.strings("task_inputs"));
+                }
+            }
+        }
+        throw new BundleException("manifest: task '" + task + "' has "
+                + (adapter.isEmpty() ? "a head only" : "PALs in layers " + adapter)
+                + ", for which the ExecuTorch program has no method; re-export the bundle");
+    }
+
+    private static TaskSpec readTask(JsonFields t, JsonFields et, List<Integer> trunkLayers)
+            throws BundleException {
         TaskKind kind = TaskKind.fromKey(t.string("kind"));
         int numOutputs = t.intAtLeast("num_outputs", 1);
         List<String> labels = kind == TaskKind.PAIR_REGRESSION
@@ -131,8 +200,13 @@ public final class ManifestParser {
                 files.put(runtime, fileMap.string(runtime.key));
             }
         }
-        return new TaskSpec(t.string("name"), kind, Collections.unmodifiableList(labels),
-                scoreRange, numOutputs, t.string("trunk_sha256"), Collections.unmodifiableMap(files));
+        String name = t.string("name");
+        List<Integer> adapter = adapterOf(t, trunkLayers);
+        Method method = et == null ? new Method(null, Collections.<String>emptyList())
+                : methodFor(name, adapter, et, trunkLayers);
+        return new TaskSpec(name, kind, Collections.unmodifiableList(labels), scoreRange,
+                numOutputs, t.string("trunk_sha256"), Collections.unmodifiableMap(files), adapter,
+                method.name, method.taskInputs);
     }
 
     private static double[] readRange(JsonFields t) throws BundleException {

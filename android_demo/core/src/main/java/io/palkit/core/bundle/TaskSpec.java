@@ -15,9 +15,19 @@ public final class TaskSpec {
     public final String trunkSha256;
     /** Bundle-relative adapter/program path per runtime. */
     public final Map<RuntimeKind, String> files;
+    /** The trunk layers the task's PALs sit in; empty for a head-only task. */
+    public final List<Integer> adapterLayers;
+    /** ExecuTorch: the program's one-task method for the task's placement, or null without
+     *  ExecuTorch. Tasks of one placement share a method; a task added later with another
+     *  adapter (a head only, PALs elsewhere) has its own. */
+    public final String executorchMethod;
+    /** ExecuTorch: the tensor names of the task's weights file, in its method's input order
+     *  after the text inputs (empty without ExecuTorch). */
+    public final List<String> executorchTaskInputs;
 
     TaskSpec(String name, TaskKind kind, List<String> labels, double[] scoreRange, int numOutputs,
-            String trunkSha256, Map<RuntimeKind, String> files) {
+            String trunkSha256, Map<RuntimeKind, String> files, List<Integer> adapterLayers,
+            String executorchMethod, List<String> executorchTaskInputs) {
         this.name = name;
         this.kind = kind;
         this.labels = labels;
@@ -25,5 +35,12 @@ public final class TaskSpec {
         this.numOutputs = numOutputs;
         this.trunkSha256 = trunkSha256;
         this.files = files;
+        this.adapterLayers = adapterLayers;
+        this.executorchMethod = executorchMethod;
+        this.executorchTaskInputs = executorchTaskInputs;
+    }
+
+    public boolean headOnly() {
+        return adapterLayers.isEmpty();
     }
 }
