@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import random
+import shutil
 import signal
 import subprocess
 import time
@@ -158,6 +159,38 @@ def et_fp32(tiny_pal_run: Path, tiny_data: Path, tmp_path_factory: pytest.TempPa
     out = tmp_path_factory.mktemp("b") / "et-fp32"
     export_run(tiny_pal_run, out, target="android", quant="fp32", tasks=["sst", "sts"],
                data_dir=tiny_data, log=lambda *a: None)
+    return out
+
+
+@pytest.fixture(scope="session")
+def hybrid_run(tiny_pal_run: Path, tiny_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The PAL run (PALs in every layer) with tasks added later: cfimdb and dup (a described pair
+    task) as heads only, para (the same pair task) with PALs in the top layer."""
+    import cli
+    run = tmp_path_factory.mktemp("hybrid") / "run"
+    shutil.copytree(tiny_pal_run, run, symlinks=True)
+    short = ["--data-dir", str(tiny_data), "--epochs", "1", "--steps-per-epoch", "2",
+             "--batch-size", "8"]
+    pair = ["--kind", "pair_classification", "--text-columns", "sentence1,sentence2",
+            "--label-column", "is_duplicate", "--labels", "no,yes",
+            "--train-file", "quora/quora-train.csv", "--dev-file", "quora/quora-dev.csv"]
+    for args in (["--task", "cfimdb", "--adapter", "head"],
+                 ["--task", "dup", "--adapter", "head", *pair],
+                 ["--task", "para", "--adapter", "pal", "--pal-layers", "top-1", *pair]):
+        assert cli.main(["add-task", str(run), *args, *short]) == 0
+    return run
+
+
+@pytest.fixture(scope="session")
+def hybrid_bundle(hybrid_run: Path, tiny_data: Path,
+                  tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An fp32 ExecuTorch bundle of the hybrid run: sst and quora (the run's PALs), cfimdb and dup
+    (heads only), para (PALs on top). Read-only."""
+    from export.bundle import export_run
+    out = tmp_path_factory.mktemp("b") / "hybrid"
+    export_run(hybrid_run, out, target="executorch", quant="fp32",
+               tasks=["sst", "quora", "cfimdb", "dup", "para"], data_dir=tiny_data,
+               log=lambda *a: None)
     return out
 
 

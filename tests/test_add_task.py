@@ -127,23 +127,6 @@ def test_head_only_task_added_to_a_pal_run(run_copy: Path, tiny_data: Path):
 # ---- a run whose tasks differ: head-only and PAL tasks added later -----------------------------
 
 QUIET = {"log": lambda *a: None}
-PARA = ["--kind", "pair_classification", "--text-columns", "sentence1,sentence2",
-        "--label-column", "is_duplicate", "--labels", "no,yes",
-        "--train-file", "quora/quora-train.csv", "--dev-file", "quora/quora-dev.csv"]
-
-
-@pytest.fixture(scope="module")
-def hybrid_run(tiny_pal_run: Path, tiny_data: Path, tmp_path_factory) -> Path:
-    """The PAL run (every layer) plus cfimdb and dup as heads only and para with PALs on top."""
-    run = tmp_path_factory.mktemp("hybrid") / "run"
-    shutil.copytree(tiny_pal_run, run, symlinks=True)
-    short = ["--data-dir", str(tiny_data), "--epochs", "1", "--steps-per-epoch", "2",
-             "--batch-size", "8"]
-    for args in (["--task", "cfimdb", "--adapter", "head"],
-                 ["--task", "dup", "--adapter", "head", *PARA],
-                 ["--task", "para", "--adapter", "pal", "--pal-layers", "top-1", *PARA]):
-        assert cli.main(["add-task", str(run), *args, *short]) == 0
-    return run
 
 
 def test_hybrid_run_loads_and_evaluates(hybrid_run: Path, tiny_data: Path, capsys):
@@ -186,16 +169,13 @@ def hybrid_reference(model, task: str, ids, mask, types):
     return reference_outputs(model, task, *(torch.from_numpy(x) for x in (ids, mask, types)))[0]
 
 
-def test_hybrid_executorch_bundle_matches_pytorch(hybrid_run: Path, tiny_data: Path,
-                                                  tmp_path: Path):
+def test_hybrid_executorch_bundle_matches_pytorch(hybrid_run: Path, hybrid_bundle: Path,
+                                                  tiny_data: Path, tmp_path: Path):
     import numpy as np
     from export.bundle import export_run
     from export.runtime import Engine, load_bundle
 
-    out = tmp_path / "bundle"
-    tasks = ["sst", "quora", "cfimdb", "dup", "para"]
-    export_run(hybrid_run, out, target="executorch", quant="fp32", tasks=tasks,
-               data_dir=tiny_data, **QUIET)
+    out, tasks = hybrid_bundle, ["sst", "quora", "cfimdb", "dup", "para"]
     m = json.loads((out / "manifest.json").read_text())
     et = m["runtimes"]["executorch"]
     # one method per placement; the tasks (and the all-tasks rows) grouped by placement

@@ -230,3 +230,19 @@ def test_unsigned_bundle_loads_without_a_trusted_key_and_raw_probes_need_none(
                 trust_key=signing_keys["trusted"])
     assert "program loads files no signed manifest vouches for" in refusal(raw)
     assert "native runtime loaded: no" in raw.stderr
+
+
+def test_jni_runs_each_task_of_a_hybrid_bundle_through_its_own_method(host_build, hybrid_bundle):
+    # the launch tasks' PALs (forward), heads only (forward_head), PALs on top (forward_pal_1)
+    order = ["sst", "cfimdb", "para", "dup", "sst"]
+    done = harness(host_build, "run", hybrid_bundle, 1, TEXT, PAIR, *order)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads(done.stdout)
+    engine = Engine(load_bundle(hybrid_bundle), "executorch")
+    assert {engine.bundle.manifest.executorch_method(t)[0] for t in order} == {
+        "forward", "forward_head", "forward_pal_1"}
+    for row in rows:
+        task = engine.bundle.tasks[row["task"]]
+        ids, mask, types = engine.tokenizer(TEXT, PAIR if task.is_pair else None)
+        expected, _, _ = engine.run_ids(task.name, ids, mask, types)
+        np.testing.assert_array_equal(np.float32(row["logits"]), expected)
