@@ -140,3 +140,75 @@ def frontier(data: dict[str, Any], prefix: str, m: Measurements,
             "accuracy_sd_points": statistics.fmean(
                 r["dev_avg"]["sd"] for r in rows if r["dev_avg"]["sd"] is not None)
             if any(r["dev_avg"]["sd"] is not None for r in rows) else None}
+
+
+# ---- how to add a task later --------------------------------------------------------------------
+
+LATER_TASKS_FILE = Path(__file__).resolve().parent.parent / "results" / "later-tasks.json"
+LATER_TASKS_COMMAND = "python -m studies.later_tasks --work DIR"
+
+
+def add_task_flags(adapter: str) -> str:
+    """The study's adapter name (head, pal-top-1, pal-all) as add-task's options."""
+    if adapter == "head":
+        return "--adapter head"
+    return f"--adapter pal --pal-layers {adapter.removeprefix('pal-')}"
+
+
+def add_task_recommendation(path: Path | None) -> dict[str, Any]:
+    """How to add a task to the shipped trunk, from the leave-one-out study (results/
+    later-tasks.json): the cheapest adapter (fewest bytes) whose dev metric is within
+    WITHIN_POINTS of the task trained jointly from the start for every left-out task, with each
+    adapter's numbers (means over the file's rows, so over seeds where it has several)."""
+    out: dict[str, Any] = {"file": str(path) if path else None, "adapter": None, "adapters": [],
+                           "notes": []}
+    if path is None or not Path(path).is_file():
+        out["notes"].append(f"how to add a task: not measured ({path or LATER_TASKS_FILE} is "
+                            f"missing; `{LATER_TASKS_COMMAND}` writes it)")
+        return out
+    rows = read_json(path)["rows"]
+    by_adapter: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_adapter.setdefault(r["adapter"], []).append(r)
+    for adapter, group in by_adapter.items():
+        left_out: dict[str, list[float]] = {}
+        for r in group:
+            if r.get("vs_joint") is not None:
+                left_out.setdefault(r["task"], []).append(r["vs_joint"])
+        vs_joint = {t: round(statistics.fmean(v), 2) for t, v in sorted(left_out.items())}
+        later = [r["vs_separate"] for r in group if r.get("vs_joint") is None]
+        out["adapters"].append({
+            "adapter": adapter, "vs_joint": vs_joint,
+            "within": sorted(t for t, d in vs_joint.items() if d >= -WITHIN_POINTS),
+            "adapter_bytes": round(statistics.fmean(r["adapter_bytes"] for r in group)),
+            "share_of_trunk": round(statistics.fmean(r["adapter_share_of_trunk"]
+                                                     for r in group), 4),
+            "later_vs_separate": round(statistics.fmean(later), 2) if later else None})
+    out["adapters"].sort(key=lambda a: a["adapter_bytes"])
+    eligible = [a for a in out["adapters"]
+                if a["vs_joint"] and len(a["within"]) == len(a["vs_joint"])]
+    if eligible:
+        best = eligible[0]
+        out["adapter"] = best["adapter"]
+        worst = min(best["vs_joint"].values())
+        out["notes"].append(
+            f"how to add a task: {best['adapter']}, `palkit add-task RUN --task T "
+            f"{add_task_flags(best['adapter'])}` (the cheapest within "
+            f"{WITHIN_POINTS} point of joint training for every left-out task: worst "
+            f"{worst:+.2f}; {best['adapter_bytes']:,} bytes, {100 * best['share_of_trunk']:.2f}% "
+            f"of the trunk" + (f"; on the task added to all three, {best['later_vs_separate']:+.2f}"
+                               " against its separate model" if best["later_vs_separate"]
+                               is not None else "") + ")")
+    else:
+        closest = max(out["adapters"], key=lambda a: min(a["vs_joint"].values(), default=-1e9),
+                      default=None)
+        out["notes"].append(
+            f"how to add a task: no adapter is within {WITHIN_POINTS} point of joint training "
+            "for every left-out task" + (f"; closest: {closest['adapter']} ("
+                                         + ", ".join(f"{t} {d:+.2f}" for t, d in
+                                                     closest["vs_joint"].items()) + ")"
+                                         if closest and closest["vs_joint"] else ""))
+    out["notes"].append("adapters by bytes: " + "; ".join(
+        f"{a['adapter']} {a['adapter_bytes']:,} B, within for {len(a['within'])}/"
+        f"{len(a['vs_joint'])} left-out tasks" for a in out["adapters"]))
+    return out

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.charts import write_charts
-from bench.frontier import frontier
+from bench.frontier import LATER_TASKS_FILE, add_task_recommendation, frontier
 from bench.headline import (SUMMARY_KEYS, ceiling_fraction, check_targets, headline, headline_pal,
                             pairwise)
 from bench.ingest import Measurements, ReportError, host_subjects, machine_label, read_inputs
@@ -24,7 +24,8 @@ from trainer.fileio import write_text
 def build_report(bench_files: list[Path], device_files: list[Path], out: Path,
                  summary_path: Path | None = None,
                  accuracy_file: Path | None = None,
-                 int8_accuracy_file: Path | None = None) -> dict[str, Any]:
+                 int8_accuracy_file: Path | None = None,
+                 later_tasks_file: Path | None = LATER_TASKS_FILE) -> dict[str, Any]:
     if not bench_files and not device_files:
         raise ReportError("nothing to report: give --bench FILE (from `palkit bench`) and/or "
                           "--device-results FILE (from the Android app)")
@@ -42,6 +43,8 @@ def build_report(bench_files: list[Path], device_files: list[Path], out: Path,
         pal = headline_pal(hosts[0].data, hosts[0].key, m)
         runtime = host_subjects(hosts[0].data)[pal]["runtime"] if pal else None
         add_study_accuracy(summary, sources, m, accuracy_file, int8_accuracy_file, runtime)
+    add_task = add_task_recommendation(later_tasks_file)
+    summary["notes"] = [*summary["notes"], *add_task["notes"]]
     out.mkdir(parents=True, exist_ok=True)
     report = {"generated": time.strftime("%Y-%m-%d %H:%M:%S"),
               "inputs": {"bench": [str(f) for f in bench_files],
@@ -50,7 +53,7 @@ def build_report(bench_files: list[Path], device_files: list[Path], out: Path,
                            for _, d, f in hosts + devices],
               "summary": summary, "headline_sources": sources, "targets": check_targets(summary),
               "pairwise": pairwise(hosts, m), "ceiling_fraction": ceiling_fraction(hosts, m),
-              "frontier": deployment,
+              "frontier": deployment, "add_task": add_task,
               "charts": write_charts(hosts, m, out, deployment), "measurements": m.items,
               "host_notes": [n for _, d, _ in hosts for n in d.get("notes", [])]}
     write_text(out / "report.json", json.dumps(report, indent=1, sort_keys=True) + "\n")

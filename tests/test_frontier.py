@@ -144,3 +144,72 @@ def test_latencies_within_five_percent_are_a_tie_won_by_the_smaller_bundle() -> 
     points[2]["one_task_ms"]["executorch"] = 10.0                        # 11% faster: no tie
     assert recommend(points, "dev")["one_task"] == "separate"
     assert any("within 5%" in n for n in rec["notes"])
+
+
+def write_later_tasks(tmp_path: Path, head_sts: float) -> Path:
+    """A hand-made results/later-tasks.json: three left-out tasks and cfimdb, three adapters,
+    two seeds of sst."""
+    joint = {"sst": 50.0, "quora": 80.0, "sts": 85.0}
+    gaps = {"head": {"sst": -0.4, "quora": -0.9, "sts": head_sts},
+            "pal-top-1": {"sst": -0.2, "quora": -0.5, "sts": -0.8},
+            "pal-all": {"sst": 0.3, "quora": 0.1, "sts": -0.1}}
+    size = {"head": 4_000, "pal-top-1": 400_000, "pal-all": 1_100_000}
+    rows = []
+    for adapter, per_task in gaps.items():
+        for task, gap in per_task.items():
+            for seed_shift in ((0.2, -0.2) if task == "sst" else (0.0,)):
+                rows.append({"task": task, "adapter": adapter, "dev": joint[task] + gap + seed_shift,
+                             "joint": joint[task], "separate": joint[task],
+                             "vs_joint": round(gap + seed_shift, 2), "vs_separate": gap,
+                             "adapter_bytes": size[adapter],
+                             "adapter_share_of_trunk": size[adapter] / 90_000_000})
+        rows.append({"task": "cfimdb", "adapter": adapter, "dev": 85.0, "joint": None,
+                     "separate": 86.0, "vs_joint": None, "vs_separate": -1.0 + len(rows) / 100,
+                     "adapter_bytes": size[adapter],
+                     "adapter_share_of_trunk": size[adapter] / 90_000_000})
+    path = tmp_path / "later-tasks.json"
+    path.write_text(json.dumps({"rows": rows}))
+    return path
+
+
+def test_report_recommends_the_cheapest_adapter_within_a_point_of_joint(tmp_path: Path) -> None:
+    bench, _ = write_inputs(tmp_path, top1_dev=74.0)
+    # the head misses on sts by 1.6: PALs on top are the cheapest within a point everywhere
+    later = write_later_tasks(tmp_path, head_sts=-1.6)
+    report = build_report([bench], [], tmp_path / "r", None, later_tasks_file=later)
+    add = report["add_task"]
+    assert add["adapter"] == "pal-top-1"
+    head = add["adapters"][0]
+    assert head["adapter"] == "head" and head["within"] == ["quora", "sst"]
+    assert head["vs_joint"] == {"quora": -0.9, "sst": -0.4, "sts": -1.6}  # sst: mean of 2 seeds
+    note = next(n for n in report["summary"]["notes"] if n.startswith("how to add a task"))
+    assert "`palkit add-task RUN --task T --adapter pal --pal-layers top-1`" in note and "worst -0.80" in note and "400,000 bytes" in note
+    assert "0.44% of the trunk" in note
+    assert "how to add a task" in (tmp_path / "r" / "report.md").read_text()
+    # within a point everywhere, the head wins: it is the fewest bytes
+    later = write_later_tasks(tmp_path, head_sts=-0.7)
+    assert build_report([bench], [], tmp_path / "r2", None,
+                        later_tasks_file=later)["add_task"]["adapter"] == "head"
+
+
+def test_report_names_the_closest_adapter_when_none_is_within(tmp_path: Path) -> None:
+    bench, _ = write_inputs(tmp_path, top1_dev=74.0)
+    later = write_later_tasks(tmp_path, head_sts=-3.0)
+    data = json.loads(later.read_text())
+    for r in data["rows"]:
+        if r["adapter"] != "head" and r["task"] == "sts":
+            r["vs_joint"] = -1.2 if r["adapter"] == "pal-all" else -2.0
+    later.write_text(json.dumps(data))
+    add = build_report([bench], [], tmp_path / "r", None, later_tasks_file=later)["add_task"]
+    assert add["adapter"] is None
+    assert "no adapter is within 1.0 point" in add["notes"][0]
+    assert "closest: pal-all (quora +0.10, sst +0.30, sts -1.20)" in add["notes"][0]
+
+
+def test_report_says_the_later_tasks_study_is_missing(tmp_path: Path) -> None:
+    bench, _ = write_inputs(tmp_path, top1_dev=74.0)
+    report = build_report([bench], [], tmp_path / "r", None,
+                          later_tasks_file=tmp_path / "absent.json")
+    assert report["add_task"]["adapter"] is None
+    assert any("absent.json is missing; `python -m studies.later_tasks --work DIR` writes it" in n
+               for n in report["summary"]["notes"])
