@@ -208,6 +208,9 @@ def test_hybrid_forward_all_matches_each_task_alone():
         assert list(together) == ["sst", "quora", "sts", "cola"]
         for t in model.tasks:
             assert torch.allclose(together[t], model(ids, mask, types, task=t), atol=1e-5)
+        # one task of its placement (no batching over tasks): the same sums, bit for bit
+        for t in ("sts", "cola"):
+            assert torch.equal(together[t], model(ids, mask, types, task=t))
     # a head-only task reads the plain trunk: exactly BertModel's pooled output through its head
     reference = model.trunk(input_ids=ids, attention_mask=mask, token_type_ids=types)
     with torch.no_grad():
