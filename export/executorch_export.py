@@ -6,8 +6,9 @@ input, so one lowering serves every task of a placement, present and future: add
 writes its weights file and no program. `forward` runs one task of the launch placement, and a
 bundle whose tasks differ (a task added later with a head only, or PALs elsewhere) has one more
 one-task method per other placement; `forward_all` runs the bundle's tasks on one input,
-branching where each placement's PALs begin. Every constant the trunk owns (XNNPACK-packed linear weights and the non-delegated
-embedding and LayerNorm tables) is tagged into the external file "trunk" (trunk.ptd).
+branching where each placement's PALs begin. Every constant the trunk owns (XNNPACK-packed
+linear weights and the non-delegated embedding and LayerNorm tables) is tagged into the external
+file "trunk" (trunk.ptd).
 
 Lowering is single-threaded Python (most of it ExecuTorch's per-partition XNNPACK passes): a
 minute or more of CPU per method for a MiniLM, the same for 3 tasks or 30.
@@ -95,10 +96,10 @@ def lower_trunk_program(model: PalBert, all_tasks: list[str] | None, out_dir: Pa
                         max_len: int, calibration: list[tuple[torch.Tensor, ...]],
                         log: Callable[[str], None] = say) -> dict[str, Any]:
     """Write out_dir/trunk.pte and out_dir/trunk.ptd: one program whose task weights are method
-    inputs (TaskSlotProgram): a one-task method per placement among the model's tasks (method_name;
-    a head-only task's is the plain trunk and one matmul, a PAL task's has only its PALs) and,
-    when `all_tasks` lists several (grouped by placement, export_order), `forward_all`: those
-    tasks on one input, branching where a placement's PALs begin. Calibration runs with the
+    inputs (TaskSlotProgram): a one-task method per placement among the model's tasks
+    (method_name; a head-only task's is the plain trunk and one matmul, a PAL task's has only
+    its PALs) and, when `all_tasks` lists several (grouped by placement, export_order),
+    `forward_all`: those tasks on one input, branching where a placement's PALs begin. Calibration runs with the
     model's own task weights. Returns the delegation facts, the `forward` method's task input
     names in method order ("task_inputs") and the other one-task methods ("methods": name ->
     adapter record and task input names)."""
@@ -118,8 +119,8 @@ def lower_trunk_program(model: PalBert, all_tasks: list[str] | None, out_dir: Pa
         if [t for g in groups for t in g] != list(all_tasks):
             raise ValueError(f"all-tasks order {all_tasks} is not grouped by placement")
         program = TaskSlotProgram(model, [(model.task_pal(g[0]), len(g)) for g in groups])
-        stacked = [x for g, group in enumerate(groups)
-                   for x in stack_task_tensors([weights[t] for t in group], program.input_names(g))]
+        stacked = [x for g, group in enumerate(groups) for x in
+                   stack_task_tensors([weights[t] for t in group], program.input_names(g))]
         methods[ALL_TASKS_METHOD] = (program, [x + tuple(stacked) for x in calibration])
     log(f"executorch: lowering {PROGRAM}.pte ({', '.join(methods)})")
     facts = lower_methods(methods, PROGRAM, out_dir, int8, max_len)

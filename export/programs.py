@@ -220,15 +220,14 @@ class TaskSlotProgram(nn.Module):
     """An ExecuTorch method of the bundle's one program: tasks on one input, every
     task-specific matrix a method input, so one lowering serves every task of a placement and a
     task is its weights file. `groups` lists (placement, task count): [(pal, 1)] is a one-task
-    method; an int n is n tasks of the model's own placement. Inputs: the three text inputs,
+    method. Inputs: the three text inputs,
     then each group's `input_names(g)` in order, each [count, ...]; output [tasks, PAD_OUTPUTS]:
     row t is task t's logits (or score, column 0) in its first num_outputs columns, through the
     same output map (linear / sigmoid / offset) as the ONNX graph. The trunk runs once up to
     where a group's PALs begin (PalBert.branched, as PalBert.forward_all)."""
 
-    def __init__(self, model: PalBert, groups: list[tuple[PalConfig | None, int]] | int):
+    def __init__(self, model: PalBert, groups: list[tuple[PalConfig | None, int]]):
         super().__init__()
-        groups = [(model.pal, groups)] if isinstance(groups, int) else groups
         self.counts = [n for _, n in groups]
         self.slots = slot_names(len(groups))
         self.model = slot_model(model, [pal for pal, _ in groups])
