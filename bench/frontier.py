@@ -185,8 +185,10 @@ def add_task_recommendation(path: Path | None) -> dict[str, Any]:
                                                      for r in group), 4),
             "later_vs_separate": round(statistics.fmean(later), 2) if later else None})
     out["adapters"].sort(key=lambda a: a["adapter_bytes"])
-    eligible = [a for a in out["adapters"]
-                if a["vs_joint"] and len(a["within"]) == len(a["vs_joint"])]
+    # the study writes its rows as they finish: judge each adapter on every left-out task so far
+    left_out = sorted({t for a in out["adapters"] for t in a["vs_joint"]})
+    out["left_out_tasks"] = left_out
+    eligible = [a for a in out["adapters"] if left_out and a["within"] == left_out]
     if eligible:
         best = eligible[0]
         out["adapter"] = best["adapter"]
@@ -194,7 +196,8 @@ def add_task_recommendation(path: Path | None) -> dict[str, Any]:
         out["notes"].append(
             f"how to add a task: {best['adapter']}, `palkit add-task RUN --task T "
             f"{add_task_flags(best['adapter'])}` (the cheapest within "
-            f"{WITHIN_POINTS} point of joint training for every left-out task: worst "
+            f"{WITHIN_POINTS} point of joint training for every left-out task, "
+            f"{', '.join(left_out)}: worst "
             f"{worst:+.2f}; {best['adapter_bytes']:,} bytes, {100 * best['share_of_trunk']:.2f}% "
             f"of the trunk" + (f"; on the task added to all three, {best['later_vs_separate']:+.2f}"
                                " against its separate model" if best["later_vs_separate"]
@@ -210,5 +213,7 @@ def add_task_recommendation(path: Path | None) -> dict[str, Any]:
                                          if closest and closest["vs_joint"] else ""))
     out["notes"].append("adapters by bytes: " + "; ".join(
         f"{a['adapter']} {a['adapter_bytes']:,} B, within for {len(a['within'])}/"
-        f"{len(a['vs_joint'])} left-out tasks" for a in out["adapters"]))
+        f"{len(left_out)} left-out tasks" + ("" if len(a["vs_joint"]) == len(left_out) else
+                                            f" ({len(a['vs_joint'])} run so far)")
+        for a in out["adapters"]))
     return out

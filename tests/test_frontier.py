@@ -184,12 +184,24 @@ def test_report_recommends_the_cheapest_adapter_within_a_point_of_joint(tmp_path
     assert head["vs_joint"] == {"quora": -0.9, "sst": -0.4, "sts": -1.6}  # sst: mean of 2 seeds
     note = next(n for n in report["summary"]["notes"] if n.startswith("how to add a task"))
     assert "`palkit add-task RUN --task T --adapter pal --pal-layers top-1`" in note and "worst -0.80" in note and "400,000 bytes" in note
-    assert "0.44% of the trunk" in note
+    assert "0.44% of the trunk" in note and "every left-out task, quora, sst, sts: worst" in note
     assert "how to add a task" in (tmp_path / "r" / "report.md").read_text()
     # within a point everywhere, the head wins: it is the fewest bytes
     later = write_later_tasks(tmp_path, head_sts=-0.7)
     assert build_report([bench], [], tmp_path / "r2", None,
                         later_tasks_file=later)["add_task"]["adapter"] == "head"
+
+
+def test_an_adapter_not_yet_run_on_every_left_out_task_is_not_recommended(tmp_path: Path) -> None:
+    # the study writes rows as they finish: the head has no sts row yet, PALs on top have
+    later = write_later_tasks(tmp_path, head_sts=-0.2)
+    data = json.loads(later.read_text())
+    data["rows"] = [r for r in data["rows"] if not (r["adapter"] == "head" and r["task"] == "sts")]
+    later.write_text(json.dumps(data))
+    bench, _ = write_inputs(tmp_path, top1_dev=74.0)
+    add = build_report([bench], [], tmp_path / "r", None, later_tasks_file=later)["add_task"]
+    assert add["left_out_tasks"] == ["quora", "sst", "sts"] and add["adapter"] == "pal-top-1"
+    assert "head 4,000 B, within for 2/3 left-out tasks (2 run so far)" in add["notes"][-1]
 
 
 def test_report_names_the_closest_adapter_when_none_is_within(tmp_path: Path) -> None:
