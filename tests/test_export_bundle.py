@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from export.bundle import export_run, add_adapter, ExportError
 from export.manifest import read_manifest
+from export.inputs import Texts
 from export.programs import reference_outputs
 from export.runtime import BundleError, Engine, load_bundle
 from trainer.checkpoint import load_model, resolve_model_dir, sha256_file
@@ -98,8 +99,9 @@ def test_all_tasks_method_matches_each_task(et_fp32, tiny_pal_run, tiny_data, tm
     verify = json.loads((et_fp32 / "verify.json").read_text())
     checked = verify["runtimes"]["executorch"]["all_tasks_program"]["tasks"]
     assert set(checked) == {"sst", "sts"} and all(r["max_abs_diff"] < 1e-4 for r in checked.values())
-    # Mixed single/pair tasks read different inputs: predict_all runs them one by one.
-    assert [p.task for p in engine.predict_all("good", "fine")] == ["sst", "sts"]
+    # Mixed single/pair tasks read different inputs: predict_all runs those that read it.
+    assert [p.task for p in engine.predict_all(Texts("good", "fine"))] == ["sts"]
+    assert [p.task for p in engine.predict_all(Texts("good"))] == ["sst"]
     with pytest.raises(BundleError, match="no all-tasks program for onnxruntime"):
         Engine(load_bundle(et_fp32), "onnxruntime").run_all_ids(ids, mask, types)
     # Replacing a task keeps the all-tasks method: it takes the new weights file as its input.
@@ -376,10 +378,10 @@ def test_unknown_task_empty_text_and_pairs(onnx_fp32):
     with pytest.raises(BundleError) as e:
         engine.predict("sst", "   ")
     assert "empty" in one_line(e)
-    with pytest.raises(BundleError) as e:
-        engine.predict_all("only one text")
-    assert "needs two texts" in one_line(e)
-    assert len(engine.predict_all("the movie was good", "the film was good")) == 3
+    singles = [t for t, info in engine.bundle.tasks.items() if not info.is_pair]
+    assert [p.task for p in engine.predict_all(Texts("only one text"))] == singles
+    pairs = engine.predict_all(Texts("the movie was good", "the film was good"))
+    assert [p.task for p in pairs] == [t for t in engine.bundle.tasks if t not in singles]
 
 
 def test_too_long_text_is_truncated_with_warning(onnx_fp32, capsys):
