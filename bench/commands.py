@@ -129,12 +129,13 @@ def report(
     printed as a table.
     """
     from bench.report import build_report
-    from ui.tables import targets_table
+    from ui.tables import comparison_table, targets_table
 
     if not bench_files and not device_results:
         bench_files = [DEFAULT_BENCH_OUT]
     result = build_report(bench_files or [], device_results or [], out, summary, accuracy,
                           int8_accuracy)
+    comparison_table(result)
     targets_table(result["targets"], "headline against the targets")
     say_what_is_missing(result)
     typer.echo(f"wrote {out / 'report.md'}, {out / 'report.json'} and "

@@ -354,3 +354,18 @@ def test_export_summary_shows_the_gated_metric_change():
     assert verified_change(scored) == "sst_acc +0.18 points [-0.36, +0.73], agreement 0.989"
     sentences = {"agreement": 1.0, "max_abs_diff": 2.5e-3}
     assert verified_change(sentences) == "agreement 1.000, max |diff| 2.50e-03"
+
+
+def test_report_prints_the_comparison_with_separate_models(capsys):
+    from ui.tables import comparison_table
+    latency = {"task:sst t1 s128": 1.2, "task:sts t1 s128": 1.4, "all_tasks t1 s128": 0.7}
+    comparison_table({"pairwise": [
+        {"pal": "default/executorch", "other": "default/onnxruntime", "other_role": "pal",
+         "size_ratio": 1.1, "latency": latency},
+        {"pal": "default/executorch", "other": "separate/executorch/int8",
+         "other_role": "separate", "size_ratio": 0.387, "latency": latency}]})
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if "separate/executorch/int8" in line)
+    assert [cell.strip() for cell in row.split("│")[1:5]] == \
+        ["separate/executorch/int8", "0.39x", "1.30x", "0.70x"]
+    assert "default/onnxruntime" not in out
