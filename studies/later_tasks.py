@@ -38,6 +38,8 @@ from trainer.tasks import BUILTIN_TASKS
 
 CLI = str(Path(__file__).resolve().parents[1] / "cli.py")
 LAUNCH_TASKS = ("sst", "quora", "sts")
+# Quora, whose dev split is the largest, is left out last, then CFIMDB is added.
+LEAVE_OUT_ORDER = ("sst", "sts", "quora")
 LATER_TASK = "cfimdb"
 BUDGET = ["--preset", "quick", "--length-buckets", "64"]
 # How a later task is added: add-task's options for each of the three ways compared.
@@ -149,7 +151,7 @@ def main() -> None:
         write_json(a.results / "later-tasks.json", record)
         write_text(a.results / "later-tasks.md", markdown(record))
 
-    for task in LAUNCH_TASKS:
+    for task in LEAVE_OUT_ORDER:
         others = tuple(t for t in LAUNCH_TASKS if t != task)
         base = train(work / f"without-{task}", others, "shared", a.seed, a.data_dir)
         for adapter in ADAPTERS:
