@@ -116,6 +116,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--separate", type=Path, help="a finished --mode separate run to reuse")
     parser.add_argument("--results", type=Path, default=Path("results"))
+    parser.add_argument("--leave-out", default=",".join(LEAVE_OUT_ORDER),
+                        help="launch tasks to leave out, in this order (empty: none); a second "
+                             "study process on the same --work can take some of the work")
     a = parser.parse_args()
     work = a.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -151,7 +154,7 @@ def main() -> None:
         write_json(a.results / "later-tasks.json", record)
         write_text(a.results / "later-tasks.md", markdown(record))
 
-    for task in LEAVE_OUT_ORDER:
+    for task in filter(None, a.leave_out.split(",")):
         others = tuple(t for t in LAUNCH_TASKS if t != task)
         base = train(work / f"without-{task}", others, "shared", a.seed, a.data_dir)
         for adapter in ADAPTERS:
