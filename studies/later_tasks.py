@@ -122,7 +122,6 @@ def main() -> None:
     a = parser.parse_args()
     work = a.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
 
     joint = train(work / "joint", LAUNCH_TASKS, "shared", a.seed, a.data_dir)
     separate = a.separate or train(work / "separate", LAUNCH_TASKS, "separate", a.seed, a.data_dir)
@@ -149,7 +148,6 @@ def main() -> None:
             "vs_joint": None if ref["joint"] is None else round(dev - ref["joint"], 2),
             "vs_separate": round(dev - ref["separate"], 2), "adapter_bytes": adapter_bytes,
             "adapter_share_of_trunk": round(adapter_bytes / trunk_bytes, 4)})
-        record["hours"] = round((time.time() - t0) / 3600, 2)
         a.results.mkdir(parents=True, exist_ok=True)
         write_json(a.results / "later-tasks.json", record)
         write_text(a.results / "later-tasks.md", markdown(record))
