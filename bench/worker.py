@@ -87,7 +87,7 @@ class TorchRunner:
 
 class RuntimeRunner:
     """Bundles through palkit's runtime layer, exactly as predict runs them (load_bundle's
-    checks, then Engine: the first `load` of a task is its swap); a peer's single model file
+    checks of every file, then Engine: the first `load` of a task is its swap); a peer's single model file
     through the same layer's loaders (export/engines.py)."""
 
     def __init__(self, runtime: str, threads: int):
@@ -100,7 +100,9 @@ class RuntimeRunner:
 
     def engine(self, folder: str) -> Engine:
         if folder not in self.engines:
-            bundle = load_bundle(folder, runtime=self.runtime, tasks=[])
+            # every task's file checked at load: ExecuTorch reads them all there (predict's
+            # default), so a swap binds tensors already in memory
+            bundle = load_bundle(folder, runtime=self.runtime)
             self.engines[folder] = Engine(bundle, self.runtime, self.threads)
         return self.engines[folder]
 
