@@ -190,10 +190,11 @@ class ExecuTorchRunner(TaskRunner):
     def select(self, task: TaskEntry) -> None:
         if self.method is None:
             self.method = self.load_method(self.section.method)
-        self.current = self.task_weights(task)
+        self.task_weights(task)
+        self.current = task.name
 
     def run(self, task, ids, mask, types):
-        out = self.method((*_torch_inputs(ids, mask, types), *self.current))[0]
+        out = self.method((*_torch_inputs(ids, mask, types), *self.weights[self.current]))[0]
         return out.numpy()[0, : task.num_outputs]
 
     def load_all(self) -> list[str]:
@@ -204,6 +205,9 @@ class ExecuTorchRunner(TaskRunner):
             import torch
             parts = [self.task_weights(self.bundle.tasks[t]) for t in spec.tasks]
             self.all_weights = tuple(torch.cat(p) for p in zip(*parts))
+            # each task's tensors become views of the stacked ones: its weights held once
+            for i, t in enumerate(spec.tasks):
+                self.weights[t] = tuple(w[i:i + 1] for w in self.all_weights)
             self.all_method = self.load_method(spec.method)
         return list(spec.tasks)
 

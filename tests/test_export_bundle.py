@@ -598,5 +598,7 @@ def test_executorch_reads_checked_task_files_at_load_and_loads_only_the_method_u
     assert engine.impl.method is None
     lazy = Engine(load_bundle(et_fp32, runtime="executorch", tasks=[]), "executorch")
     assert lazy.impl.weights == {}
-    lazy.run_ids("sts", ids, mask, types)
+    alone = lazy.run_ids("sts", ids, mask, types)[0]
     assert list(lazy.impl.weights) == ["sts"] and lazy.impl.method is not None
+    # after run_all a task's weights are views of the stacked tensors: the same bits out
+    assert engine.run_ids("sts", ids, mask, types)[0].tobytes() == alone.tobytes()
