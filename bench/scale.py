@@ -367,6 +367,7 @@ def chart(data: dict[str, Any], path: Path) -> None:
     from bench.charts import _plt, save
 
     plt = _plt()
+    from matplotlib import ticker
     fig, axes = plt.subplots(2, 4, figsize=(20, 9.5))
     scale_of = {"bytes": (2**20, "MiB"), "s": (1, "s"), "ms": (1, "ms")}
     colors = {1: "#c0504d", 2: "#1f77b4"}
@@ -385,11 +386,19 @@ def chart(data: dict[str, Any], path: Path) -> None:
                         markerfacecolor="white" if guessed else colors[fmt])
         ax.set_title(label)
         ax.set_xscale("log")
-        ax.set_yscale("log")
+        values = [p[key] for p in data["points"] if p.get(key)]
+        if values and max(values) > 10 * min(values):  # else a log axis shows no labels
+            ax.set_yscale("log")
+        else:
+            ax.set_ylim(bottom=0)
         ax.set_xticks(sorted({p["tasks"] for p in data["points"]}))
         ax.set_xticklabels([str(t) for t in sorted({p["tasks"] for p in data["points"]})])
         ax.set_xlabel("tasks in the bundle (T)")
         ax.set_ylabel(shown)
+        ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        # on a log axis, label 2x and 5x too: most panels span one or two decades
+        ax.yaxis.set_minor_formatter(ticker.FuncFormatter(
+            lambda v, _: f"{v:g}" if f"{v:g}"[0] in "25" else ""))
         ax.grid(True, which="both", alpha=0.3)
     legend = axes.flat[-1]
     legend.axis("off")
