@@ -210,6 +210,8 @@ def extrapolate_format1(measured: dict[int, dict[str, Any]], tasks: int) -> dict
                           / (top - min(measured)) if top > min(measured)
                           else one["memory_all_ready_bytes"])
     point = {k: m[k] for k in ("swap_p50_ms", "one_task_p50_ms", "add_task_s", "task_file_bytes")}
+    if point["swap_p50_ms"] is None:  # only T=1 measured: a swap is what loading its program took
+        point["swap_p50_ms"] = one["detail"]["load_ms"]
     point.update(
         format=1, tasks=tasks, measured_from=top,
         export_s=m["export_s"] + extra * measured[1]["export_s"] if 1 in measured else None,
@@ -227,7 +229,8 @@ def extrapolate_format1(measured: dict[int, dict[str, Any]], tasks: int) -> dict
              "memory_all_ready_bytes": "what each further task program added between the "
                                        "measured T (one measured T: what the first took), per "
                                        "further task",
-             "swap_p50_ms": f"T={top}'s (a swap loads one task program, whatever T)",
+             "swap_p50_ms": f"T={top}'s (a swap loads one task program, whatever T; with "
+                            "only T=1 measured, the load of its one program)",
              "one_task_p50_ms": f"T={top}'s (the same program)",
              "all_tasks_p50_ms": f"T={top}'s x T/{top} (every layer runs per task)",
              "add_task_s": "T=1's export (adding a task lowers one task program)"})
