@@ -586,3 +586,21 @@ def test_adding_a_task_to_a_bundle_with_other_adapter_inputs_is_refused(copy_of,
         n.replace(".weight_t", ".weight") for n in m["runtimes"]["onnxruntime"]["adapter_inputs"]]))
     with pytest.raises(ExportError, match="re-export the bundle"):
         add_adapter(tiny_pal_run, "sst", copy_of, replace=True, data_dir=tiny_data, **QUIET)
+
+
+@pytest.mark.slow
+def test_executorch_reads_checked_task_files_at_load_and_loads_only_the_method_used(et_fp32):
+    """A swap binds tensors read when the bundle loaded: the runner reads every task file that
+    load_bundle checked, and a task not checked on its first use. `run_all` alone never loads
+    `forward` (each loaded method packs the trunk again in Python)."""
+    engine = Engine(load_bundle(et_fp32), "executorch")
+    assert sorted(engine.impl.weights) == ["sst", "sts"] and engine.impl.method is None
+    ids, mask, types = engine.tokenizer("how can i learn to cook", "why do dogs play")
+    engine.run_all_ids(ids, mask, types)
+    assert engine.impl.method is None
+    lazy = Engine(load_bundle(et_fp32, runtime="executorch", tasks=[]), "executorch")
+    assert lazy.impl.weights == {}
+    alone = lazy.run_ids("sts", ids, mask, types)[0]
+    assert list(lazy.impl.weights) == ["sts"] and lazy.impl.method is not None
+    # after run_all a task's weights are views of the stacked tensors: the same bits out
+    assert engine.run_ids("sts", ids, mask, types)[0].tobytes() == alone.tobytes()
