@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.machine import host_machine
-from bench.run import ROOT, Timing, run_worker
+from bench.run import ROOT, Timing, command_line, run_worker
 from bench.schema import ALL_TASKS, percentile
 from trainer.checkpoint import resolve_model_dir
 from trainer.errors import PalkitError
@@ -271,7 +271,7 @@ def scale(run: Path, out: Path, opts: ScaleOptions) -> dict[str, Any]:
     extrapolated = [extrapolate_format1(measured1, t) for t in opts.tasks
                     if measured1 and t > max(measured1)]
     data = {
-        "schema": SCHEMA, "version": VERSION, "command": sys.argv, "machine": machine,
+        "schema": SCHEMA, "version": VERSION, "command": command_line() or sys.argv, "machine": machine,
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "wall_s": time.time() - started,
         "settings": {**asdict(opts), "work": str(opts.work), "run": str(run),
