@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from export.bundle import export_run
+from export.engines import set_executorch_threads
 from export.runtime import Engine, load_bundle
 from export.verify import Gate, compare, failure, reference_batched, run_task
 from quant.onnx_int8 import quantize_trunk as palkit_quantize_trunk
@@ -37,7 +38,7 @@ from trainer.checkpoint import load_model
 from trainer.data import read_examples
 from trainer.fileio import write_json, write_text
 
-OFF = dict(max_drop=None, min_agreement=0.0)
+OFF = dict(max_drop=None, min_agreement=-1.0)  # no gate (Pearson agreement can be < 0)
 REUSE = False
 LATENCY_TOKENS = 128
 LATENCY_CALLS = 20
@@ -301,7 +302,7 @@ def false_refusals(model, dev, refs, outputs, seeds: int = 20) -> dict[str, Any]
     the half of dev it sees, changes."""
     by_seed, by_half = [], []
     rng = random.Random(0)
-    for s in range(seeds):
+    for s in range(1, seeds + 1):  # export's own seed is 0
         fails_seed, fails_half = [], []
         for (runtime, t), got in outputs.items():
             encoded, gold = dev[t]
@@ -313,8 +314,13 @@ def false_refusals(model, dev, refs, outputs, seeds: int = 20) -> dict[str, Any]
             fails_half += [f for f in [failure(h, f"{runtime}/{t}", True, Gate())] if f]
         by_seed.append(fails_seed)
         by_half.append(fails_half)
+    runtimes = sorted({rt for rt, _ in outputs})
     return {"seeds": seeds, "refused_with_other_seed": sum(bool(f) for f in by_seed),
             "refused_on_half_of_dev": sum(bool(f) for f in by_half),
+            "by_runtime": {rt: {"seed": sum(any(f.startswith(rt + "/") for f in fs)
+                                            for fs in by_seed),
+                                "half": sum(any(f.startswith(rt + "/") for f in fs)
+                                            for fs in by_half)} for rt in runtimes},
             "failures_seed": [f for fs in by_seed for f in fs][:10],
             "failures_half": [f for fs in by_half for f in fs][:10]}
 
@@ -341,6 +347,9 @@ def main() -> None:
     global REUSE
     REUSE = a.reuse
     a.work.mkdir(parents=True, exist_ok=True)
+    # ExecuTorch's thread pool is sized once per process, before a program loads: one thread for
+    # everything here (export's verification included), as the timings need
+    set_executorch_threads(1)
     model, tokenizer, _ = load_model(a.model_dir)
     out: dict[str, Any] = {"model": str(a.model_dir), "training_steps": a.steps,
                            "machine": machine(), "date": time.strftime("%Y-%m-%d"),
@@ -484,6 +493,10 @@ def markdown(r: dict[str, Any]) -> str:
               f"Refused with {fr['refused_with_other_seed']} of {fr['seeds']} other bootstrap "
               f"seeds, and on {fr['refused_on_half_of_dev']} of {fr['seeds']} random halves "
               "of dev."]
+    for rt, n in fr["by_runtime"].items():
+        lines.append(f"- {rt}: refused with {n['seed']} of {fr['seeds']} seeds, on {n['half']} "
+                     f"of {fr['seeds']} halves")
+    lines += ["", "The refusals (at most 10 of each kind):", ""]
     lines += [f"- {f}" for f in fr["failures_seed"] + fr["failures_half"]]
     return "\n".join(lines) + "\n"
 
