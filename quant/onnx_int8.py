@@ -72,7 +72,7 @@ class _Rewrite:
     def __init__(self, model):
         from onnx import numpy_helper
 
-        self.model, self.graph = model, model.graph
+        self.graph = model.graph
         self.inits = {i.name: i for i in self.graph.initializer}
         self.array = lambda name: numpy_helper.to_array(self.inits[name])
         self.nodes = list(self.graph.node)  # held, so id() names a node until finish()
@@ -118,10 +118,11 @@ class _Rewrite:
         """MatMul(x, W) -> MatMulIntegerToFloat(per_token(x), int8 W); its bias Add stays."""
         from onnx import helper
 
-        q, scale = int8_rows(self.array(matmul.input[1]), axis=1)   # W is [in, out]
         w = matmul.input[1]
-        self.add_init(q, f"{w}/int8")
-        self.add_init(scale.reshape(-1), f"{w}/scale")
+        if f"{w}/int8" not in self.inits:  # a weight two MatMuls share is stored once
+            q, scale = int8_rows(self.array(w), axis=1)   # W is [in, out]
+            self.add_init(q, f"{w}/int8")
+            self.add_init(scale.reshape(-1), f"{w}/scale")
         nodes, xq, xs = self.per_token(matmul.input[0])
         nodes.append(helper.make_node("MatMulIntegerToFloat",
                                       [xq, f"{w}/int8", xs, f"{w}/scale", "palkit_q/zero"],
@@ -153,9 +154,10 @@ class _Rewrite:
         from onnx import TensorProto, helper
 
         table = gather.input[0]
-        q, scale = int8_rows(self.array(table), axis=0)
-        self.add_init(q, f"{table}/int8")
-        self.add_init(scale, f"{table}/scale")  # [rows, 1]
+        if f"{table}/int8" not in self.inits:
+            q, scale = int8_rows(self.array(table), axis=0)
+            self.add_init(q, f"{table}/int8")
+            self.add_init(scale, f"{table}/scale")  # [rows, 1]
         out, p = gather.output[0], f"palkit_q/per_row/{gather.output[0]}"
         self.replace[id(gather)] = [
             helper.make_node("Gather", [f"{table}/int8", gather.input[1]], [f"{p}/int8"]),
