@@ -6,6 +6,7 @@ and turns the failures a user can fix into one line and exit status 2.
 """
 from __future__ import annotations
 
+import os
 import sys
 from typing import Annotated, Optional
 
@@ -70,8 +71,19 @@ def main(argv: list[str] | None = None) -> int:
     return result if isinstance(result, int) else 0
 
 
+# Commands that leave nothing to clean up at exit end without Python's interpreter teardown:
+# unloading torch's modules takes about 0.4 s, a fifth of `predict` on ExecuTorch.
+QUICK_EXIT = ("predict",)
+
+
 def entry_point() -> None:
-    sys.exit(main())
+    code = main()
+    command = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
+    if code == 0 and command in QUICK_EXIT:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

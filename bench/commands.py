@@ -17,6 +17,7 @@ from trainer.options import DataDirOption, TrustKeyOption
 app = typer.Typer()
 MEASURE = "Measure and report"
 DEFAULT_BENCH_OUT = Path("runs/reports/bench-host.json")
+DEFAULT_SCALE_OUT = Path("runs/reports/bench-scale.json")
 DEFAULT_REPORT_OUT = Path("runs/reports/report")
 
 
@@ -75,6 +76,14 @@ def bench(
     out: Annotated[Path, typer.Option(metavar="FILE", help="palkit-bench JSON to write")] =
         DEFAULT_BENCH_OUT,
     trust_key: TrustKeyOption = None,
+    scale: Annotated[Optional[str], typer.Option(
+        metavar="T[,T...]", help="instead: export bundles of T synthetic tasks from --run's model "
+        "and measure how export, add-task, bytes, memory, swap and latency grow with T, both "
+        "ExecuTorch bundle formats (bench/scale.py; first --threads, last --seq-lens; writes "
+        "--out and its .md and .png)")] = None,
+    scale_format1: Annotated[str, typer.Option(
+        metavar="T[,T...]", help="with --scale: the T at which the per-task-program format is "
+        "exported and measured (from git history; must include 1), or none")] = "1,3",
 ) -> None:
     """Measure bundles, separate models and peers on this machine.
 
@@ -87,6 +96,20 @@ def bench(
     from ui.progress import say
     from bench.run import bench as run_bench
     from trainer.data import resolve_data_dir
+
+    if scale:
+        from bench.scale import ScaleOptions, scale as run_scale
+        if not runs:
+            raise typer.BadParameter("--scale needs --run RUN (the model whose trunk and task "
+                                     "shapes the synthetic tasks take)", param_hint="--scale")
+        target = DEFAULT_SCALE_OUT if out == DEFAULT_BENCH_OUT else out
+        run_scale(runs[0], target, ScaleOptions(
+            tasks=_ints([scale]), threads=_ints(threads)[0], seq_len=_ints(seq_lens)[-1],
+            format1_tasks=[] if scale_format1 == "none" else _ints([scale_format1]),
+            timing=Timing(warmup, min_runs, min_seconds, max_seconds, block),
+            work=work / "scale"))
+        typer.echo(f"wrote {target} and its .md and .png")
+        return
 
     options = BenchOptions(
         runtimes=_words([runtimes], RUNTIMES, "--runtimes"),
@@ -129,12 +152,13 @@ def report(
     printed as a table.
     """
     from bench.report import build_report
-    from ui.tables import targets_table
+    from ui.tables import comparison_table, targets_table
 
     if not bench_files and not device_results:
         bench_files = [DEFAULT_BENCH_OUT]
     result = build_report(bench_files or [], device_results or [], out, summary, accuracy,
                           int8_accuracy)
+    comparison_table(result)
     targets_table(result["targets"], "headline against the targets")
     say_what_is_missing(result)
     typer.echo(f"wrote {out / 'report.md'}, {out / 'report.json'} and "

@@ -1,7 +1,7 @@
 """The one benchmark JSON schema ("palkit-bench", version 1) for host and phone results.
 
-The Android app writes it (android_demo/core/.../bench/BenchReport.java) and `cli.py bench`
-writes it; `cli.py report` reads both. Required keys, shared by both writers:
+The Android app writes it (android_demo/core/.../bench/BenchReport.java) and `palkit bench`
+writes it; `palkit report` reads both. Required keys, shared by both writers:
 
     {
       "schema": "palkit-bench", "version": 1,

@@ -1,4 +1,4 @@
-"""What `cli.py bench` measures: subjects found from bundles, training runs and peers.
+"""What `palkit bench` measures: subjects found from bundles, training runs and peers.
 
 A subject is a set of task models run by one runtime: each multi-task bundle per runtime (a PAL
 bundle), the single-task bundles grouped per runtime and precision ("the separate models"), and
@@ -22,7 +22,7 @@ from ui.progress import say
 
 
 class BenchError(PalkitError, ValueError):
-    """A bundle or run given to `cli.py bench` cannot be benchmarked."""
+    """A bundle or run given to `palkit bench` cannot be benchmarked."""
 
 
 @dataclass

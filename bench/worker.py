@@ -10,6 +10,8 @@ A subject is a set of task models run by one runtime:
 with SOURCE one of
     {"format": "bundle", "bundle": DIR, "task": NAME}     a palkit bundle (export/BUNDLE.md)
     {"format": "pte", "path": FILE, "inputs": "mask4d"}  a single-model .pte (peer)
+    {"format": "pte", "path": FILE, "data": PTD}          a .pte with its weights in a .ptd
+                                                          (bench/scale.py: per-task programs)
     {"format": "onnx", "path": FILE}                      a single-model .onnx (peer)
     {"format": "torch", "model_dir": DIR}                 a palkit model folder, PyTorch eager
 
@@ -87,7 +89,7 @@ class TorchRunner:
 
 class RuntimeRunner:
     """Bundles through palkit's runtime layer, exactly as predict runs them (load_bundle's
-    checks, then Engine: the first `load` of a task is its swap); a peer's single model file
+    checks of every file, then Engine: the first `load` of a task is its swap); a peer's single model file
     through the same layer's loaders (export/engines.py)."""
 
     def __init__(self, runtime: str, threads: int):
@@ -100,7 +102,9 @@ class RuntimeRunner:
 
     def engine(self, folder: str) -> Engine:
         if folder not in self.engines:
-            bundle = load_bundle(folder, runtime=self.runtime, tasks=[])
+            # every task's file checked at load: ExecuTorch reads them all there (predict's
+            # default), so a swap binds tensors already in memory
+            bundle = load_bundle(folder, runtime=self.runtime)
             self.engines[folder] = Engine(bundle, self.runtime, self.threads)
         return self.engines[folder]
 
@@ -115,7 +119,8 @@ class RuntimeRunner:
                 engine.swap(src["task"])
             self.loaded[task] = ("bundle", engine, src["task"])
         elif src["format"] == "pte":
-            method = engines.load_executorch_program(Path(src["path"])).load_method("forward")
+            data = Path(src["data"]) if src.get("data") else None
+            method = engines.load_executorch_program(Path(src["path"]), data).load_method("forward")
             self.loaded[task] = ("pte", method, src.get("inputs"))
         else:
             session = engines.ort_session(Path(src["path"]), self.threads)

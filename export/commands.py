@@ -111,11 +111,21 @@ def summarize(path: Path) -> None:
         typer.echo(f"  {rel:36s} {f.bytes / 1024:10.1f} KiB")
     verified = json.loads((path / "verify.json").read_text())
     for rt, r in verified["runtimes"].items():
-        for part, checked in (("", r["tasks"]), ("all-tasks program/", r.get(
+        for part, checked in (("", r["tasks"]), ("all tasks on one input/", r.get(
                 "all_tasks_program", {}).get("tasks", {}))):
             for t, x in checked.items():
-                typer.echo(f"  verify {rt}/{part}{t}: agreement {x['agreement']:.3f}, max |diff| "
-                           f"{x['max_abs_diff']:.2e} ({x['source']})")
+                typer.echo(f"  verify {rt}/{part}{t}: {verified_change(x)} ({x['source']})")
+
+
+def verified_change(checked: dict) -> str:
+    """What the gate judged for one task: its metric's change with the 95% interval where dev
+    labels were scored, else agreement with PyTorch fp32 and the largest output difference."""
+    agreement = f"agreement {checked['agreement']:.3f}"
+    if "metric_change" not in checked:
+        return f"{agreement}, max |diff| {checked['max_abs_diff']:.2e}"
+    low, high = checked["metric_change_interval"]
+    return (f"{checked['metric']} {checked['metric_change']:+.2f} points "
+            f"[{low:+.2f}, {high:+.2f}], {agreement}")
 
 
 def _import_runtime(runtime: str) -> float:
@@ -188,17 +198,11 @@ def predict(
         chosen, skipped = [loaded.task(task)], []
         check_task_reads(chosen[0], given)
     engine, load_ms, import_ms = _start_engine(loaded, runtime, threads)
-    # Every task on one input in one call when the bundle has a program of all of them.
-    one_call = all_ and engine.all_tasks_program() == [t.name for t in chosen]
     t0 = time.perf_counter()
-    if one_call:   # programs are loaded here, so that the latency column is running only
-        engine.load_all_tasks()
-    else:
-        for t in chosen:
-            engine.swap(t.name)
+    engine.ready([t.name for t in chosen])  # loaded here: the latency column is running only
     load_ms += check_ms + (time.perf_counter() - t0) * 1000
-    preds = (engine.predict_all(given.first, given.second) if one_call else
-             [engine.predict(t.name, given.first, given.second) for t in chosen])
+    preds = (engine.predict_all(given) if all_ else
+             [engine.predict(chosen[0].name, given.first, given.second)])
     read = "text 1 + text 2" if given.second is not None else "text 1"
     if as_json:
         typer.echo(json.dumps({

@@ -139,10 +139,14 @@ def ort_errors() -> tuple[type[BaseException], ...]:
 
 
 class ExecuTorchRunner(TaskRunner):
-    """The bundle's one program, loaded once (the trunk packed once); a task is its weights
-    file, read once and then passed as the method's task inputs, so a swap is choosing another
-    task's tensors. The program does not plan memory for its inputs: the method reads the
-    tensors where they lie, nothing is copied per call (export/executorch_export.py)."""
+    """The bundle's one program, loaded once; a task is its weights file, read once and then
+    passed as the method's task inputs, so a swap is choosing another task's tensors. Every task
+    whose file the bundle already checked (load_bundle's `tasks`; None: all) is read here, at
+    load, so that its first swap reads nothing; others are read (and checked) on first use. Each
+    method packs the trunk when it loads (the pip wheel has no XNNPACK weight cache to share it),
+    so `forward` loads on the first single-task run and a caller of `run_all` alone packs the
+    trunk once. The program does not plan memory for its inputs: the method reads the tensors
+    where they lie, nothing is copied per call (export/executorch_export.py)."""
 
     def __init__(self, bundle: "Bundle", threads: int | None):
         super().__init__(bundle, threads)
@@ -152,22 +156,32 @@ class ExecuTorchRunner(TaskRunner):
             else:
                 executorch_lib()
         self.section = bundle.manifest.runtimes["executorch"]
-        pte = bundle.path(self.section.program, "runtimes.executorch")
+        self.pte = bundle.path(self.section.program, "runtimes.executorch")
         trunk = bundle.path(self.section.trunk_data, "runtimes.executorch")
         try:
             with native_stderr_filtered():
-                self.program = load_executorch_program(pte, trunk)
-                self.method = self.program.load_method(self.section.method)
+                self.program = load_executorch_program(self.pte, trunk)
         except RuntimeError as e:  # the pybindings' errors carry an error code
-            raise BundleError(f"{pte}: ExecuTorch cannot load it with {trunk.name} ({e}); "
+            raise BundleError(f"{self.pte}: ExecuTorch cannot load it with {trunk.name} ({e}); "
                               "re-export the bundle") from None
-        self.methods = {self.section.method: self.method}
+        self.methods: dict[str, Any] = {}  # one-task methods by name, loaded on first use
         self.weights: dict[str, tuple[Any, ...]] = {}
+        for task in bundle.tasks.values():
+            if task.files.get("executorch") in bundle.checked:
+                self.task_weights(task)
         self.all_method: Any = None
         self.all_weights: tuple[Any, ...] = ()
 
+    def load_method(self, name: str) -> Any:
+        try:
+            with native_stderr_filtered():
+                return self.program.load_method(name)
+        except RuntimeError as e:
+            raise BundleError(f"{self.pte}: ExecuTorch cannot load its method {name} ({e}); "
+                              "re-export the bundle") from None
+
     def task_weights(self, task: TaskEntry) -> tuple[Any, ...]:
-        """The task's weights file as the method's task inputs, read on first use."""
+        """The task's weights file as the method's task inputs, read once."""
         if task.name not in self.weights:
             path = self.bundle.path(task.files["executorch"], f"task '{task.name}'")
             _, inputs = self.bundle.manifest.executorch_method(task.name)
@@ -178,19 +192,17 @@ class ExecuTorchRunner(TaskRunner):
         """The one-task method of the task's placement (`forward`, or a later task's own)."""
         name, _ = self.bundle.manifest.executorch_method(task.name)
         if name not in self.methods:
-            try:
-                self.methods[name] = self.program.load_method(name)
-            except RuntimeError as e:
-                raise BundleError(f"{self.bundle.folder}: ExecuTorch cannot load the program's "
-                                  f"{name} ({e}); re-export the bundle") from None
+            self.methods[name] = self.load_method(name)
         return self.methods[name]
 
     def select(self, task: TaskEntry) -> None:
-        self.current = self.task_weights(task)
         self.current_method = self.task_method(task)
+        self.task_weights(task)
+        self.current = task.name
 
     def run(self, task, ids, mask, types):
-        out = self.current_method((*_torch_inputs(ids, mask, types), *self.current))[0]
+        out = self.current_method((*_torch_inputs(ids, mask, types),
+                                   *self.weights[self.current]))[0]
         return out.numpy()[0, : task.num_outputs]
 
     def load_all(self) -> list[str]:
@@ -200,17 +212,19 @@ class ExecuTorchRunner(TaskRunner):
         if self.all_method is None:
             import torch
             # one group per placement, in order; a group's inputs each stacked over its tasks
-            groups: dict[str, list[tuple[Any, ...]]] = {}
+            groups: dict[str, list[str]] = {}
             for t in spec.tasks:
-                method, _ = self.bundle.manifest.executorch_method(t)
-                groups.setdefault(method, []).append(self.task_weights(self.bundle.tasks[t]))
-            self.all_weights = tuple(torch.cat(p) for parts in groups.values()
-                                     for p in zip(*parts))
-            try:
-                self.all_method = self.program.load_method(spec.method)
-            except RuntimeError as e:
-                raise BundleError(f"{self.bundle.folder}: ExecuTorch cannot load the program's "
-                                  f"{spec.method} ({e}); re-export the bundle") from None
+                groups.setdefault(self.bundle.manifest.executorch_method(t)[0], []).append(t)
+            stacked: list[Any] = []
+            for names in groups.values():
+                parts = [self.task_weights(self.bundle.tasks[t]) for t in names]
+                group = tuple(torch.cat(p) for p in zip(*parts))
+                # each task's tensors become views of the stacked ones: its weights held once
+                for i, t in enumerate(names):
+                    self.weights[t] = tuple(w[i:i + 1] for w in group)
+                stacked += group
+            self.all_weights = tuple(stacked)
+            self.all_method = self.load_method(spec.method)
         return list(spec.tasks)
 
     def run_all(self, ids, mask, types):

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from export.engines import RUNNERS, TaskRunner
+from export.inputs import InputError, Texts, tasks_for
 from export.manifest import BundleError, Manifest, TaskEntry, read_manifest, safe_path
 from export.tokenizer import Tokenizer
 from trainer.fileio import file_digest
@@ -204,23 +205,30 @@ class Engine:
         out, ms, swap_ms = self.run_ids(task, ids, mask, types)
         return make_prediction(info, out, ids.shape[1], ms, swap_ms)
 
-    def predict_all(self, text: str, pair: str | None = None) -> list[Prediction]:
-        """Every task on one input (one text for single-text tasks, two for pair tasks)."""
-        for info in self.bundle.tasks.values():
-            if info.is_pair and pair is None:
-                raise BundleError(f"task '{info.name}' ({info.kind}) needs two texts; give a "
-                                  "second text, or pick one task with --task")
-        program = self.all_tasks_program()
-        same_input = all(i.is_pair == (pair is not None) for i in self.bundle.tasks.values())
-        if program == list(self.bundle.tasks) and same_input:
-            # Every task reads the same token ids: one call of the all-tasks program.
-            ids, mask, types = self.tokenizer(text, pair)
-            outs, ms = self.run_all_ids(ids, mask, types)
-            return [make_prediction(self.bundle.tasks[t], outs[t], ids.shape[1], ms, 0.0)
-                    for t in program]
-        return [self.predict(name, text, pair if info.is_pair else None)
-                for name, info in self.bundle.tasks.items()]
+    def ready(self, tasks: list[str]) -> None:
+        """Load what running `tasks` needs now, so that no later call's latency includes it."""
+        if self.runs_in_one_call(tasks):
+            self.load_all_tasks()
+        else:
+            for name in tasks:
+                self.swap(name)
 
+    def runs_in_one_call(self, tasks: list[str]) -> bool:
+        """Whether `tasks` are exactly the all-tasks program's, which runs them in one call."""
+        return self.all_tasks_program() == tasks
+
+    def predict_all(self, texts: Texts) -> list[Prediction]:
+        """Every task that reads this input (export/inputs.py's rule: one text the single-text
+        tasks, two texts the pair tasks); one call when they are the all-tasks program's."""
+        chosen = [t.name for t in tasks_for(self.bundle.tasks.values(), texts)[0]]
+        if not chosen:
+            raise InputError(f"{self.bundle.folder}: no task reads {texts.count} text(s)")
+        if not self.runs_in_one_call(chosen):
+            return [self.predict(name, texts.first, texts.second) for name in chosen]
+        ids, mask, types = self.tokenizer(texts.first, texts.second)
+        outs, ms = self.run_all_ids(ids, mask, types)
+        return [make_prediction(self.bundle.tasks[t], outs[t], ids.shape[1], ms, 0.0)
+                for t in chosen]
 
 def make_prediction(info: TaskEntry, out: np.ndarray, tokens: int, ms: float,
                     swap_ms: float) -> Prediction:

@@ -259,11 +259,15 @@ def fake_int8_weight(w: torch.Tensor) -> torch.Tensor:
     return (w / scale).round().clamp(-127, 127) * scale
 
 
-def fake_int8_activation(x: torch.Tensor, per_token: bool) -> torch.Tensor:
-    """Dynamic asymmetric 8-bit activations with a range that includes 0: per token (each row
-    of the last dimension: XNNPACK's qd8), or one range for the whole tensor (ONNX Runtime's
-    DynamicQuantizeLinear)."""
+def fake_int8_activation(x: torch.Tensor, per_token: bool, symmetric: bool = False) -> torch.Tensor:
+    """Dynamic 8-bit activations: one range per token (each row of the last dimension) or one
+    for the whole tensor; asymmetric (255 steps over [min, max] with 0 included: XNNPACK's qd8,
+    ONNX Runtime's DynamicQuantizeLinear) or symmetric (127 steps each side of 0: the per-token
+    recipe of quant/onnx_int8.py)."""
     dims = (-1,) if per_token else tuple(range(x.dim()))
+    if symmetric:
+        scale = (x.abs().amax(dim=dims, keepdim=True) / 127).clamp(min=1e-30)
+        return (x / scale).round().clamp(-127, 127) * scale
     low = x.amin(dim=dims, keepdim=True).clamp(max=0)
     high = x.amax(dim=dims, keepdim=True).clamp(min=0)
     scale = ((high - low) / 255).clamp(min=1e-12)
@@ -274,8 +278,8 @@ def fake_int8_activation(x: torch.Tensor, per_token: bool) -> torch.Tensor:
 # How each runtime quantizes activations, and whether the tasks' own Linears (PAL, head) are
 # int8 there: ExecuTorch takes task weights as method inputs and runs them in fp32; ONNX
 # Runtime's adapters hold them as int8.
-RECIPES = {"executorch": {"per_token": True, "task_layers_int8": False},
-           "onnxruntime": {"per_token": False, "task_layers_int8": True}}
+RECIPES = {"executorch": {"per_token": True, "symmetric": False, "task_layers_int8": False},
+           "onnxruntime": {"per_token": True, "symmetric": True, "task_layers_int8": True}}
 
 
 def layer_sqnr(model, tasks: list[str], inputs: dict[str, Any], runtimes: list[str],
@@ -292,7 +296,8 @@ def layer_sqnr(model, tasks: list[str], inputs: dict[str, Any], runtimes: list[s
     def hook(module: nn.Linear, args: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
         signal = float(out.double().pow(2).sum())
         for runtime in runtimes:
-            x = fake_int8_activation(args[0], RECIPES[runtime]["per_token"])
+            recipe = RECIPES[runtime]
+            x = fake_int8_activation(args[0], recipe["per_token"], recipe["symmetric"])
             noise = (out - F.linear(x, weights[module], module.bias)).double().pow(2).sum()
             s = sums[runtime].setdefault(names[module], [0.0, 0.0])
             s[0] += signal

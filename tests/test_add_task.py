@@ -83,7 +83,8 @@ def test_results_quote_the_add_task_command(run_copy: Path, tiny_data: Path):
                      "--epochs", "1", "--steps-per-epoch", "2"]) == 0
     cfg = json.loads((run_copy / "added" / "cfimdb" / "config.json").read_text())
     assert canonical_command(cfg, "runs/x/added/cfimdb") == \
-        "python cli.py add-task runs/x --task cfimdb --epochs 1 --steps-per-epoch 2"
+        f"palkit add-task runs/x --task cfimdb --adapter pal --pal-layers {cfg['pal_layers']} " \
+        "--epochs 1 --steps-per-epoch 2"
 
 
 @pytest.mark.parametrize("run_mode, adapter, layers, expected", [

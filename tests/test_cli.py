@@ -150,6 +150,16 @@ def test_predict_prints_a_table_and_nothing_on_stderr(et_bundle):
     assert loud.returncode == 0 and loud.stdout.count("sst") == proc.stdout.count("sst")
 
 
+def test_predict_ends_without_teardown_and_loses_no_output(et_bundle):
+    """predict skips Python's interpreter teardown (cli.QUICK_EXIT): its piped output must
+    still arrive whole, and a refusal still exits 2."""
+    proc = _palkit("predict", str(et_bundle), "--all", "--json", "a good film", "a fine film")
+    assert proc.returncode == 0, proc.stderr
+    assert [p["task"] for p in json.loads(proc.stdout)["predictions"]] == ["sts"]
+    refused = _palkit("predict", str(et_bundle), "--task", "nope", "a good film")
+    assert refused.returncode == 2 and "no task 'nope'" in refused.stderr
+
+
 def test_predict_all_runs_the_tasks_that_read_the_input(et_bundle, capsys):
     """One text runs the single-text tasks, two the pair tasks; the rest are skipped, said."""
     assert cli.main(["predict", str(et_bundle), "--all", "--json", "--runtime", "onnxruntime",
@@ -335,3 +345,27 @@ def test_training_reports_dev_scores_in_points(tiny_bert, tiny_data, tmp_path, c
     dev = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])["dev"]
     line = next(x for x in err.splitlines() if "[joint epoch 1]" in x)
     assert f"avg={100 * dev['avg']:.2f}" in line and f"sst_acc={100 * dev['sst_acc']:.2f}" in line
+
+
+def test_export_summary_shows_the_gated_metric_change():
+    from export.commands import verified_change
+    scored = {"agreement": 0.989, "max_abs_diff": 0.1, "metric": "sst_acc", "metric_change": 0.18,
+              "metric_change_interval": [-0.36, 0.73]}
+    assert verified_change(scored) == "sst_acc +0.18 points [-0.36, +0.73], agreement 0.989"
+    sentences = {"agreement": 1.0, "max_abs_diff": 2.5e-3}
+    assert verified_change(sentences) == "agreement 1.000, max |diff| 2.50e-03"
+
+
+def test_report_prints_the_comparison_with_separate_models(capsys):
+    from ui.tables import comparison_table
+    latency = {"task:sst t1 s128": 1.2, "task:sts t1 s128": 1.4, "all_tasks t1 s128": 0.7}
+    comparison_table({"pairwise": [
+        {"pal": "default/executorch", "other": "default/onnxruntime", "other_role": "pal",
+         "size_ratio": 1.1, "latency": latency},
+        {"pal": "default/executorch", "other": "separate/executorch/int8",
+         "other_role": "separate", "size_ratio": 0.387, "latency": latency}]})
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if "separate/executorch/int8" in line)
+    assert [cell.strip() for cell in row.split("│")[1:5]] == \
+        ["separate/executorch/int8", "0.39x", "1.30x", "0.70x"]
+    assert "default/onnxruntime" not in out

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from export.bundle import export_run, add_adapter, ExportError
 from export.manifest import read_manifest
+from export.inputs import Texts
 from export.programs import reference_outputs
 from export.runtime import BundleError, Engine, load_bundle
 from trainer.checkpoint import load_model, resolve_model_dir, sha256_file
@@ -98,8 +99,9 @@ def test_all_tasks_method_matches_each_task(et_fp32, tiny_pal_run, tiny_data, tm
     verify = json.loads((et_fp32 / "verify.json").read_text())
     checked = verify["runtimes"]["executorch"]["all_tasks_program"]["tasks"]
     assert set(checked) == {"sst", "sts"} and all(r["max_abs_diff"] < 1e-4 for r in checked.values())
-    # Mixed single/pair tasks read different inputs: predict_all runs them one by one.
-    assert [p.task for p in engine.predict_all("good", "fine")] == ["sst", "sts"]
+    # Mixed single/pair tasks read different inputs: predict_all runs those that read it.
+    assert [p.task for p in engine.predict_all(Texts("good", "fine"))] == ["sts"]
+    assert [p.task for p in engine.predict_all(Texts("good"))] == ["sst"]
     with pytest.raises(BundleError, match="no all-tasks program for onnxruntime"):
         Engine(load_bundle(et_fp32), "onnxruntime").run_all_ids(ids, mask, types)
     # Replacing a task keeps the all-tasks method: it takes the new weights file as its input.
@@ -376,10 +378,10 @@ def test_unknown_task_empty_text_and_pairs(onnx_fp32):
     with pytest.raises(BundleError) as e:
         engine.predict("sst", "   ")
     assert "empty" in one_line(e)
-    with pytest.raises(BundleError) as e:
-        engine.predict_all("only one text")
-    assert "needs two texts" in one_line(e)
-    assert len(engine.predict_all("the movie was good", "the film was good")) == 3
+    singles = [t for t, info in engine.bundle.tasks.items() if not info.is_pair]
+    assert [p.task for p in engine.predict_all(Texts("only one text"))] == singles
+    pairs = engine.predict_all(Texts("the movie was good", "the film was good"))
+    assert [p.task for p in pairs] == [t for t in engine.bundle.tasks if t not in singles]
 
 
 def test_too_long_text_is_truncated_with_warning(onnx_fp32, capsys):
@@ -584,3 +586,21 @@ def test_adding_a_task_to_a_bundle_with_other_adapter_inputs_is_refused(copy_of,
         n.replace(".weight_t", ".weight") for n in m["runtimes"]["onnxruntime"]["adapter_inputs"]]))
     with pytest.raises(ExportError, match="re-export the bundle"):
         add_adapter(tiny_pal_run, "sst", copy_of, replace=True, data_dir=tiny_data, **QUIET)
+
+
+@pytest.mark.slow
+def test_executorch_reads_checked_task_files_at_load_and_loads_only_the_method_used(et_fp32):
+    """A swap binds tensors read when the bundle loaded: the runner reads every task file that
+    load_bundle checked, and a task not checked on its first use. `run_all` alone never loads
+    `forward` (each loaded method packs the trunk again in Python)."""
+    engine = Engine(load_bundle(et_fp32), "executorch")
+    assert sorted(engine.impl.weights) == ["sst", "sts"] and engine.impl.method is None
+    ids, mask, types = engine.tokenizer("how can i learn to cook", "why do dogs play")
+    engine.run_all_ids(ids, mask, types)
+    assert engine.impl.method is None
+    lazy = Engine(load_bundle(et_fp32, runtime="executorch", tasks=[]), "executorch")
+    assert lazy.impl.weights == {}
+    alone = lazy.run_ids("sts", ids, mask, types)[0]
+    assert list(lazy.impl.weights) == ["sts"] and lazy.impl.method is not None
+    # after run_all a task's weights are views of the stacked tensors: the same bits out
+    assert engine.run_ids("sts", ids, mask, types)[0].tobytes() == alone.tobytes()

@@ -10,13 +10,15 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from export.bundle import ExportError, export_run
 from export.runtime import Engine, load_bundle
-from export.verify import (Gate, bootstrap_indices, compare, drop_bound, failure, interval,
-                           layer_sqnr, output_kl, reference_batched, verification_inputs)
+from export.verify import (Gate, bootstrap_indices, compare, drop_bound, failure,
+                           fake_int8_activation, fake_int8_weight, interval, layer_sqnr,
+                           output_kl, reference_batched, verification_inputs)
 from tests.conftest import make_tiny_data, tiny_config
 from trainer.checkpoint import load_model, resolve_model_dir, save_model
 from trainer.tasks import BUILTIN_TASKS, TaskSpec
@@ -91,6 +93,112 @@ def test_without_labels_only_agreement_can_refuse():
     assert "metric_change" not in r and r["agreement_interval"] == [0.0, 0.0]
     assert "< --min-agreement 0.9" in failure(r, "onnxruntime/quora", True, Gate())
     assert failure(r, "x", True, Gate(min_agreement=0.0)) is None
+
+
+# ---- ONNX Runtime's int8 recipe (quant/onnx_int8.py), against its PyTorch replay ----------------
+
+def recipe_weights(outlier_row: int | None = None) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    w = {"table": rng.standard_normal((50, 16)), "w1": rng.standard_normal((16, 24)) * 0.3,
+         "b1": rng.standard_normal(24), "w2": rng.standard_normal((24, 16)) * 0.3,
+         "b2": rng.standard_normal(16), "a_scale": rng.random(8) * 0.01 + 0.01,
+         "a_bias": rng.standard_normal(8)}
+    w = {k: x.astype(np.float32) for k, x in w.items()}
+    if outlier_row is not None:
+        w["table"][outlier_row] *= 1000
+    w["a_int8"] = rng.integers(-127, 128, (16, 8)).astype(np.int8)
+    return w
+
+
+def recipe_graph(path: Path, w: dict[str, np.ndarray]) -> Path:
+    """Gather -> trunk Linear (MatMul + bias Add) -> trunk Linear -> a task adapter's Linear as
+    export/onnx_ops.py writes it (DynamicQuantizeLinear + MatMulIntegerToFloat with a bias; its
+    int8 matrix a graph input)."""
+    import onnx
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    nodes = [h.make_node("Gather", ["table", "ids"], ["emb"]),
+             h.make_node("MatMul", ["emb", "w1"], ["mm1"]), h.make_node("Add", ["b1", "mm1"], ["y1"]),
+             h.make_node("MatMul", ["y1", "w2"], ["mm2"]), h.make_node("Add", ["mm2", "b2"], ["y2"]),
+             h.make_node("DynamicQuantizeLinear", ["y2"], ["q", "qs", "qz"]),
+             h.make_node("MatMulIntegerToFloat", ["q", "a_int8", "qs", "a_scale", "qz", "", "a_bias"],
+                         ["logits"], domain="com.microsoft")]
+    graph = h.make_graph(
+        nodes, "g", [h.make_tensor_value_info("ids", T.INT64, [1, "s"]),
+                     h.make_tensor_value_info("a_int8", T.INT8, [16, 8])],
+        [h.make_tensor_value_info("logits", T.FLOAT, [1, "s", 8])],
+        [nh.from_array(x, k) for k, x in w.items() if k != "a_int8"])
+    onnx.save(h.make_model(graph, ir_version=9, opset_imports=[
+        h.make_opsetid("", 17), h.make_opsetid("com.microsoft", 1)]), str(path))
+    return path
+
+
+def recipe_outputs(w: dict[str, np.ndarray], ids: np.ndarray, int8: bool,
+                   float_w2: bool = False) -> np.ndarray:
+    """The graph in PyTorch: fp32, or the recipe as export/verify.py replays it for the SQNR
+    table (int8 embedding rows, int8 weights per output channel, symmetric per-token int8
+    activations)."""
+    t = {k: torch.from_numpy(x) for k, x in w.items()}
+    act = (lambda x: fake_int8_activation(x, True, True)) if int8 else (lambda x: x)
+    weight = (lambda m: fake_int8_weight(m.T).T) if int8 else (lambda m: m)
+    row = t["table"].abs().amax(1, keepdim=True) / 127
+    table = (t["table"] / row).round() * row if int8 else t["table"]
+    y1 = act(table[torch.from_numpy(ids)]) @ weight(t["w1"]) + t["b1"]
+    y2 = (y1 @ t["w2"] if float_w2 else act(y1) @ weight(t["w2"])) + t["b2"]
+    return (act(y2) @ (t["a_int8"].float() * t["a_scale"]) + t["a_bias"]).numpy()
+
+
+def run_graph(path: Path, ids: np.ndarray, w: dict[str, np.ndarray]) -> np.ndarray:
+    import onnxruntime as ort
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(None, {"ids": ids, "a_int8": w["a_int8"]})[0]
+
+
+def test_onnx_int8_computes_the_replayed_recipe_and_outlier_tokens_stay_apart(tmp_path):
+    import onnx
+
+    from quant.onnx_int8 import quantize_trunk
+
+    ids = np.array([[3, 9, 27, 41, 5, 12, 33, 8]])
+    w = recipe_weights(outlier_row=41)  # one token's embedding 1000x the others
+    quantize_trunk(recipe_graph(tmp_path / "fp32.onnx", w), tmp_path / "int8.onnx", {"a_int8"})
+    graph = onnx.load(str(tmp_path / "int8.onnx")).graph
+    ops = [n.op_type for n in graph.node]
+    assert ops.count("MatMulIntegerToFloat") == 3
+    assert "MatMul" not in ops and "DynamicQuantizeLinear" not in ops
+    assert [i.name for i in graph.input] == ["ids", "a_int8"]  # the adapter stays swappable
+    stored = {i.name: i.data_type for i in graph.initializer}
+    assert stored["table/int8"] == stored["w1/int8"] == onnx.TensorProto.INT8
+    assert not {"table", "w1", "w2"} & set(stored)  # no float copy left behind
+    got = run_graph(tmp_path / "int8.onnx", ids, w)
+    want = recipe_outputs(w, ids, int8=True)
+    # what the SQNR table replays is what ONNX Runtime runs, biases included
+    assert np.abs(got - want).max() < 1e-4 * np.abs(want).max()
+    # the outlier token set no other token's step: each other row within 3% of fp32
+    ref = recipe_outputs(w, ids, int8=False)
+    others = [i for i in range(ids.shape[1]) if i != 3]
+    err = np.abs(got - ref)[0, others].max(-1) / np.abs(ref)[0, others].max(-1)
+    assert err.max() < 0.03, err
+
+
+def test_onnx_int8_keeps_the_fallbacks_layers_in_float(tmp_path):
+    import onnx
+
+    from quant.onnx_int8 import quantize_trunk
+
+    ids = np.array([[3, 9, 27, 41, 5]])
+    w = recipe_weights()
+    src = recipe_graph(tmp_path / "fp32.onnx", w)
+    quantize_trunk(src, tmp_path / "int8.onnx", {"a_int8"}, {"layer.w2": w["w2"].T})
+    ops = [n.op_type for n in onnx.load(str(tmp_path / "int8.onnx")).graph.node]
+    assert ops.count("MatMul") == 1 and ops.count("MatMulIntegerToFloat") == 2
+    got = run_graph(tmp_path / "int8.onnx", ids, w)
+    want = recipe_outputs(w, ids, int8=True, float_w2=True)
+    assert np.abs(got - want).max() < 1e-4 * np.abs(want).max()
+    with pytest.raises(RuntimeError, match=r"no ONNX MatMul found for the float layers \['x'\]"):
+        quantize_trunk(src, tmp_path / "bad.onnx", {"a_int8"}, {"x": np.ones((2, 2), np.float32)})
 
 
 # ---- a tiny BERT with planted outliers ---------------------------------------------------------

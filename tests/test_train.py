@@ -233,7 +233,7 @@ def test_results_records_dev_and_test_with_command(tiny_pal_run, tiny_data, tmp_
         assert {"name", "mode", "sampling", "split", "sst_acc", "quora_acc", "quora_f1",
                 "sts_pearson", "sts_spearman", "avg", "params_total", "params_task_specific",
                 "wall_time_s", "command"} <= set(e)
-        assert e["command"].startswith("python cli.py train ") and "--out runs/tiny" in e["command"]
+        assert e["command"].startswith("palkit train ") and "--out runs/tiny" in e["command"]
         assert "--pal-size 8" in e["command"] and e["mode"] == "pals"
     table = results.with_suffix(".md").read_text()
     assert table.count("| tiny-pals |") == 2

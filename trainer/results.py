@@ -1,6 +1,6 @@
 """results/accuracy.json and its Markdown table: measured entries, each with the command behind it.
 
-`python cli.py results RUN --name NAME` scores a finished run on dev and test and records one
+`palkit results RUN --name NAME` scores a finished run on dev and test and records one
 entry per split; the Markdown table is regenerated from the JSON every time.
 """
 from __future__ import annotations
@@ -16,18 +16,20 @@ from trainer.errors import ConfigError
 from trainer.host import machine_name
 
 def canonical_command(cfg: dict[str, Any], out: str) -> str:
-    """The `cli.py train` line that reproduces a run: every option that differs from defaults."""
+    """The `palkit train` line that reproduces a run: every option that differs from defaults."""
     defaults = TrainConfig().to_dict()
-    parts = ["python", "cli.py", "train"]
     skip = {"out", "data_dir", "custom_tasks"}
     if Path(out).parent.name == "added":
-        # An add-task run (RUN/added/<task>): quote the add-task command that made it.
+        # An add-task run (RUN/added/<task>): quote the add-task command that made it, its
+        # adapter spelled out whatever the launch run has.
         run = Path(out).parent.parent
-        parts = ["python", "cli.py", "add-task", str(run), "--task", cfg["tasks"][0]]
+        parts = ["palkit", "add-task", str(run), "--task", cfg["tasks"][0]]
+        parts += (["--adapter", "head"] if cfg["mode"] == "shared" else
+                  ["--adapter", "pal", "--pal-layers", cfg["pal_layers"]])
         skip |= {"tasks", "base_model", "freeze_trunk", "mode", "pal_size", "pal_heads",
                  "pal_layers", "pal_share_projections", "max_len", "seed"}
         return " ".join(parts + option_flags(cfg, {**defaults, **ADD_TASK_DEFAULTS}, skip))
-    return " ".join([*parts, *option_flags(cfg, defaults, skip), "--out", out])
+    return " ".join(["palkit", "train", *option_flags(cfg, defaults, skip), "--out", out])
 
 
 def option_flags(cfg: dict[str, Any], defaults: dict[str, Any], skip: set[str]) -> list[str]:

@@ -46,15 +46,36 @@ def predictions_table(rows: list[dict[str, str]], note: str) -> None:
     _stdout.print(note, style="dim")
 
 
-def targets_table(targets: dict[str, dict[str, Any]], title: str) -> None:
-    """The report's headline: each target, its measured value and whether it is met."""
-    table = Table(title=title, title_justify="left")
-    for heading, justify in (("target", "left"), ("measured", "right"), ("bound", "right"),
-                             ("met", "center")):
+def comparison_table(report: dict[str, Any]) -> None:
+    """What `palkit report` exists for, on one screen: the PAL bundle against each model it
+    was benchmarked with (ratios, so below 1 is the PAL bundle smaller or faster)."""
+    rows = [p for p in report["pairwise"] if p["other_role"] in ("separate", "peer")]
+    if not rows:
+        return
+    pal = rows[0]["pal"]
+    table = Table(title=f"{pal} / each other model, bytes and p50 latency (below 1x: {pal} is "
+                        "smaller or faster)", title_justify="left")
+    for heading, justify in (("other", "left"), ("bytes", "right"), ("one task", "right"),
+                             ("all tasks on one input", "right")):
         table.add_column(heading, justify=justify, no_wrap=True)
-    table.add_column("what", overflow="fold")
+    for p in (p for p in rows if p["pal"] == pal):
+        tasks = [v for k, v in p["latency"].items() if k.startswith("task:")]
+        every = next((v for k, v in p["latency"].items() if k.startswith("all_tasks")), None)
+        table.add_row(p["other"], f"{p['size_ratio']:.2f}x",
+                      f"{sum(tasks) / len(tasks):.2f}x" if tasks else "–",
+                      "–" if every is None else f"{every:.2f}x")
+    _stdout.print(table)
+
+
+def targets_table(targets: dict[str, dict[str, Any]], title: str) -> None:
+    """The report's headline: each target, its measured value and whether it is met (report.md
+    and report.json key each row by its id)."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("what", overflow="fold", ratio=1)
+    for heading, justify in (("measured", "right"), ("target", "right"), ("met", "center")):
+        table.add_column(heading, justify=justify, no_wrap=True)
     verdict = {True: "[green]yes[/]", False: "[red]no[/]", None: "[dim]–[/]"}
-    for key, t in targets.items():
+    for t in targets.values():
         value = "–" if t["value"] is None else f"{t['value']:.3g}"
-        table.add_row(key, value, t["target"], verdict[t["met"]], t["what"])
+        table.add_row(t["what"], value, t["target"], verdict[t["met"]])
     _stdout.print(table)

@@ -10,9 +10,10 @@ import java.util.Map;
 
 /**
  * A verified bundle's ExecuTorch program, opened once against its trunk data file (memory-mapped),
- * and each task's weights file, read once when the task is first used. Swapping tasks is passing
- * another task's weights: no program is loaded (a task added later with another adapter runs the
- * program's method for its placement). Java, so the host tests run this exact path.
+ * and every task's weights file, read when the bundle is opened (small files: a swap must not wait
+ * for a read). Swapping tasks is passing another task's weights: no program is loaded, nothing is
+ * read (a task added later with another adapter runs the program's method for its placement).
+ * Java, so the host tests run this exact path.
  */
 public final class ExecuTorchTasks implements AutoCloseable {
     private final Bundle bundle;
@@ -24,9 +25,16 @@ public final class ExecuTorchTasks implements AutoCloseable {
         String trunkData = bundle.file(bundle.manifest.trunkFiles.get(RuntimeKind.EXECUTORCH)).getPath();
         this.program = new ExecuTorchProgram(bundle.file(bundle.manifest.executorchProgram).getPath(),
                 trunkData, bundle.manifest.executorchMethod, threads);
+        try {
+            bundle.manifest.tasks.forEach(this::load);
+        } catch (RuntimeException refused) {
+            close(); // the weights bound so far and the program
+            throw refused;
+        }
     }
 
-    /** Reads the task's weights file; nothing happens when it already is. */
+    /** Reads the task's weights file; nothing happens when it already is (every task of the
+     *  bundle is, once it is open). */
     public void load(TaskSpec task) {
         weights.computeIfAbsent(task.name, name -> ExecuTorchProgram.bind(
                 bundle.file(task.files.get(RuntimeKind.EXECUTORCH)).getPath(),

@@ -1,0 +1,63 @@
+"""`palkit bench --scale`: both bundle formats exported and measured at T = 1, 2 on the tiny BERT
+(the JSON's shape and that its figures are the bundles' own), and the synthetic tasks."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from bench.run import Timing
+from bench.scale import QUANTITIES, ScaleOptions, scale
+from bench.scale_export import add_synthetic_tasks
+from trainer.checkpoint import load_model, resolve_model_dir
+
+
+def test_synthetic_tasks_copy_the_runs_tasks_with_different_weights(tiny_pal_run):
+    model, _, _ = load_model(resolve_model_dir(tiny_pal_run))
+    kinds = [model.tasks[t].kind for t in model.tasks]
+    names = add_synthetic_tasks(model, 5, seed=0)
+    assert names == ["syn01", "syn02", "syn03", "syn04", "syn05"]
+    assert [model.tasks[n].kind for n in names] == kinds + kinds[:2]
+    assert list(model.heads) == names and list(model.adapters) == names
+    a, b = (dict(model.adapters[n].named_parameters()) for n in ("syn01", "syn04"))
+    assert a.keys() == b.keys() and all(a[k].shape == b[k].shape for k in a)
+    assert not all(torch.equal(a[k], b[k]) for k in a)  # same template, different noise
+    again, _, _ = load_model(resolve_model_dir(tiny_pal_run))
+    add_synthetic_tasks(again, 2, seed=0)  # the first tasks do not depend on how many follow
+    assert torch.equal(next(again.heads["syn02"].parameters()),
+                       next(model.heads["syn02"].parameters()))
+
+
+@pytest.mark.slow
+def test_scale_measures_both_formats(tiny_pal_run, tmp_path):
+    out = tmp_path / "scale.json"
+    opts = ScaleOptions(tasks=[1, 2], format1_tasks=[1], seq_len=16,
+                        timing=Timing(1, 3, 0.0, 0.5, 1), work=tmp_path / "work", timeout_s=600)
+    scale(tiny_pal_run, out, opts)
+    data = json.loads(out.read_text())
+    assert data["schema"] == "palkit-bench-scale"
+    by = {(p["format"], p["tasks"]): p for p in data["points"]}
+    assert sorted(by) == [(1, 1), (1, 2), (2, 1), (2, 2)]
+    for key, p in by.items():
+        for q in QUANTITIES:
+            if q != "swap_p50_ms" or key[1] > 1:  # one task: nothing to swap to
+                assert p[q] is not None and p[q] > 0, (key, q)
+    assert [by[k]["extrapolated"] for k in [(1, 1), (2, 1), (2, 2)]] == [[], [], []]
+    assert set(by[1, 2]["extrapolated"]) == set(QUANTITIES)
+    # the files are the bundles' own: format 2 is one program, trunk data and T task files
+    files2 = by[2, 2]["detail"]["files"]
+    assert sorted(files2) == ["syn01.safetensors", "syn02.safetensors", "trunk.ptd", "trunk.pte"]
+    assert by[2, 2]["bundle_bytes"] == sum(files2.values())
+    assert sorted(by[1, 1]["detail"]["files"]) == ["syn01.pte", "trunk.ptd"]
+    # format 1 beyond what was measured: one more task program's lowering and bytes per task
+    assert by[1, 2]["export_s"] == pytest.approx(2 * by[1, 1]["export_s"])
+    assert by[1, 2]["bundle_bytes"] == by[1, 1]["bundle_bytes"] + \
+        by[1, 1]["detail"]["files"]["syn01.pte"]
+    assert by[1, 1]["add_task_s"] == by[1, 1]["export_s"]
+    assert by[2, 2]["detail"]["add_task"]["task"] == "syn03"
+    assert by[2, 2]["add_task_s"] < by[1, 1]["add_task_s"]  # a file and a manifest, no lowering
+    assert [s["tasks"] for s in data["side_by_side"]] == [1]
+    assert data["targets"]["memory_all_ready_T2_over_one_plus_files"] > 0
+    assert out.with_suffix(".md").read_text().startswith("# Tasks as data at scale")
+    assert out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
