@@ -594,13 +594,13 @@ def test_executorch_reads_checked_task_files_at_load_and_loads_only_the_method_u
     load_bundle checked, and a task not checked on its first use. `run_all` alone never loads
     `forward` (each loaded method packs the trunk again in Python)."""
     engine = Engine(load_bundle(et_fp32), "executorch")
-    assert sorted(engine.impl.weights) == ["sst", "sts"] and engine.impl.method is None
+    assert sorted(engine.impl.weights) == ["sst", "sts"] and engine.impl.methods == {}
     ids, mask, types = engine.tokenizer("how can i learn to cook", "why do dogs play")
     engine.run_all_ids(ids, mask, types)
-    assert engine.impl.method is None
+    assert engine.impl.methods == {}
     lazy = Engine(load_bundle(et_fp32, runtime="executorch", tasks=[]), "executorch")
     assert lazy.impl.weights == {}
     alone = lazy.run_ids("sts", ids, mask, types)[0]
-    assert list(lazy.impl.weights) == ["sts"] and lazy.impl.method is not None
+    assert list(lazy.impl.weights) == ["sts"] and list(lazy.impl.methods) == ["forward"]
     # after run_all a task's weights are views of the stacked tensors: the same bits out
     assert engine.run_ids("sts", ids, mask, types)[0].tobytes() == alone.tobytes()
