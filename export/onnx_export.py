@@ -2,7 +2,7 @@
 
 The graph is SwappableTrunk (export/programs.py) exported with the legacy TorchScript exporter,
 its attention and the task's int8 matrix multiplies already written as ONNX Runtime's fused
-kernels (export/onnx_ops.py), optionally int8 with quantize_dynamic (adapter nodes excluded).
+kernels (export/onnx_ops.py), optionally int8 by quant/onnx_int8.py (per-token activations; adapter weights stay inputs).
 onnxruntime.transformers' optimize_model is not used: what it fused here (Gelu, BiasGelu) ONNX
 Runtime fuses itself when a session starts, and its other fusions are either done already or
 slower (see residual_sums). Adapter tensors are graph inputs during all of that, so nothing
