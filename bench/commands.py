@@ -160,6 +160,8 @@ def report(
                           int8_accuracy)
     comparison_table(result)
     targets_table(result["targets"], "headline against the targets")
+    for note in result["add_task"]["notes"][:1]:  # the recommendation, or what is missing
+        typer.echo(note)
     say_what_is_missing(result)
     typer.echo(f"wrote {out / 'report.md'}, {out / 'report.json'} and "
                f"{len(result['charts'])} charts" + (f"; summary {summary}" if summary else ""))
