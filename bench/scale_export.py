@@ -113,20 +113,15 @@ def add_task(model, tokenizer, task: str, bundle: Path, spec: dict[str, Any]) ->
     for a task of the in-memory model: write its weights file and a new manifest into a staged
     copy (hard links), verify the task on the built-in sentences, swap it in. Reading the run
     from disk is not timed."""
-    from export.bundle import manifest_with_task, stage_bundle, write_task_files
-    from export.manifest import write_manifest
+    from export.bundle import stage_task
     from export.runtime import load_bundle
     from export.verify import Gate, verify_bundle
     from trainer.fileio import remove_tree, replace_dir, staging_dir
 
     t0 = time.perf_counter()
-    old = load_bundle(bundle)
+    old = load_bundle(bundle).manifest
     build = staging_dir(bundle)
-    new = write_task_files(model, tokenizer, task, old.manifest, build / ".new", lambda _: None)
-    manifest = manifest_with_task(old.manifest, model.tasks[task], old.manifest.trunk.sha256,
-                                  build / ".new", new)
-    stage_bundle(bundle, build, new)
-    write_manifest(build, manifest)
+    stage_task(model, tokenizer, task, bundle, old, old.trunk.sha256, build, lambda _: None)
     written = time.perf_counter() - t0
     report = verify_bundle(build, model, tokenizer, spec["max_len"], None, spec["int8"], Gate(),
                            [task], log=lambda _: None)

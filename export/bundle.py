@@ -315,13 +315,7 @@ def add_adapter(run: Path, task: str, bundle_dir: Path, replace: bool = False,
     max_len, int8 = old.manifest.tokenizer.max_length, old.manifest.int8
     build = staging_dir(bundle_dir)
     try:
-        adapter = adapter_of(model.task_pal(task))
-        manifest = manifest_with_task(old.manifest, model.tasks[task], run_sha, {}, adapter)
-        new = write_task_files(model, tokenizer, task, manifest, build / ".new", log)
-        manifest = manifest_with_task(manifest, model.tasks[task], run_sha, new, adapter,
-                                      build / ".new")
-        stage_bundle(bundle_dir, build, new)
-        write_manifest(build, manifest)
+        stage_task(model, tokenizer, task, bundle_dir, old.manifest, run_sha, build, log)
         report = verify_bundle(build, model, tokenizer, max_len, data_dir, int8, gate, [task],
                                log=log)
         if not report["passed"]:
@@ -337,6 +331,19 @@ def add_adapter(run: Path, task: str, bundle_dir: Path, replace: bool = False,
         remove_tree(build)
     log(f"added task '{task}' to {bundle_dir}")
     return bundle_dir
+
+
+def stage_task(model, tokenizer, task: str, bundle_dir: Path, manifest: Manifest, run_sha: str,
+               build: Path, log: Log) -> None:
+    """Fill `build` with `bundle_dir`'s files (hard links), `task`'s new files (written in
+    build/.new, which is left for the caller to remove) and the manifest that lists them."""
+    adapter = adapter_of(model.task_pal(task))
+    manifest = manifest_with_task(manifest, model.tasks[task], run_sha, {}, adapter)
+    new = write_task_files(model, tokenizer, task, manifest, build / ".new", log)
+    manifest = manifest_with_task(manifest, model.tasks[task], run_sha, new, adapter,
+                                  build / ".new")
+    stage_bundle(bundle_dir, build, new)
+    write_manifest(build, manifest)
 
 
 def check_adapter_source(run: Path, model_dir: Path, task: str, bundle, replace: bool) -> str:
