@@ -20,7 +20,7 @@ import torch
 
 from export.manifest import (IO, AllTasksMethod, BundleError, ExecuTorchSection, FileEntry,
                              Manifest, OnnxRuntimeSection, TaskEntry, TokenizerSettings, Trunk,
-                             adapter_record, adapter_text, write_manifest)
+                             adapter_text, write_manifest)
 from export.executorch_export import adapter_of, export_order
 from export.programs import PAD_OUTPUTS
 from export.runtime import load_bundle
@@ -28,6 +28,7 @@ from export.signing import SIGNATURE_FILE, check_signing_key, sign_bundle
 from trainer.checkpoint import (TRUNK_WEIGHTS, load_model, read_json, resolve_model_dir,
                                 separate_models)
 from trainer import palkit_version
+from trainer.model import PalConfig
 from trainer.errors import PalkitError
 from trainer.fileio import (file_digest, remove_tree, replace_dir, sha256_file, staging_dir,
                             write_json, write_vocab)
@@ -143,18 +144,6 @@ def check_export_target(out: Path, target: str, quant: str, overwrite: bool) -> 
         raise ExportError(f"{out} exists; pass --overwrite to replace it")
 
 
-def check_placements(model, runtimes: list[str]) -> None:
-    """ONNX Runtime bundles hold one graph, so one placement: refuse a model whose tasks differ
-    (ExecuTorch has a method per placement)."""
-    groups = model.placement_groups(list(model.tasks))
-    if "onnxruntime" in runtimes and len(groups) > 1:
-        kinds = "; ".join(f"{', '.join(g)}: {adapter_text(adapter_of(model.task_pal(g[0])))}"
-                          for g in groups)
-        raise ExportError(f"the tasks' adapters differ ({kinds}); an ONNX Runtime bundle takes "
-                          "one placement: export with --target executorch, or pick tasks of one "
-                          "placement with --tasks")
-
-
 def export_bundle(model_dir: Path, out: Path, opts: ExportOptions, log: Log = say) -> Path:
     """Write, verify and publish one bundle of the model folder `model_dir`."""
     out = Path(out)
@@ -162,7 +151,6 @@ def export_bundle(model_dir: Path, out: Path, opts: ExportOptions, log: Log = sa
     data_dir, gate, all_tasks, sign_key = opts.data_dir, opts.gate, opts.all_tasks, opts.sign_key
     check_export_target(out, target, quant, opts.overwrite)
     model, tokenizer, trunk_sha = load_model(model_dir, tasks)
-    check_placements(model, runtimes_for(target, opts.onnx))
     limit = int(model.trunk.config.max_position_embeddings)
     max_len = max_len or default_max_len(model)
     if not 2 <= max_len <= limit:
@@ -238,16 +226,29 @@ def write_executorch(model, names: list[str], build: Path, int8: bool, max_len: 
 
 def write_onnx(model, names: list[str], build: Path, int8: bool, calib,
                log: Log) -> dict[str, Any]:
-    """onnx/trunk.onnx (every task's graph) and one .onnx_adapter per task."""
+    """onnx/trunk.onnx (every task's graph: PALs in the union of the tasks' placements) and
+    one .onnx_adapter per task."""
     from export.onnx_export import export_trunk, write_adapter
+    from export.programs import graph_pal
 
-    log(f"onnxruntime: exporting trunk.onnx ({'int8' if int8 else 'fp32'})")
+    graph = graph_pal([model.task_pal(n) for n in names])
+    log(f"onnxruntime: exporting trunk.onnx ({'int8' if int8 else 'fp32'}, "
+        f"{graph_text(graph)})")
     (build / "onnx").mkdir()
-    info = export_trunk(model, build / "onnx" / "trunk.onnx", int8, calib[0])
+    info = export_trunk(model, build / "onnx" / "trunk.onnx", int8, calib[0], graph)
     for i, name in enumerate(names, 1):
         log(f"onnxruntime: writing {name}.onnx_adapter [{i}/{len(names)}]")
-        write_adapter(model, name, build / "onnx" / f"{name}.onnx_adapter", int8)
-    return {"fusions": info["fusions"], "adapter_inputs": info["adapter_inputs"]}
+        write_adapter(model, name, build / "onnx" / f"{name}.onnx_adapter", int8, graph)
+    return {"fusions": info["fusions"], "adapter_inputs": info["adapter_inputs"],
+            "pal": graph.to_dict() if graph else None}
+
+
+def graph_text(graph) -> str:
+    """A graph's PAL placement in words."""
+    if graph is None:
+        return "heads only"
+    projections = "one V^E/V^D shared" if graph.share_projections else "a V^E/V^D per layer"
+    return f"PALs in layers {list(graph.layers)}, {projections}"
 
 
 def build_manifest(build: Path, model, model_dir: Path, trunk_sha: str, tokenizer, max_len: int,
@@ -275,7 +276,7 @@ def build_manifest(build: Path, model, model_dir: Path, trunk_sha: str, tokenize
         runtimes["onnxruntime"] = OnnxRuntimeSection(
             version=versions["onnxruntime"], opset=OPSET, trunk_model="onnx/trunk.onnx",
             output_columns=PAD_OUTPUTS, adapter_inputs=ort["adapter_inputs"],
-            fusions=ort["fusions"])
+            fusions=ort["fusions"], pal=ort["pal"])
     schemes = {"executorch": xnnpack.SCHEME, "onnxruntime": onnx_int8.SCHEME}
     q_details = {r: schemes[r] for r in runtimes} if int8 else {}
     kept = {r: details[r]["float_layers"] for r in runtimes} if int8 else {}
@@ -384,21 +385,25 @@ def write_task_files(model, tokenizer, task: str, manifest: Manifest, folder: Pa
         new[f"executorch/{task}.safetensors"] = f"{task}.safetensors"
     if "onnxruntime" in manifest.runtimes:
         from export.onnx_export import write_adapter
+        from export.programs import adapter_tensors, fits_graph
         ort = manifest.runtimes["onnxruntime"]
         if model.tasks[task].num_outputs > ort.output_columns:
             raise ExportError(f"task '{task}' has more outputs than trunk.onnx provides")
-        from export.programs import adapter_tensors
-        if manifest.adapter(task) != adapter_record(manifest.trunk.pal):
-            raise ExportError(f"task '{task}' has {adapter_text(manifest.adapter(task))}, its "
-                              "bundle's trunk.onnx another placement; an ONNX Runtime bundle "
-                              "takes one placement (add it to an ExecuTorch bundle instead)")
+        recorded = manifest.onnx_graph_pal()
+        graph = PalConfig.from_dict(recorded) if recorded is not None else None
+        pal = model.task_pal(task)
+        if not fits_graph(pal, graph):
+            raise ExportError(f"task '{task}' has {adapter_text(adapter_of(pal))}, which this "
+                              f"bundle's trunk.onnx ({graph_text(graph)}) cannot run; `palkit "
+                              "export RUN --overwrite` re-exports the bundle with a graph for "
+                              "all its tasks")
         if ort.adapter_inputs is not None and \
-                sorted(adapter_tensors(model, task, int8)) != sorted(ort.adapter_inputs):
+                sorted(adapter_tensors(model, task, int8, graph)) != sorted(ort.adapter_inputs):
             raise ExportError("this bundle's trunk.onnx takes other adapter inputs than this "
                               "palkit writes (exported by an older palkit?); re-export the "
                               "bundle with all its tasks")
-        log(f"onnxruntime: writing {task}.onnx_adapter")
-        write_adapter(model, task, folder / f"{task}.onnx_adapter", int8)
+        log(f"onnxruntime: writing {task}.onnx_adapter (no export: trunk.onnx takes it)")
+        write_adapter(model, task, folder / f"{task}.onnx_adapter", int8, graph)
         new[f"onnx/{task}.onnx_adapter"] = f"{task}.onnx_adapter"
     return new
 

@@ -29,6 +29,8 @@ MANIFEST_FILE = "manifest.json"
 RUNTIMES = ("executorch", "onnxruntime")
 # The text inputs and the output every program and graph has (a task's result: the first
 # num_outputs columns); ExecuTorch's task weights follow as further inputs (task_inputs).
+# OnnxRuntimeSection.pal of a bundle written before that field: its graph has trunk.pal
+TRUNK_PAL = "trunk.pal"
 IO = {"inputs": [{"name": n, "dtype": "int64", "shape": [1, "seq"]}
                  for n in ("input_ids", "attention_mask", "token_type_ids")],
       "outputs": [{"name": "logits", "dtype": "float32", "shape": [1, "output_columns"]}]}
@@ -105,6 +107,9 @@ class OnnxRuntimeSection:
     output_columns: int
     adapter_inputs: list[str] | None
     fusions: dict[str, int] | None
+    # the graph's PAL placement (a PalConfig dict; None: heads only), the union of the tasks'
+    # when they differ; TRUNK_PAL (not written) in bundles from before this field
+    pal: dict[str, Any] | None | str = TRUNK_PAL
 
     trunk_key = "trunk_model"
 
@@ -189,6 +194,12 @@ class Manifest:
                           "bundle's ExecuTorch program has no method; re-export the bundle with "
                           "all its tasks")
 
+    def onnx_graph_pal(self) -> dict[str, Any] | None:
+        """The PAL placement trunk.onnx was exported with (a PalConfig dict; None: heads only)."""
+        section = self.runtimes["onnxruntime"]
+        assert isinstance(section, OnnxRuntimeSection)
+        return self.trunk.pal if section.pal == TRUNK_PAL else section.pal  # type: ignore
+
     def all_tasks(self, runtime: str) -> AllTasksMethod | None:
         # Only ExecuTorch bundles have an all-tasks method.
         return getattr(self.runtimes.get(runtime), "all_tasks", None)
@@ -217,6 +228,8 @@ class Manifest:
             for key in ("all_tasks", "methods"):
                 if key in section and section[key] is None:
                     del section[key]
+            if section.get("pal") == TRUNK_PAL:
+                del section["pal"]
         for task in d["tasks"]:
             if task["adapter"] is None:
                 del task["adapter"]
@@ -309,8 +322,11 @@ def _build_runtimes(raw: Any, where: str) -> dict[str, ExecuTorchSection | OnnxR
                                      "runtimes.executorch.all_tasks")
         out["executorch"] = _build(ExecuTorchSection, et, where, "runtimes.executorch")
     if "onnxruntime" in raw:
-        out["onnxruntime"] = _build(OnnxRuntimeSection, raw["onnxruntime"], where,
-                                    "runtimes.onnxruntime")
+        ort = _object(raw["onnxruntime"], where, "runtimes.onnxruntime")
+        if isinstance(ort.get("pal"), str):  # only an absent pal means trunk.pal
+            raise BundleError(f"{where}: runtimes.onnxruntime.pal is a string; re-export the "
+                              "bundle")
+        out["onnxruntime"] = _build(OnnxRuntimeSection, ort, where, "runtimes.onnxruntime")
     return out
 
 
@@ -355,6 +371,8 @@ def check_manifest(m: Manifest, where: str) -> None:
                               f"{unknown or '[]'} that the bundle lacks; re-export the bundle")
     if "executorch" in m.runtimes:
         check_methods(m, where)
+    if "onnxruntime" in m.runtimes:
+        check_graph_pal(m, where)
     for rel, owner in m.files_for().items():
         check_relative(rel, where, owner)
         if rel not in m.files:
@@ -393,6 +411,20 @@ def check_methods(m: Manifest, where: str) -> None:
         if len(starts) != len(set(starts)):
             raise BundleError(f"{where}: runtimes.executorch.all_tasks lists tasks of one "
                               "placement apart; re-export the bundle")
+
+
+def check_graph_pal(m: Manifest, where: str) -> None:
+    """runtimes.onnxruntime.pal, when written, is null or a PAL placement in the trunk's layers."""
+    pal = m.runtimes["onnxruntime"].pal  # type: ignore[union-attr]
+    if pal is None or pal == TRUNK_PAL:  # _build_runtimes refuses the string itself
+        return
+    layers = range(m.trunk.num_layers)
+    if not (isinstance(pal, dict) and set(pal) == {"size", "heads", "layers", "share_projections"}
+            and all(isinstance(pal[k], int) and pal[k] > 0 for k in ("size", "heads"))
+            and isinstance(pal["share_projections"], bool) and isinstance(pal["layers"], list)
+            and pal["layers"] and all(isinstance(x, int) and x in layers for x in pal["layers"])):
+        raise BundleError(f"{where}: runtimes.onnxruntime.pal {pal!r} is not null or a PAL "
+                          "placement in the trunk's layers; re-export the bundle")
 
 
 def read_manifest(folder: str | Path) -> Manifest:

@@ -8,6 +8,10 @@ Runtime fuses itself when a session starts, and its other fusions are either don
 slower (see residual_sums). Adapter tensors are graph inputs during all of that, so nothing
 folds them; at the end each gets a same-named zero initializer, which makes it an overridable
 initializer that `RunOptions.add_active_adapter` replaces per run.
+
+The graph has one PAL placement for all its tasks (programs.graph_pal: the tasks' own when they
+share one, else the union of their layers with a V^E/V^D per layer); each task's adapter holds
+zeros in the graph's layers where it has no PAL (programs.adapter_in_graph).
 """
 from __future__ import annotations
 
@@ -22,19 +26,21 @@ import torch
 
 from export import onnx_ops
 from export.programs import TEXT_INPUTS, SwappableTrunk, adapter_tensors
-from trainer.model import PalBert
+from trainer.model import PalBert, PalConfig
 
 OPSET = 17
 
 
-def export_trunk(model: PalBert, path: Path, int8: bool, example: tuple[torch.Tensor, ...]) -> dict[str, Any]:
-    """Write trunk.onnx; return the adapter input names and the fused kernels it holds."""
+def export_trunk(model: PalBert, path: Path, int8: bool, example: tuple[torch.Tensor, ...],
+                 graph: PalConfig | None) -> dict[str, Any]:
+    """Write trunk.onnx with PALs of placement `graph` (None: heads only); return the adapter
+    input names and the fused kernels it holds."""
     import onnx
     from onnx import numpy_helper
 
-    wrapper = SwappableTrunk(model, int8_adapters=int8).eval()
+    wrapper = SwappableTrunk(model, int8_adapters=int8, pal=graph).eval()
     names = wrapper.adapter_input_names()
-    defaults = adapter_tensors(model, next(iter(model.tasks)), int8)
+    defaults = adapter_tensors(model, next(iter(model.tasks)), int8, graph)
     args = tuple(example) + tuple(defaults[n] for n in names)
     dynamic = {n: {0: "batch", 1: "seq"} for n in TEXT_INPUTS}
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
@@ -80,10 +86,12 @@ def residual_sums(graph) -> int:
     return rewritten
 
 
-def write_adapter(model: PalBert, task: str, path: Path, int8: bool) -> None:
+def write_adapter(model: PalBert, task: str, path: Path, int8: bool,
+                  graph: PalConfig | None) -> None:
+    """The task's .onnx_adapter for a trunk.onnx of placement `graph`."""
     import onnxruntime as ort
 
-    tensors = adapter_tensors(model, task, int8)
+    tensors = adapter_tensors(model, task, int8, graph)
     fmt = ort.AdapterFormat()
     fmt.set_adapter_version(1)
     fmt.set_model_version(1)

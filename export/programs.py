@@ -8,7 +8,8 @@
 * `SwappableTrunk`: the ONNX graph. The task's PAL and head are the same modules with each
   nn.Linear replaced by a `GivenLinear` (the same x·W + b) whose matrix and bias come in as graph
   inputs, so one graph serves every task; a PAL attention's query/key/value are one GivenLinear
-  (`GivenAttention`). The head is padded to `PAD_OUTPUTS` rows and a per-task output map
+  (`GivenAttention`). The graph has one placement (`graph_pal`: the union of its tasks'); a task
+  with PALs in fewer layers, or none, brings zeros in the others (`adapter_in_graph`). The head is padded to `PAD_OUTPUTS` rows and a per-task output map
   (linear / sigmoid / offset vectors) turns raw outputs into logits or the score. What ONNX
   Runtime runs for these (int8 matrices as they are, fused attention kernels) is in
   export/onnx_ops.py.
@@ -24,7 +25,7 @@ import trainer.model as model_code
 from export import onnx_ops
 from quant.weights import quantize_rows
 from trainer.model import (PalBert, PalConfig, ProjectedAttention, TaskAdapter, TaskHead,
-                           regression_score)
+                           check_same_width, regression_score)
 
 # Fixed width of the ONNX output: the trunk file must not depend on which tasks a bundle holds.
 PAD_OUTPUTS = 16
@@ -160,10 +161,58 @@ def slot_names(n: int) -> list[str]:
     return [SLOT] if n == 1 else [f"{SLOT}{g}" for g in range(n)]
 
 
+def graph_pal(pals: list[PalConfig | None]) -> PalConfig | None:
+    """The placement of one ONNX graph serving tasks of these placements: theirs when the PAL
+    tasks share one, else the union of their layers with one V^E/V^D per layer (so a task can
+    leave a layer out); None when every task is head-only."""
+    distinct = list(dict.fromkeys(p for p in pals if p is not None))
+    if len(distinct) <= 1:
+        return distinct[0] if distinct else None
+    check_same_width(distinct[0], distinct[1:])
+    layers = tuple(sorted({layer for p in distinct for layer in p.layers}))
+    return PalConfig(distinct[0].size, distinct[0].heads, layers, share_projections=False)
+
+
+def fits_graph(pal: PalConfig | None, graph: PalConfig | None) -> bool:
+    """Whether a task of placement `pal` runs in a graph of placement `graph`: a head always
+    (zeros in every PAL), PALs of the graph's own placement, or PALs in some of its layers when
+    the graph has a V^E/V^D per layer."""
+    if pal is None or pal == graph:
+        return True
+    return graph is not None and not graph.share_projections \
+        and (pal.size, pal.heads) == (graph.size, graph.heads) \
+        and set(pal.layers) <= set(graph.layers)
+
+
+def adapter_in_graph(adapter: TaskAdapter | None, graph: PalConfig,
+                     hidden_size: int) -> TaskAdapter:
+    """A task's PALs laid out in the graph's placement: its own attention and V^E/V^D in each
+    of its layers (a shared V^E/V^D copied into each of those layers' slots) and zeros in every
+    other layer. A zero V^D (weight and bias) makes a PAL add gelu(0) = 0 exactly, so the task
+    computes its own forward; a head-only task, the plain trunk. `adapter` must fit the graph
+    (fits_graph)."""
+    if adapter is not None and adapter.cfg == graph:
+        return adapter
+    out = TaskAdapter(hidden_size, graph, 0.0).eval()
+    with torch.no_grad():
+        for p in out.parameters():
+            p.zero_()
+        for layer in adapter.cfg.layers if adapter is not None else ():
+            src, dst = adapter.slot_of_layer[layer], out.slot_of_layer[layer]
+            out.attentions[dst].load_state_dict(adapter.attentions[src].state_dict())
+            src_proj = 0 if adapter.cfg.share_projections else src
+            out.encoders[dst].load_state_dict(adapter.encoders[src_proj].state_dict())
+            out.decoders[dst].load_state_dict(adapter.decoders[src_proj].state_dict())
+    return out
+
+
 class SwappableTrunk(nn.Module):
-    def __init__(self, model: PalBert, int8_adapters: bool):
+    """The ONNX graph: `model`'s trunk with one task slot whose PALs have placement `pal` (None:
+    a head only) and whose weights are graph inputs."""
+
+    def __init__(self, model: PalBert, int8_adapters: bool, pal: PalConfig | None):
         super().__init__()
-        self.model = slot_model(model, [model.pal])
+        self.model = slot_model(model, [pal])
         self.int8 = int8_adapters
         self.slots: list[tuple[str, GivenLinear]] = []  # (adapter tensor path, its module)
         for prefix, root in self.model.task_modules(SLOT).items():
@@ -307,14 +356,23 @@ def output_map(spec) -> dict[str, torch.Tensor]:
     return {"output.linear": linear, "output.sigmoid": sigmoid, "output.offset": offset}
 
 
-def adapter_tensors(model: PalBert, task: str, int8: bool) -> dict[str, torch.Tensor]:
-    """One task's inputs to SwappableTrunk, by input name (the .onnx_adapter contents)."""
+def adapter_tensors(model: PalBert, task: str, int8: bool,
+                    graph: PalConfig | None) -> dict[str, torch.Tensor]:
+    """One task's inputs to SwappableTrunk of placement `graph`, by input name (the
+    .onnx_adapter contents)."""
     spec = model.tasks[task]
     if spec.num_outputs > PAD_OUTPUTS:
         raise ValueError(f"task '{task}' has {spec.num_outputs} outputs; the ONNX export "
                          f"supports at most {PAD_OUTPUTS}")
+    if not fits_graph(model.task_pal(task), graph):
+        raise ValueError(f"task '{task}' has PALs {model.task_pal(task)}, which a graph of "
+                         f"placement {graph} cannot run")
+    modules = model.task_modules(task)
+    if graph is not None:
+        modules["pal"] = adapter_in_graph(modules.get("pal"), graph,  # type: ignore[arg-type]
+                                          model.trunk.config.hidden_size)
     out: dict[str, torch.Tensor] = {}
-    for path, _, module in given_modules(model.task_modules(task)):
+    for path, _, module in given_modules(modules):
         w, b = matrix_of(module)
         if path.startswith("head."):
             w = torch.cat([w, w.new_zeros(PAD_OUTPUTS - w.shape[0], w.shape[1])])

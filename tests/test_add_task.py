@@ -240,10 +240,3 @@ def test_a_later_task_of_a_known_placement_needs_no_lowering(hybrid_run: Path, t
         add_adapter(hybrid_run, "para", out, data_dir=tiny_data, **QUIET)
     assert (out / "manifest.json").read_bytes() == manifest
 
-
-def test_onnx_bundle_of_differing_tasks_is_refused(hybrid_run: Path, tmp_path: Path):
-    from export.bundle import ExportError, export_run
-    with pytest.raises(ExportError, match="an ONNX Runtime bundle takes one placement"):
-        export_run(hybrid_run, tmp_path / "b", target="onnx", quant="fp32",
-                   tasks=["sst", "cfimdb"], **QUIET)
-    assert not (tmp_path / "b").exists()

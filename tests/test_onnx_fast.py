@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from export.onnx_export import export_trunk, write_adapter
-from export.programs import reference_outputs
+from export.programs import graph_pal, reference_outputs
 from trainer.checkpoint import load_model, resolve_model_dir
 
 FP32_TOL = 1e-5   # fp32 graph vs PyTorch, absolute (outputs here are O(0.01..5))
@@ -37,14 +37,15 @@ def export(model, folder: Path, int8: bool, tasks: list[str]):
 
     folder.mkdir()
     ids, mask, types = inputs(model.trunk.config.vocab_size, seed=1)
-    export_trunk(model, folder / "trunk.onnx", int8, (ids[:1], mask[:1], types[:1]))
+    graph = graph_pal([model.task_pal(t) for t in tasks])
+    export_trunk(model, folder / "trunk.onnx", int8, (ids[:1], mask[:1], types[:1]), graph)
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     session = ort.InferenceSession(str(folder / "trunk.onnx"), opts,
                                    providers=["CPUExecutionProvider"])
     runs, adapters = {}, []
     for task in tasks:
-        write_adapter(model, task, folder / f"{task}.onnx_adapter", int8)
+        write_adapter(model, task, folder / f"{task}.onnx_adapter", int8, graph)
         adapter = ort.LoraAdapter()
         adapter.Load(str(folder / f"{task}.onnx_adapter"))
         adapters.append(adapter)  # must outlive the run options that name it
