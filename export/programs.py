@@ -9,8 +9,9 @@
   nn.Linear replaced by a `GivenLinear` (the same x·W + b) whose matrix and bias come in as graph
   inputs, so one graph serves every task; a PAL attention's query/key/value are one GivenLinear
   (`GivenAttention`). The graph has one placement (`graph_pal`: the union of its tasks'); a task
-  with PALs in fewer layers, or none, brings zeros in the others (`adapter_in_graph`). The head is padded to `PAD_OUTPUTS` rows and a per-task output map
-  (linear / sigmoid / offset vectors) turns raw outputs into logits or the score. What ONNX
+  with PALs in fewer layers, or none, brings zeros in the others (`adapter_in_graph`). The head
+  is padded to `PAD_OUTPUTS` rows and a per-task output map (linear / sigmoid / offset vectors)
+  turns raw outputs into logits or the score. What ONNX
   Runtime runs for these (int8 matrices as they are, fused attention kernels) is in
   export/onnx_ops.py.
 """
