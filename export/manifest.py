@@ -27,10 +27,10 @@ FORMAT = "palkit-bundle"
 VERSION = 2
 MANIFEST_FILE = "manifest.json"
 RUNTIMES = ("executorch", "onnxruntime")
-# The text inputs and the output every program and graph has (a task's result: the first
-# num_outputs columns); ExecuTorch's task weights follow as further inputs (task_inputs).
 # OnnxRuntimeSection.pal of a bundle written before that field: its graph has trunk.pal
 TRUNK_PAL = "trunk.pal"
+# The text inputs and the output every program and graph has (a task's result: the first
+# num_outputs columns); ExecuTorch's task weights follow as further inputs (task_inputs).
 IO = {"inputs": [{"name": n, "dtype": "int64", "shape": [1, "seq"]}
                  for n in ("input_ids", "attention_mask", "token_type_ids")],
       "outputs": [{"name": "logits", "dtype": "float32", "shape": [1, "output_columns"]}]}

@@ -11,9 +11,8 @@
   (`GivenAttention`). The graph has one placement (`graph_pal`: the union of its tasks'); a task
   with PALs in fewer layers, or none, brings zeros in the others (`adapter_in_graph`). The head
   is padded to `PAD_OUTPUTS` rows and a per-task output map (linear / sigmoid / offset vectors)
-  turns raw outputs into logits or the score. What ONNX
-  Runtime runs for these (int8 matrices as they are, fused attention kernels) is in
-  export/onnx_ops.py.
+  turns raw outputs into logits or the score. What ONNX Runtime runs for these (int8 matrices
+  as they are, fused attention kernels) is in export/onnx_ops.py.
 """
 from __future__ import annotations
 
