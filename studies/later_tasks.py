@@ -89,6 +89,8 @@ def add_later(base: Path, task: str, adapter: str, data_dir: str) -> Path:
         return added
     if not run.exists():
         shutil.copytree(base, run, copy_function=os.link)
+    if added.exists() and not (added / "last").exists():  # stopped before its first checkpoint
+        shutil.rmtree(added)
     resume = ["--resume"] if (added / "last").exists() else []
     palkit(["add-task", str(run), "--task", task, "--data-dir", data_dir, *ADAPTERS[adapter],
             *resume], run.with_suffix(".log"))
