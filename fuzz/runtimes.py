@@ -24,6 +24,7 @@ restored), and recorded with its offsets so docs/runtime-crashes.md can cite it.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import random
@@ -142,6 +143,7 @@ def in_child(loader: Loader, root: Path, rel: str, level: str | None,
     if pid == 0:
         os.close(read_fd)
         os.dup2(log.fileno(), 2)
+        faulthandler.disable()  # a crash is the measurement, not the parent's stack on the terminal
         try:
             report = {"outputs": loader.run(root, rel, level)}
         except BaseException as e:  # noqa: BLE001  (a refusal of any kind is the measurement)

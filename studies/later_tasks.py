@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer.checkpoint import TRUNK_WEIGHTS, read_training_state
+from trainer.checkpoint import TRUNK_WEIGHTS, read_training_state, separate_models
 from trainer.fileio import write_json, write_text
 from trainer.host import machine_name
 from trainer.tasks import BUILTIN_TASKS
@@ -63,13 +63,18 @@ def palkit(args: list[str], log: Path) -> None:
         sys.exit(f"study: `palkit {shlex.join(args)}` exited {code}; see {log}")
 
 
+def parts(run: Path) -> list[Path]:
+    """The folders that hold `run`'s checkpoints: one per task for a separate run."""
+    return separate_models(run) or [run]
+
+
 def finished(run: Path) -> bool:
-    return (run / "last").exists() and read_training_state(run).finished
+    return all((p / "last").exists() and read_training_state(p).finished for p in parts(run))
 
 
 def train(run: Path, tasks: tuple[str, ...], mode: str, seed: int, data_dir: str) -> Path:
     if not finished(run):
-        resume = ["--resume"] if (run / "last").exists() else []
+        resume = ["--resume"] if any((p / "last").exists() for p in parts(run)) else []
         palkit(["train", "--mode", mode, "--tasks", ",".join(tasks), "--seed", str(seed),
                 "--data-dir", data_dir, *BUDGET, "--out", str(run), *resume],
                run.with_suffix(".log"))
@@ -84,6 +89,8 @@ def add_later(base: Path, task: str, adapter: str, data_dir: str) -> Path:
         return added
     if not run.exists():
         shutil.copytree(base, run, copy_function=os.link)
+    if added.exists() and not (added / "last").exists():  # stopped before its first checkpoint
+        shutil.rmtree(added)
     resume = ["--resume"] if (added / "last").exists() else []
     palkit(["add-task", str(run), "--task", task, "--data-dir", data_dir, *ADAPTERS[adapter],
             *resume], run.with_suffix(".log"))

@@ -240,3 +240,19 @@ def test_a_later_task_of_a_known_placement_needs_no_lowering(hybrid_run: Path, t
         add_adapter(hybrid_run, "para", out, data_dir=tiny_data, **QUIET)
     assert (out / "manifest.json").read_bytes() == manifest
 
+
+def test_add_task_skips_a_malformed_row_as_training_does(run_copy: Path, tiny_data: Path,
+                                                         tmp_path: Path, capsys):
+    """Quora's own train file has empty texts: add-task checks the data with --bad-rows' default
+    (skip, each reported) like train, instead of refusing what training would have read."""
+    data = tmp_path / "data"
+    shutil.copytree(tiny_data, data)
+    train = data / "cfimdb" / "ids-cfimdb-train.csv"
+    lines = train.read_text().splitlines()
+    body = (lines[1:] * 5)[:199]
+    bad = "199\tid00199\t\t1"
+    train.write_text("\n".join([lines[0], *body, bad]) + "\n")
+    assert cli.main(["add-task", str(run_copy), "--task", "cfimdb", "--data-dir", str(data),
+                     "--epochs", "1", "--steps-per-epoch", "2", "--batch-size", "8"]) == 0
+    assert "ids-cfimdb-train.csv:201" in capsys.readouterr().err
+    assert (run_copy / "model" / "tasks" / "cfimdb" / "adapter.safetensors").is_file()

@@ -36,12 +36,14 @@ def add_task(run: Path, spec: TaskSpec, data_dir: str | None, overrides: dict[st
 
     run = Path(run)
     target = check_new_task(run, spec)
-    # A data file of the wrong kind stops here, before anything is trained or written.
-    read_examples(spec, resolve_data_dir(data_dir), "train")
-    read_examples(spec, resolve_data_dir(data_dir), "dev")
+    cfg = task_run_config(run, spec, data_dir, overrides)
+    # A data file of the wrong kind stops here, before anything is trained or written; malformed
+    # rows are treated as training will treat them (--bad-rows).
+    for split in ("train", "dev"):
+        read_examples(spec, resolve_data_dir(data_dir), split, cfg.bad_rows)
     trunk_file = run / "model" / "trunk" / TRUNK_WEIGHTS
     trunk_sha = sha256_file(trunk_file)
-    sub = train(task_run_config(run, spec, data_dir, overrides), resume=resume)
+    sub = train(cfg, resume=resume)
     new_task = sub / "model" / "tasks" / spec.name
     if read_json(new_task / "adapter_config.json")["trunk_sha256"] != trunk_sha \
             or sha256_file(trunk_file) != trunk_sha:
