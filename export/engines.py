@@ -265,6 +265,10 @@ def read_task_weights(path: Path, names: list[str]) -> tuple[Any, ...]:
         elif w.dtype != torch.float32:
             raise BundleError(f"{path}: tensor '{name}' is {w.dtype}, neither float32 nor int8; "
                               "re-export the bundle")
+        else:
+            # load_file's tensors view the file's memory map: keeping one keeps the whole file
+            # mapped and resident (an int8 file's bytes beside their fp32 copies)
+            w = w.clone()
         out.append(w)
     return tuple(out)
 
