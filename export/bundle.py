@@ -216,7 +216,7 @@ def write_executorch(model, names: list[str], build: Path, int8: bool, max_len: 
         method = method_name(model.task_pal(name), model)
         wanted = facts["methods"][method]["task_inputs"] if method != ONE_TASK_METHOD \
             else facts["task_inputs"]
-        if write_task_weights(model, name, folder / f"{name}.safetensors") != wanted:
+        if write_task_weights(model, name, folder / f"{name}.safetensors", int8) != wanted:
             raise ExportError(f"task '{name}' has other weights than its method {method} takes; "
                               "please report this")
     return {"non_delegated_ops": facts["non_delegated_ops"], "task_inputs": facts["task_inputs"],
@@ -378,7 +378,7 @@ def write_task_files(model, tokenizer, task: str, manifest: Manifest, folder: Pa
                               "(adding a task of a placement the bundle has needs none)") from None
         log(f"executorch: writing {task}.safetensors (no lowering: the program's {method} "
             "takes it as inputs)")
-        if write_task_weights(model, task, folder / f"{task}.safetensors") != inputs:
+        if write_task_weights(model, task, folder / f"{task}.safetensors", int8) != inputs:
             raise ExportError(f"task '{task}' has other weights than this bundle's program "
                               f"takes in {method} (an older palkit?); export a new bundle with "
                               "all its tasks")

@@ -139,14 +139,15 @@ def ort_errors() -> tuple[type[BaseException], ...]:
 
 
 class ExecuTorchRunner(TaskRunner):
-    """The bundle's one program, loaded once; a task is its weights file, read once and then
-    passed as the method's task inputs, so a swap is choosing another task's tensors. Every task
-    whose file the bundle already checked (load_bundle's `tasks`; None: all) is read here, at
-    load, so that its first swap reads nothing; others are read (and checked) on first use. Each
-    method packs the trunk when it loads (the pip wheel has no XNNPACK weight cache to share it),
-    so `forward` loads on the first single-task run and a caller of `run_all` alone packs the
-    trunk once. The program does not plan memory for its inputs: the method reads the tensors
-    where they lie, nothing is copied per call (export/executorch_export.py)."""
+    """The bundle's one program, loaded once; a task is its weights file, read once (an int8
+    bundle's matrices dequantized to fp32 there) and then passed as the method's task inputs,
+    so a swap is choosing another task's tensors. Every task whose file the bundle already
+    checked (load_bundle's `tasks`; None: all) is read here, at load, so that its first swap
+    reads nothing; others are read (and checked) on first use. Each method packs the trunk when
+    it loads (the pip wheel has no XNNPACK weight cache to share it), so `forward` loads on the
+    first single-task run and a caller of `run_all` alone packs the trunk once. The program does
+    not plan memory for its inputs: the method reads the tensors where they lie, nothing is
+    copied per call (export/executorch_export.py)."""
 
     def __init__(self, bundle: "Bundle", threads: int | None):
         super().__init__(bundle, threads)
@@ -234,7 +235,11 @@ class ExecuTorchRunner(TaskRunner):
 
 
 def read_task_weights(path: Path, names: list[str]) -> tuple[Any, ...]:
-    """A task's weights file (safetensors) as tensors in the program's input order."""
+    """A task's weights file (safetensors) as fp32 tensors in the program's input order. An int8
+    tensor (an int8 bundle's matrix) comes with its `<name>.scale`, one fp32 scale per output
+    column, and is dequantized here, once: w = q * scale, the formula the app's JNI uses too
+    (palkit_executorch_jni.cpp), so both runtimes pass the method the same bits."""
+    import torch
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -243,10 +248,29 @@ def read_task_weights(path: Path, names: list[str]) -> tuple[Any, ...]:
     except (SafetensorError, OSError, ValueError) as e:
         raise BundleError(f"{path}: not a readable task weights file ({e}); re-export the "
                           "bundle") from None
-    if sorted(tensors) != sorted(names):
+    scales = {n: f"{n}.scale" for n in names if n in tensors and tensors[n].dtype == torch.int8}
+    if sorted(tensors) != sorted([*names, *scales.values()]):
         raise BundleError(f"{path}: holds other tensors than the bundle's program takes; "
                           "re-export the bundle")
-    return tuple(tensors[n] for n in names)
+    out = []
+    for name in names:
+        w = tensors[name]
+        if name in scales:
+            scale = tensors[scales[name]]
+            per_column = [1] * (w.dim() - 1) + [w.shape[-1]]
+            if scale.dtype != torch.float32 or list(scale.shape) != per_column:
+                raise BundleError(f"{path}: '{scales[name]}' is not one float32 scale per column "
+                                  f"of '{name}'; re-export the bundle")
+            w = w.to(torch.float32) * scale
+        elif w.dtype != torch.float32:
+            raise BundleError(f"{path}: tensor '{name}' is {w.dtype}, neither float32 nor int8; "
+                              "re-export the bundle")
+        else:
+            # load_file's tensors view the file's memory map: keeping one keeps the whole file
+            # mapped and resident (an int8 file's bytes beside their fp32 copies)
+            w = w.clone()
+        out.append(w)
+    return tuple(out)
 
 
 def _torch_inputs(*arrays: np.ndarray) -> tuple[Any, ...]:

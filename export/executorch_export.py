@@ -25,6 +25,7 @@ from torch.fx.passes.infra.pass_base import PassResult
 
 from export.programs import TEXT_INPUTS, TaskSlotProgram, task_tensors
 from export.manifest import adapter_record
+from quant.weights import quantize_rows
 from trainer.model import PalBert, PalConfig
 from ui.progress import say
 
@@ -141,13 +142,24 @@ def stack_task_tensors(tasks: list[dict[str, torch.Tensor]], order: list[str]) -
     return [torch.cat([t[k] for t in tasks]) for k in order]
 
 
-def write_task_weights(model: PalBert, task: str, path: Path) -> list[str]:
+def write_task_weights(model: PalBert, task: str, path: Path, int8: bool) -> list[str]:
     """The task's weights file (safetensors: readable without Python): the trunk program's task
-    inputs for this task, by name. Returns the names in method order."""
+    inputs for this task, by name. Returns the names in method order. In an int8 bundle each
+    matrix (`….weight_t`, [1, in, out]) is stored int8 under its own name with one fp32 scale per
+    output column in `….weight_t.scale` ([1, 1, out]); biases and the output map stay fp32. The
+    runtimes dequantize once when they read the file (w = q * scale): the method still takes
+    fp32, since XNNPACK packs int8 weights only for constants, not inputs."""
     from safetensors.torch import save_file
 
     tensors = task_tensors(model, task)
-    save_file(tensors, str(path))
+    stored = dict(tensors)
+    if int8:
+        for name, w in tensors.items():
+            if name.endswith(".weight_t"):
+                q, scale = quantize_rows(w[0].t())  # rows of [out, in]: one per output column
+                stored[name] = q.t().contiguous()[None]
+                stored[f"{name}.scale"] = scale[None, None].contiguous()
+    save_file(stored, str(path))
     return list(tensors)
 
 

@@ -58,6 +58,6 @@ def test_scale_measures_both_formats(tiny_pal_run, tmp_path):
     assert by[2, 2]["detail"]["add_task"]["task"] == "syn03"
     assert by[2, 2]["add_task_s"] < by[1, 1]["add_task_s"]  # a file and a manifest, no lowering
     assert [s["tasks"] for s in data["side_by_side"]] == [1]
-    assert data["targets"]["memory_all_ready_T2_over_one_plus_files"] > 0
+    assert data["targets"]["memory_all_ready_T2_over_one_plus_task_tensors"] > 0
     assert out.with_suffix(".md").read_text().startswith("# Tasks as data at scale")
     assert out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"

@@ -55,7 +55,7 @@ def other_trunk(tiny_pal_run, tmp_path_factory) -> Path:
     max_len = default_max_len(model)
     lower_trunk_program(model, None, out, False, max_len,
                         calibration_inputs(model, max_len, tokenizer), log=lambda *a: None)
-    write_task_weights(model, "sst", out / "sst.safetensors")
+    write_task_weights(model, "sst", out / "sst.safetensors", False)
     return out
 
 

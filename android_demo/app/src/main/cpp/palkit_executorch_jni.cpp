@@ -164,12 +164,59 @@ std::vector<int64_t> numbers(const std::string& list) {
   return out;
 }
 
+// One tensor of a safetensors file: its dtype ("F32", "I8"), shape and bytes in the file.
+struct Entry {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  int64_t count = 1;
+  uint64_t begin = 0, bytes = 0;
+};
+
+// The header entry of tensor `name`, with its data span checked to lie inside the file and to
+// hold `count` elements of its dtype (4 bytes for F32, 1 for I8; others refused).
+bool findEntry(const std::string& path, const std::string& json, uint64_t data, uint64_t size,
+               const std::string& name, Entry& out, std::string& error) {
+  const size_t at = json.find("\"" + name + "\":");
+  if (at == std::string::npos) {
+    error = path + ": has no tensor '" + name + "'";
+    return false;
+  }
+  const size_t close = json.find('}', at);
+  const std::string entry = json.substr(at, close - at);
+  const std::string dtype = field(entry, "dtype");
+  out.dtype = dtype.find("\"F32\"") != std::string::npos  ? "F32"
+              : dtype.find("\"I8\"") != std::string::npos ? "I8"
+                                                            : "";
+  out.shape = numbers(field(entry, "shape"));
+  const std::vector<int64_t> span = numbers(field(entry, "data_offsets"));
+  for (int64_t d : out.shape) out.count *= d;
+  const int64_t width = out.dtype == "F32" ? 4 : 1;
+  if (out.dtype.empty() || span.size() != 2 || span[1] < span[0] || data + span[1] > size ||
+      span[1] - span[0] != out.count * width) {
+    error = path + ": tensor '" + name +
+            "' is not float32 or int8 data of its shape inside the file";
+    return false;
+  }
+  out.begin = data + span[0];
+  out.bytes = span[1] - span[0];
+  return true;
+}
+
+bool readBytes(std::ifstream& in, const Entry& entry, void* into) {
+  return static_cast<bool>(in.seekg(static_cast<std::streamoff>(entry.begin))
+                               .read(static_cast<char*>(into),
+                                     static_cast<std::streamsize>(entry.bytes)));
+}
+
 // A task's safetensors file (8-byte little-endian header size, a JSON header, the data): the
-// float32 tensors `names`, in that order. Only what palkit writes is accepted: F32 tensors whose
-// offsets lie inside the file and match their shapes. Sets `error` and returns false otherwise.
+// tensors `names`, in that order, as float32. An int8 bundle stores each matrix as I8 with one
+// F32 scale per output column (its last dimension) in `<name>.scale`; it is dequantized here,
+// once, as w = q * scale: the formula of palkit's Python runtime (export/engines.py
+// read_task_weights), so the method gets the same bits from both. Sets `error` and returns false
+// for anything else.
 bool readTaskWeights(const std::string& path, const std::vector<std::string>& names,
                      TaskWeights& out, std::string& error) {
-  // Each tensor is read from the file straight into its own buffer: one copy, no file image.
+  // Each tensor is read from the file straight into its own buffer: no file image.
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   const uint64_t size = in ? static_cast<uint64_t>(in.tellg()) : 0;
   uint64_t header = 0;
@@ -185,29 +232,34 @@ bool readTaskWeights(const std::string& path, const std::vector<std::string>& na
   in.read(&json[0], static_cast<std::streamsize>(header));
   const uint64_t data = 8 + header;
   for (const std::string& name : names) {
-    const size_t at = json.find("\"" + name + "\":");
-    if (at == std::string::npos) {
-      error = path + ": has no tensor '" + name + "'";
-      return false;
+    Entry tensor;
+    if (!findEntry(path, json, data, size, name, tensor, error)) return false;
+    std::vector<float> values(tensor.count);
+    if (tensor.dtype == "F32") {
+      if (!readBytes(in, tensor, values.data())) {
+        error = path + ": cannot read tensor '" + name + "'";
+        return false;
+      }
+    } else {
+      Entry scale;
+      if (!findEntry(path, json, data, size, name + ".scale", scale, error)) return false;
+      const int64_t columns = tensor.shape.empty() ? 0 : tensor.shape.back();
+      if (scale.dtype != "F32" || scale.count != columns || columns == 0) {
+        error = path + ": '" + name + ".scale' is not one float32 scale per column of '" + name +
+                "'";
+        return false;
+      }
+      std::vector<int8_t> q(tensor.count);
+      std::vector<float> scales(columns);
+      if (!readBytes(in, tensor, q.data()) || !readBytes(in, scale, scales.data())) {
+        error = path + ": cannot read tensor '" + name + "'";
+        return false;
+      }
+      for (int64_t i = 0; i < tensor.count; i++) {
+        values[i] = static_cast<float>(q[i]) * scales[i % columns];
+      }
     }
-    const size_t close = json.find('}', at);
-    const std::string entry = json.substr(at, close - at);
-    const std::vector<int64_t> shape = numbers(field(entry, "shape"));
-    const std::vector<int64_t> span = numbers(field(entry, "data_offsets"));
-    int64_t count = 1;
-    for (int64_t d : shape) count *= d;
-    if (field(entry, "dtype").find("\"F32\"") == std::string::npos || span.size() != 2 ||
-        span[1] < span[0] || data + span[1] > size || span[1] - span[0] != count * 4) {
-      error = path + ": tensor '" + name + "' is not float32 data of its shape inside the file";
-      return false;
-    }
-    std::vector<float> values(count);
-    if (!in.seekg(static_cast<std::streamoff>(data + span[0]))
-             .read(reinterpret_cast<char*>(values.data()), count * 4)) {
-      error = path + ": cannot read tensor '" + name + "'";
-      return false;
-    }
-    std::vector<executorch::aten::SizesType> sizes(shape.begin(), shape.end());
+    std::vector<executorch::aten::SizesType> sizes(tensor.shape.begin(), tensor.shape.end());
     out.tensors.push_back(make_tensor_ptr(std::move(sizes), std::move(values)));
   }
   return true;

@@ -1,0 +1,184 @@
+"""An int8 bundle's ExecuTorch task files: each matrix int8 with one fp32 scale per output column,
+dequantized once when a task is read, by the Python runtime and by the app's JNI alike.
+
+The program is unchanged (its task inputs are fp32), so what is checked is the file (dtypes,
+error within half a quantization step), that the runtime feeds the program exactly the
+dequantized weights, that the JNI's dequantization gives the same bits, and one-line refusals.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from export.engines import load_executorch_program, read_task_weights
+from export.manifest import BundleError
+from export.programs import task_tensors
+from export.runtime import Engine, load_bundle
+from quant.weights import quantize_rows
+from trainer.checkpoint import load_model, resolve_model_dir
+
+TEXT, PAIR = "the movie was good", "a man is running"
+TASKS = ["sst", "sts"]
+
+
+@pytest.fixture(scope="module")
+def et_int8(tiny_pal_run: Path, tiny_data: Path, tmp_path_factory) -> Path:
+    """An int8 ExecuTorch bundle of the PAL run (PALs in every layer): sst (one text), sts (a
+    pair regressor). Read-only. No int8 gate: the tiny random model's sts scores barely vary, so
+    their correlation with PyTorch's is noise (the gate has its own tests)."""
+    from export.bundle import export_run
+    from export.verify import Gate
+    out = tmp_path_factory.mktemp("b") / "et-int8"
+    export_run(tiny_pal_run, out, target="executorch", quant="int8", tasks=TASKS,
+               data_dir=tiny_data, log=lambda *a: None,
+               gate=Gate(max_drop=None, min_agreement=-1.0, max_float_layers=0))
+    return out
+
+
+@pytest.fixture(scope="module")
+def model(tiny_pal_run: Path):
+    return load_model(resolve_model_dir(tiny_pal_run), TASKS)[0]
+
+
+def matrices(tensors: dict[str, torch.Tensor]) -> list[str]:
+    return [n for n in tensors if n.endswith(".weight_t")]
+
+
+def dequantized(w: torch.Tensor) -> torch.Tensor:
+    """What an int8 task file should give back for the fp32 matrix w ([1, in, out])."""
+    q, scale = quantize_rows(w[0].t())
+    return q.t()[None].float() * scale[None, None]
+
+
+def test_int8_task_file_holds_int8_matrices_and_one_scale_per_column(et_int8, model):
+    assert load_bundle(et_int8).manifest.int8
+    for task in TASKS:
+        stored = load_file(str(et_int8 / "executorch" / f"{task}.safetensors"))
+        want = task_tensors(model, task)
+        names = matrices(want)
+        assert any(n.startswith("pal.") for n in names) and "head.out.weight_t" in names
+        assert sorted(stored) == sorted([*want, *(f"{n}.scale" for n in names)])
+        for name, w in want.items():
+            if name not in names:  # biases and the output map: fp32, as they were
+                assert stored[name].dtype == torch.float32 and torch.equal(stored[name], w), name
+                continue
+            q, scale = stored[name], stored[f"{name}.scale"]
+            assert q.dtype == torch.int8 and q.shape == w.shape, name
+            assert scale.dtype == torch.float32 and scale.shape == (1, 1, w.shape[-1]), name
+            assert torch.isfinite(scale).all() and (scale > 0).all(), name
+            error = (q.float() * scale - w).abs()
+            assert (error <= scale * (0.5 + 1e-5)).all(), (name, (error / scale).max())
+            used = w.abs().amax(dim=1, keepdim=True) > 0  # symmetric: each column's max is ±127
+            assert (q.abs().amax(dim=1, keepdim=True)[used] == 127).all(), name
+        # the head's padding columns (all zero) come back exactly zero
+        head = stored["head.out.weight_t"].float() * stored["head.out.weight_t.scale"]
+        outputs = model.tasks[task].num_outputs
+        assert torch.equal(head[..., outputs:], torch.zeros_like(head[..., outputs:]))
+
+
+def test_fp32_bundle_keeps_fp32_task_files(et_fp32):
+    for task in TASKS:
+        stored = load_file(str(et_fp32 / "executorch" / f"{task}.safetensors"))
+        assert {t.dtype for t in stored.values()} == {torch.float32}
+        assert not [n for n in stored if n.endswith(".scale")]
+
+
+def test_python_runtime_runs_exactly_the_dequantized_weights(et_int8, model):
+    """The runtime's logits equal the same program run on weights dequantized in memory from
+    the model (bit for bit), and differ from the fp32 weights' only by quantization error."""
+    bundle = load_bundle(et_int8)
+    engine = Engine(bundle, "executorch")
+    section = bundle.manifest.runtimes["executorch"]
+    program = load_executorch_program(et_int8 / section.program, et_int8 / section.trunk_data)
+    forward = program.load_method("forward")
+    for task in TASKS:
+        spec = bundle.tasks[task]
+        ids, mask, types = engine.tokenizer(TEXT, PAIR if spec.is_pair else None)
+        got, _, _ = engine.run_ids(task, ids, mask, types)
+        _, names = bundle.manifest.executorch_method(task)
+        weights = task_tensors(model, task)
+        text = tuple(torch.from_numpy(x) for x in (ids, mask, types))
+
+        def run(tensors: dict[str, torch.Tensor]) -> np.ndarray:
+            return forward((*text, *(tensors[n] for n in names)))[0].numpy()[0, :spec.num_outputs]
+
+        deq = {n: dequantized(w) if n in matrices(weights) else w for n, w in weights.items()}
+        np.testing.assert_array_equal(got, run(deq))
+        fp32 = run(weights)
+        assert not np.array_equal(got, fp32)  # the weights really are int8 ones
+        np.testing.assert_allclose(got, fp32, atol=0.05 * max(1.0, np.abs(fp32).max()))
+    assert json.loads((et_int8 / "verify.json").read_text())["passed"]
+
+
+def _write(path: Path, tensors: dict[str, torch.Tensor]) -> Path:
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(path))
+    return path
+
+
+@pytest.mark.parametrize("case, message", [
+    ("no_scale", "holds other tensors than the bundle's program takes"),
+    ("row_scale", "'w.scale' is not one float32 scale per column of 'w'"),
+    ("half_scale", "'w.scale' is not one float32 scale per column of 'w'"),
+    ("int16", "tensor 'w' is torch.int16, neither float32 nor int8"),
+])
+def test_malformed_int8_task_file_is_refused_in_one_line(tmp_path, case, message):
+    q = torch.ones(1, 3, 4, dtype=torch.int8)
+    scale = torch.full((1, 1, 4), 0.5)
+    tensors = {"no_scale": {"w": q, "b": torch.zeros(1, 1, 4)},
+               "row_scale": {"w": q, "w.scale": torch.full((1, 3, 1), 0.5),
+                             "b": torch.zeros(1, 1, 4)},
+               "half_scale": {"w": q, "w.scale": scale.half(), "b": torch.zeros(1, 1, 4)},
+               "int16": {"w": q.to(torch.int16), "b": torch.zeros(1, 1, 4)}}[case]
+    path = _write(tmp_path / "task.safetensors", tensors)
+    with pytest.raises(BundleError, match="re-export the bundle") as e:
+        read_task_weights(path, ["w", "b"])
+    assert str(e.value).startswith(f"{path}: ") and message in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_each_output_column_has_its_own_scale(tmp_path):
+    q = torch.tensor([[[1, -2], [3, 127]]], dtype=torch.int8)  # [1, in=2, out=2]
+    path = _write(tmp_path / "task.safetensors",
+                  {"w": q, "w.scale": torch.tensor([[[0.5, 2.0]]]), "b": torch.ones(1, 1, 2)})
+    w, b = read_task_weights(path, ["w", "b"])
+    assert w.dtype == torch.float32 and torch.equal(w, torch.tensor([[[0.5, -4.0], [1.5, 254.0]]]))
+    assert torch.equal(b, torch.ones(1, 1, 2))
+
+
+# ---- the app's native path: the JNI dequantizes to the same bits -------------------------------
+
+def harness(build, *args) -> subprocess.CompletedProcess:
+    return subprocess.run(build.command(*map(str, args)), capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_jni_logits_equal_the_python_runtime_for_an_int8_bundle(host_build, et_int8):
+    order = ["sst", "sts", "sst"]
+    done = harness(host_build, "run", et_int8, 1, TEXT, PAIR, *order)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads(done.stdout)
+    assert [r["task"] for r in rows] == order
+    engine = Engine(load_bundle(et_int8), "executorch")
+    for row in rows:
+        task = engine.bundle.tasks[row["task"]]
+        ids, mask, types = engine.tokenizer(TEXT, PAIR if task.is_pair else None)
+        expected, _, _ = engine.run_ids(task.name, ids, mask, types)
+        # the same dequantization (w = q * scale in fp32) gives the program the same inputs
+        np.testing.assert_array_equal(np.float32(row["logits"]), expected)
+
+
+def test_jni_refuses_an_int8_matrix_without_its_scale(host_build, et_int8, tmp_path):
+    names = load_bundle(et_int8).manifest.runtimes["executorch"].task_inputs
+    stored = load_file(str(et_int8 / "executorch" / "sst.safetensors"))
+    gone = "head.out.weight_t.scale"
+    broken = _write(tmp_path / "sst.safetensors", {k: v for k, v in stored.items() if k != gone})
+    done = harness(host_build, "program", et_int8 / "executorch/trunk.pte",
+                   et_int8 / "executorch/trunk.ptd", broken, *names)
+    assert done.returncode == 3, (done.returncode, done.stderr[-3000:])
+    assert done.stderr.strip().splitlines()[-1].endswith(f"{broken}: has no tensor '{gone}'")
