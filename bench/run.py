@@ -139,7 +139,7 @@ def measure_load(s: Subject, job: Job, data: dict[str, Any], timeout: float) -> 
     else:
         entry.update(load_entry(s, load))
     if s.all_tasks is not None and "error" not in entry:
-        # Every task resident the cheap way: the one program holding the trunk once.
+        # Every task resident the cheap way: the all-tasks program holding the trunk once.
         prog = run_worker({"mode": "load_program", **spec}, timeout)
         if "error" in prog:
             data["notes"].append(f"{s.name}: all-tasks program load failed: {prog['error']}")

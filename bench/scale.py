@@ -7,7 +7,8 @@ add-task time, the ExecuTorch files' bytes, resident memory with all T tasks rea
 one-task p50 and all-tasks p50.
 
 Two formats, side by side in one run:
-* format 2 (today): one program (`forward`, `forward_all`), every task a weights file;
+* format 2 (today): one trunk's programs (`trunk.pte`: `forward`; `all_tasks.pte`:
+  `forward_all`) over one `trunk.ptd`, every task a weights file;
 * format 1 (per-task programs, dropped in bundle format 2): one lowered program per task plus
   an all-tasks program, exported by palkit's own code at FORMAT1_COMMIT, read from this
   checkout's git history (`git archive`), and run by the same worker as today's bundles (each
@@ -48,7 +49,7 @@ VERSION = 1
 FORMAT1_COMMIT = "440bfdec215f1d4d36cbf4105072b9de4bae0158"
 FORMAT1_TREE = ("trainer", "export", "quant", "ui")  # what its exporter imports
 EXPORT_SCRIPT = Path(__file__).with_name("scale_export.py")
-FORMATS = {1: "per-task programs (format 1)", 2: "one program + task files (format 2)"}
+FORMATS = {1: "per-task programs (format 1)", 2: "one trunk + task files (format 2)"}
 QUANTITIES = {  # key: (label, unit)
     "export_s": ("export (ExecuTorch files)", "s"),
     "add_task_s": ("add a task to the bundle", "s"),

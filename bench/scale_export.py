@@ -1,7 +1,7 @@
 """Export one synthetic T-task ExecuTorch bundle, timed: `python bench/scale_export.py SRC SPEC OUT`.
 
 bench/scale.py runs this in a fresh process per bundle with SRC, a palkit source tree, first on
-sys.path: the working tree for today's format (one program, every task a weights file), or
+sys.path: the working tree for today's format (one trunk, every task a weights file), or
 palkit's own history for the per-task-program format it replaced (format 1: one lowered program
 per task plus an all-tasks program; see bench/scale.py). So this file imports palkit only inside
 `main`, and only what both trees have: the model loader and export/bundle.py's

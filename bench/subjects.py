@@ -81,16 +81,20 @@ def run_model_dirs(run: Path) -> list[Path]:
 
 
 def bundle_sizes(bundle: Path, m: Manifest, runtime: str) -> dict[str, Any]:
-    """Bytes of the trunk, each task's file and the vocabulary, as the manifest lists them."""
+    """Bytes of the trunk, each task's file, the all-tasks program (ExecuTorch: its own file
+    over the trunk's data) and the vocabulary, as the manifest lists them."""
     adapters = {t.name: m.files[t.files[runtime]].bytes for t in m.tasks}
+    program = m.all_tasks(runtime)
+    all_tasks = [program.program] if program is not None else []
     out: dict[str, Any] = {"trunk_bytes": sum(m.files[rel].bytes
-                                              for rel in m.runtimes[runtime].runtime_files),
+                                              for rel in m.runtimes[runtime].runtime_files
+                                              if rel not in all_tasks),
                            "adapter_bytes": adapters,
                            "vocab_bytes": m.files[m.tokenizer.vocab_file].bytes}
-    out["total_bytes"] = out["trunk_bytes"] + sum(adapters.values())
-    program = m.all_tasks(runtime)
     if program is not None:
-        out["all_tasks_program_bytes"] = 0  # a method of the trunk program: no file of its own
+        out["all_tasks_program_bytes"] = m.files[program.program].bytes
+    out["total_bytes"] = (out["trunk_bytes"] + sum(adapters.values())
+                          + out.get("all_tasks_program_bytes", 0))
     return out
 
 

@@ -201,11 +201,11 @@ def export_bundle(model_dir: Path, out: Path, opts: ExportOptions, log: Log = sa
 
 def write_executorch(model, names: list[str], build: Path, int8: bool, max_len: int, calib,
                      all_tasks: bool, log: Log) -> dict[str, Any]:
-    """executorch/trunk.pte (the one program: task weights are method inputs), its trunk.ptd,
-    and one weights file per task (executorch/<task>.safetensors). Returns what the manifest
-    records about them."""
-    from export.executorch_export import (ALL_TASKS_METHOD, ONE_TASK_METHOD, lower_trunk_program,
-                                          method_name, write_task_weights)
+    """executorch/trunk.pte (the one-task methods: task weights are method inputs), its
+    trunk.ptd, all_tasks.pte when several tasks run on one input, and one weights file per task
+    (executorch/<task>.safetensors). Returns what the manifest records about them."""
+    from export.executorch_export import (ALL_TASKS_METHOD, ALL_TASKS_PROGRAM, ONE_TASK_METHOD,
+                                          lower_trunk_program, method_name, write_task_weights)
 
     folder = build / "executorch"
     folder.mkdir()
@@ -221,7 +221,8 @@ def write_executorch(model, names: list[str], build: Path, int8: bool, max_len: 
                               "please report this")
     return {"non_delegated_ops": facts["non_delegated_ops"], "task_inputs": facts["task_inputs"],
             "methods": facts["methods"] or None,
-            "all_tasks": AllTasksMethod(ALL_TASKS_METHOD, list(names)) if several else None}
+            "all_tasks": AllTasksMethod(f"executorch/{ALL_TASKS_PROGRAM}.pte", ALL_TASKS_METHOD,
+                                        list(names)) if several else None}
 
 
 def write_onnx(model, names: list[str], build: Path, int8: bool, calib,

@@ -63,8 +63,8 @@ def export(
     replace: Annotated[bool, typer.Option(help="with --adapter: overwrite a task")] = False,
     data_dir: DataDirOption = None,
     all_tasks: Annotated[bool, typer.Option(
-        help="ExecuTorch, several tasks: also give the program its forward_all method, every "
-        "task on one input in one call")] = True,
+        help="ExecuTorch, several tasks: also write all_tasks.pte (forward_all: every task "
+        "on one input in one call; about a minute more of export)")] = True,
     max_drop: Annotated[float, typer.Option(
         help="int8: refuse when the 95% interval of a task's metric change (accuracy, or "
         "Pearson x 100; paired bootstrap over the whole dev split) allows a drop of more than "

@@ -139,15 +139,16 @@ def ort_errors() -> tuple[type[BaseException], ...]:
 
 
 class ExecuTorchRunner(TaskRunner):
-    """The bundle's one program, loaded once; a task is its weights file, read once (an int8
-    bundle's matrices dequantized to fp32 there) and then passed as the method's task inputs,
-    so a swap is choosing another task's tensors. Every task whose file the bundle already
-    checked (load_bundle's `tasks`; None: all) is read here, at load, so that its first swap
-    reads nothing; others are read (and checked) on first use. Each method packs the trunk when
-    it loads (the pip wheel has no XNNPACK weight cache to share it), so `forward` loads on the
-    first single-task run and a caller of `run_all` alone packs the trunk once. The program does
-    not plan memory for its inputs: the method reads the tensors where they lie, nothing is
-    copied per call (export/executorch_export.py)."""
+    """The bundle's one-task program, loaded once; a task is its weights file, read once (an
+    int8 bundle's matrices dequantized to fp32 there) and then passed as the method's task
+    inputs, so a swap is choosing another task's tensors. Every task whose file the bundle
+    already checked (load_bundle's `tasks`; None: all) is read here, at load, so that its first
+    swap reads nothing; others are read (and checked) on first use. Each method packs the trunk
+    when it loads (the pip wheel has no XNNPACK weight cache to share it), so `forward` loads on
+    the first single-task run, and the all-tasks program (its own file, with its own activation
+    memory) on the first `run_all`: a caller of one packs the trunk once and holds nothing of
+    the other. The programs do not plan memory for their inputs: a method reads the tensors
+    where they lie, nothing is copied per call (export/executorch_export.py)."""
 
     def __init__(self, bundle: "Bundle", threads: int | None):
         super().__init__(bundle, threads)
@@ -157,29 +158,33 @@ class ExecuTorchRunner(TaskRunner):
             else:
                 executorch_lib()
         self.section = bundle.manifest.runtimes["executorch"]
-        self.pte = bundle.path(self.section.program, "runtimes.executorch")
-        trunk = bundle.path(self.section.trunk_data, "runtimes.executorch")
-        try:
-            with native_stderr_filtered():
-                self.program = load_executorch_program(self.pte, trunk)
-        except RuntimeError as e:  # the pybindings' errors carry an error code
-            raise BundleError(f"{self.pte}: ExecuTorch cannot load it with {trunk.name} ({e}); "
-                              "re-export the bundle") from None
+        self.trunk = bundle.path(self.section.trunk_data, "runtimes.executorch")
+        self.program = self.load_program(self.section.program, "runtimes.executorch")
         self.methods: dict[str, Any] = {}  # one-task methods by name, loaded on first use
         self.weights: dict[str, tuple[Any, ...]] = {}
         for task in bundle.tasks.values():
             if task.files.get("executorch") in bundle.checked:
                 self.task_weights(task)
+        self.all_program: Any = None  # loaded with its method on the first run_all
         self.all_method: Any = None
         self.all_weights: tuple[Any, ...] = ()
 
-    def load_method(self, name: str) -> Any:
+    def load_program(self, rel: str, field: str) -> Any:
+        pte = self.bundle.path(rel, field)
         try:
             with native_stderr_filtered():
-                return self.program.load_method(name)
-        except RuntimeError as e:
-            raise BundleError(f"{self.pte}: ExecuTorch cannot load its method {name} ({e}); "
+                return load_executorch_program(pte, self.trunk)
+        except RuntimeError as e:  # the pybindings' errors carry an error code
+            raise BundleError(f"{pte}: ExecuTorch cannot load it with {self.trunk.name} ({e}); "
                               "re-export the bundle") from None
+
+    def load_method(self, program: Any, rel: str, name: str) -> Any:
+        try:
+            with native_stderr_filtered():
+                return program.load_method(name)
+        except RuntimeError as e:
+            raise BundleError(f"{self.bundle.folder / rel}: ExecuTorch cannot load its method "
+                              f"{name} ({e}); re-export the bundle") from None
 
     def task_weights(self, task: TaskEntry) -> tuple[Any, ...]:
         """The task's weights file as the method's task inputs, read once."""
@@ -193,7 +198,7 @@ class ExecuTorchRunner(TaskRunner):
         """The one-task method of the task's placement (`forward`, or a later task's own)."""
         name, _ = self.bundle.manifest.executorch_method(task.name)
         if name not in self.methods:
-            self.methods[name] = self.load_method(name)
+            self.methods[name] = self.load_method(self.program, self.section.program, name)
         return self.methods[name]
 
     def select(self, task: TaskEntry) -> None:
@@ -225,7 +230,8 @@ class ExecuTorchRunner(TaskRunner):
                     self.weights[t] = tuple(w[i:i + 1] for w in group)
                 stacked += group
             self.all_weights = tuple(stacked)
-            self.all_method = self.load_method(spec.method)
+            self.all_program = self.load_program(spec.program, "runtimes.executorch.all_tasks")
+            self.all_method = self.load_method(self.all_program, spec.program, spec.method)
         return list(spec.tasks)
 
     def run_all(self, ids, mask, types):

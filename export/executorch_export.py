@@ -1,14 +1,17 @@
-"""Lower a bundle's one ExecuTorch/XNNPACK program, `trunk.pte` + `trunk.ptd`, and write each
-task's weights file, `<task>.safetensors`.
+"""Lower a bundle's ExecuTorch/XNNPACK programs over one `trunk.ptd` and write each task's
+weights file, `<task>.safetensors`.
 
-The program (TaskSlotProgram, export/programs.py) takes every task-specific matrix as a method
+The programs (TaskSlotProgram, export/programs.py) take every task-specific matrix as a method
 input, so one lowering serves every task of a placement, present and future: adding a task
-writes its weights file and no program. `forward` runs one task of the launch placement, and a
-bundle whose tasks differ (a task added later with a head only, or PALs elsewhere) has one more
-one-task method per other placement; `forward_all` runs the bundle's tasks on one input,
-branching where each placement's PALs begin. Every constant the trunk owns (XNNPACK-packed
-linear weights and the non-delegated embedding and LayerNorm tables) is tagged into the external
-file "trunk" (trunk.ptd).
+writes its weights file and no program. `trunk.pte`'s `forward` runs one task of the launch
+placement, and a bundle whose tasks differ (a task added later with a head only, or PALs
+elsewhere) has one more one-task method per other placement. `all_tasks.pte`'s `forward_all`
+runs the bundle's tasks on one input, branching where each placement's PALs begin; it is a
+program of its own because a runtime plans one program's activation memory for its largest
+method, and `forward_all`'s grows with the number of tasks (23 MB more at 30 tasks). Every
+constant the trunk owns (XNNPACK-packed linear weights and the non-delegated embedding and
+LayerNorm tables) is tagged into the external file "trunk" (trunk.ptd), which both programs
+read.
 
 Lowering is single-threaded Python (most of it ExecuTorch's per-partition XNNPACK passes): a
 minute or more of CPU per method for a MiniLM, the same for 3 tasks or 30.
@@ -16,6 +19,7 @@ minute or more of CPU per method for a MiniLM, the same for 3 tasks or 30.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -75,8 +79,9 @@ def _op_name(target: Any) -> str:
     return getattr(target, "__name__", type(target).__name__)
 
 
-PROGRAM = "trunk"  # -> trunk.pte: the one program of a bundle
+PROGRAM = "trunk"  # -> trunk.pte: the one-task methods
 ONE_TASK_METHOD = "forward"
+ALL_TASKS_PROGRAM = "all_tasks"  # -> all_tasks.pte: forward_all alone
 ALL_TASKS_METHOD = "forward_all"
 
 
@@ -97,13 +102,14 @@ def lower_trunk_program(model: PalBert, all_tasks: list[str] | None, out_dir: Pa
                         max_len: int, calibration: list[tuple[torch.Tensor, ...]],
                         log: Callable[[str], None] = say) -> dict[str, Any]:
     """Write out_dir/trunk.pte and out_dir/trunk.ptd: one program whose task weights are method
-    inputs (TaskSlotProgram): a one-task method per placement among the model's tasks
+    inputs (TaskSlotProgram), a one-task method per placement among the model's tasks
     (method_name; a head-only task's is the plain trunk and one matmul, a PAL task's has only
-    its PALs) and, when `all_tasks` lists several (grouped by placement, export_order),
-    `forward_all`: those tasks on one input, branching where a placement's PALs begin. Calibration runs with the
-    model's own task weights. Returns the delegation facts, the `forward` method's task input
-    names in method order ("task_inputs") and the other one-task methods ("methods": name ->
-    adapter record and task input names)."""
+    its PALs). When `all_tasks` lists several (grouped by placement, export_order), also
+    out_dir/all_tasks.pte over the same trunk.ptd: `forward_all`, those tasks on one input,
+    branching where a placement's PALs begin. Calibration runs with the model's own task
+    weights. Returns the delegation facts, the `forward` method's task input names in method
+    order ("task_inputs") and the other one-task methods ("methods": name -> adapter record and
+    task input names)."""
     placements = {method_name(model.task_pal(t), model): t for t in model.tasks}
     if ONE_TASK_METHOD not in placements:
         raise ValueError("no task has the model's own placement (load models with load_model)")
@@ -115,6 +121,8 @@ def lower_trunk_program(model: PalBert, all_tasks: list[str] | None, out_dir: Pa
         inputs[name] = program.input_names()
         methods[name] = (program, [x + tuple(weights[task][k] for k in inputs[name])
                                    for x in calibration])
+    log(f"executorch: lowering {PROGRAM}.pte ({', '.join(methods)})")
+    facts = lower_methods(methods, PROGRAM, out_dir, int8, max_len)
     if all_tasks and len(all_tasks) > 1:
         groups = model.placement_groups(all_tasks)
         if [t for g in groups for t in g] != list(all_tasks):
@@ -122,12 +130,29 @@ def lower_trunk_program(model: PalBert, all_tasks: list[str] | None, out_dir: Pa
         program = TaskSlotProgram(model, [(model.task_pal(g[0]), len(g)) for g in groups])
         stacked = [x for g, group in enumerate(groups) for x in
                    stack_task_tensors([weights[t] for t in group], program.input_names(g))]
-        methods[ALL_TASKS_METHOD] = (program, [x + tuple(stacked) for x in calibration])
-    log(f"executorch: lowering {PROGRAM}.pte ({', '.join(methods)})")
-    facts = lower_methods(methods, PROGRAM, out_dir, int8, max_len)
+        log(f"executorch: lowering {ALL_TASKS_PROGRAM}.pte ({ALL_TASKS_METHOD})")
+        lower_beside({ALL_TASKS_METHOD: (program, [x + tuple(stacked) for x in calibration])},
+                     ALL_TASKS_PROGRAM, out_dir, int8, max_len)
     others = {name: {"adapter": adapter_of(model.task_pal(task)), "task_inputs": inputs[name]}
               for name, task in placements.items() if name != ONE_TASK_METHOD}
     return {**facts, "task_inputs": inputs[ONE_TASK_METHOD], "methods": others}
+
+
+def lower_beside(methods: dict[str, tuple[torch.nn.Module, list[tuple[torch.Tensor, ...]]]],
+                 name: str, out_dir: Path, int8: bool, max_len: int) -> None:
+    """Another program, out_dir/<name>.pte, over the trunk.ptd already in out_dir: lowered in a
+    staging folder and kept only if the trunk data it needs is that file, byte for byte (the
+    trunk's constants are quantized and keyed the same whichever method uses them)."""
+    staging = out_dir / f".{name}"
+    try:
+        lower_methods(methods, name, staging, int8, max_len)
+        ptd = f"{TRUNK_DATA}.ptd"
+        if (staging / ptd).read_bytes() != (out_dir / ptd).read_bytes():
+            raise RuntimeError(f"{name}.pte needs other trunk data than {PROGRAM}.pte; please "
+                               "report this")
+        (staging / f"{name}.pte").replace(out_dir / f"{name}.pte")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def export_order(model: PalBert, tasks: list[str]) -> list[str]:

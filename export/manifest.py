@@ -71,7 +71,8 @@ class TaskEntry:
 
 @dataclass(frozen=True)
 class AllTasksMethod:
-    method: str          # the program's method running `tasks`, stacked in this order
+    program: str         # its own program over trunk_data (its memory plan grows with the tasks)
+    method: str          # the method running `tasks`, stacked in this order
     tasks: list[str]
 
 
@@ -80,7 +81,7 @@ class ExecuTorchSection:
     version: str
     torch: str
     backend: str
-    program: str                       # the one program; its task weights are method inputs
+    program: str                       # the one-task methods; task weights are method inputs
     trunk_data: str                    # the trunk's constants (trunk.ptd)
     method: str                        # one task: text inputs, then task_inputs
     task_inputs: list[str]             # tensor names in each task's weights file, input order
@@ -96,7 +97,8 @@ class ExecuTorchSection:
 
     @property
     def runtime_files(self) -> list[str]:
-        return [self.program, self.trunk_data]
+        all_tasks = [self.all_tasks.program] if self.all_tasks is not None else []
+        return [self.program, self.trunk_data, *all_tasks]
 
 
 @dataclass(frozen=True)

@@ -266,7 +266,7 @@ def task_linears(modules: dict[str, nn.Module]) -> list[tuple[str, nn.Module, st
 
 
 class TaskSlotProgram(nn.Module):
-    """An ExecuTorch method of the bundle's one program: tasks on one input, every
+    """An ExecuTorch method of the bundle's programs: tasks on one input, every
     task-specific matrix a method input, so one lowering serves every task of a placement and a
     task is its weights file. `groups` lists (placement, task count): [(pal, 1)] is a one-task
     method. Inputs: the three text inputs,

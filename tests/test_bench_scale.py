@@ -45,9 +45,11 @@ def test_scale_measures_both_formats(tiny_pal_run, tmp_path):
                 assert p[q] is not None and p[q] > 0, (key, q)
     assert [by[k]["extrapolated"] for k in [(1, 1), (2, 1), (2, 2)]] == [[], [], []]
     assert set(by[1, 2]["extrapolated"]) == set(QUANTITIES)
-    # the files are the bundles' own: format 2 is one program, trunk data and T task files
+    # the files are the bundles' own: format 2 is the one-task program, the all-tasks program,
+    # trunk data and T task files
     files2 = by[2, 2]["detail"]["files"]
-    assert sorted(files2) == ["syn01.safetensors", "syn02.safetensors", "trunk.ptd", "trunk.pte"]
+    assert sorted(files2) == ["all_tasks.pte", "syn01.safetensors", "syn02.safetensors",
+                              "trunk.ptd", "trunk.pte"]
     assert by[2, 2]["bundle_bytes"] == sum(files2.values())
     assert sorted(by[1, 1]["detail"]["files"]) == ["syn01.pte", "trunk.ptd"]
     # format 1 beyond what was measured: one more task program's lowering and bytes per task

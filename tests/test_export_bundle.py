@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from export.bundle import export_run, add_adapter, ExportError
+from export.engines import executorch_lib
 from export.manifest import read_manifest
 from export.inputs import Texts
 from export.programs import reference_outputs
@@ -85,9 +86,18 @@ def test_all_tasks_method_matches_each_task(et_fp32, tiny_pal_run, tiny_data, tm
     model, _, _ = load_model(resolve_model_dir(tiny_pal_run))
     m = json.loads((et_fp32 / "manifest.json").read_text())
     et = m["runtimes"]["executorch"]
-    assert et["all_tasks"] == {"method": "forward_all", "tasks": ["sst", "sts"]}
+    assert et["all_tasks"] == {"program": "executorch/all_tasks.pte", "method": "forward_all",
+                               "tasks": ["sst", "sts"]}
     assert sorted(p.name for p in (et_fp32 / "executorch").iterdir()) == [
-        "sst.safetensors", "sts.safetensors", "trunk.ptd", "trunk.pte"]
+        "all_tasks.pte", "sst.safetensors", "sts.safetensors", "trunk.ptd", "trunk.pte"]
+    # forward_all in a program of its own, so loading trunk.pte plans no memory for it
+    lib = executorch_lib()
+    methods = {}
+    for name in ("trunk", "all_tasks"):
+        program = lib._load_program(str(et_fp32 / "executorch" / f"{name}.pte"),
+                                    data_path=str(et_fp32 / "executorch" / "trunk.ptd"))
+        methods[name] = [program.get_method_name(i) for i in range(program.num_methods())]
+    assert methods == {"trunk": ["forward"], "all_tasks": ["forward_all"]}
     assert "all_tasks" not in m["runtimes"]["onnxruntime"]
     engine = Engine(load_bundle(et_fp32), "executorch")
     ids, mask, types = engine.tokenizer("the movie was good", "a man is running")
@@ -193,7 +203,7 @@ def test_reexport_is_byte_identical(onnx_fp32, tiny_pal_run, tiny_data, tmp_path
 
 @pytest.mark.slow
 def test_executorch_reexport_is_byte_identical(et_fp32, tiny_pal_run, tiny_data, tmp_path):
-    # the one program, its trunk data and every task's weights file, bit for bit
+    # the programs, their trunk data and every task's weights file, bit for bit
     again = tmp_path / "again"
     export_run(tiny_pal_run, again, target="android", quant="fp32", tasks=["sst", "sts"],
                data_dir=tiny_data, **QUIET)
@@ -537,7 +547,10 @@ def test_bench_worker_runs_the_all_tasks_program(et_fp32, tiny_pal_run, tmp_path
     (pal,) = subjects
     # (bench's note that no separately fine-tuned models were given is about the run, not this)
     assert pal.all_tasks is not None and not [n for n in notes if "all-tasks" in n]
-    assert pal.sizes["all_tasks_program_bytes"] == 0  # a method of the one program
+    listed = json.loads((et_fp32 / "manifest.json").read_text())["files"]
+    assert pal.sizes["all_tasks_program_bytes"] == listed["executorch/all_tasks.pte"]["bytes"]
+    assert pal.sizes["total_bytes"] == pal.sizes["trunk_bytes"] + \
+        sum(pal.sizes["adapter_bytes"].values()) + pal.sizes["all_tasks_program_bytes"]
     spec = {"threads": 1, "seq_len": 16, "subject": pal.worker_subject()}
     lat = run_worker({**spec, "mode": "latency", "configs": ["task:sst", "all_tasks"],
                       "warmup": 1, "runs": 3, "min_seconds": 0.0, "max_seconds": 1.0}, 120)
@@ -560,7 +573,9 @@ def test_bench_and_report_on_a_pal_bundle(et_fp32, tiny_pal_run, tiny_data, tmp_
         data_dir=tiny_data, max_examples=4, work=tmp_path / "w", ceiling=False))
     data = load_bench_file(out)
     et = data["subjects"]["et-fp32/executorch"]
-    assert et["bundle"]["all_tasks_program_bytes"] == 0 and et["all_tasks_program"]
+    listed = json.loads((et_fp32 / "manifest.json").read_text())["files"]
+    assert et["bundle"]["all_tasks_program_bytes"] == listed["executorch/all_tasks.pte"]["bytes"]
+    assert et["all_tasks_program"]
     assert et["memory_rss_bytes"]["model_all_tasks_program"] > 0
     assert et["bundle_dir"] == str(et_fp32)
     rows = {(r["subject"], r["config"]): r for r in data["results"]}

@@ -32,8 +32,8 @@ def manifest(all_tasks: bool = True) -> Manifest:
                            method="forward", task_inputs=["head.out.weight_t"],
                            output_columns=16,
                            seq_len={"min": 2, "max": 32, "dynamic": True}, non_delegated_ops=None,
-                           all_tasks=AllTasksMethod("forward_all", ["a", "b"])
-                           if all_tasks else None)
+                           all_tasks=AllTasksMethod("executorch/all_tasks.pte", "forward_all",
+                                                    ["a", "b"]) if all_tasks else None)
     ort = OnnxRuntimeSection(version="1.31.1", opset=17, trunk_model="onnx/trunk.onnx",
                              output_columns=16, adapter_inputs=["head.out.weight"], fusions={})
     m = Manifest(palkit_version="0.1.0",
@@ -69,9 +69,10 @@ def test_files_for_lists_only_what_a_reader_loads():
     m = manifest()
     assert set(m.files_for(["onnxruntime"], ["a"])) == {"vocab.txt", "onnx/trunk.onnx",
                                                         "onnx/a.onnx_adapter"}
-    # ExecuTorch: the one program and its trunk data, then each task's weights file
+    # ExecuTorch: the programs and their trunk data, then each task's weights file
     assert set(m.files_for(["executorch"], ["b"])) == {"vocab.txt", "executorch/trunk.pte",
                                                        "executorch/trunk.ptd",
+                                                       "executorch/all_tasks.pte",
                                                        "executorch/b.safetensors"}
 
 
@@ -96,6 +97,10 @@ def edited(tmp_path: Path, fn) -> Path:
     (lambda m: m["files"].pop("onnx/b.onnx_adapter"), "not listed under 'files'"),
     (lambda m: m["runtimes"]["executorch"]["all_tasks"].update(tasks=["a", "zz"]),
      r"names tasks \['zz'\]"),
+    # an all-tasks method that names no program file of its own
+    (lambda m: m["runtimes"]["executorch"]["all_tasks"].pop("program"),
+     r"'runtimes.executorch.all_tasks' lacks \['program'\]; re-export"),
+    (lambda m: m["files"].pop("executorch/all_tasks.pte"), "not listed under 'files'"),
     (lambda m: m.update(runtimes={}), "names no runtime"),
 ])
 def test_refusals_are_one_line(tmp_path: Path, edit, message):

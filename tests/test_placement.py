@@ -43,8 +43,8 @@ def test_placements_beyond_the_trunk_are_refused(which, words):
 
 @pytest.mark.slow
 def test_any_placement_trains_exports_and_runs_on_both_runtimes(tmp_path, tiny_bert, tiny_data):
-    """PALs in layer 1 only (of 2): train, export fp32 for ExecuTorch (the one program: forward
-    and forward_all, which forks the tasks at layer 1) and ONNX Runtime; each runtime matches
+    """PALs in layer 1 only (of 2): train, export fp32 for ExecuTorch (forward, and
+    forward_all, which forks the tasks at layer 1) and ONNX Runtime; each runtime matches
     PyTorch (export's verification) and all tasks at once equal each task alone."""
     from conftest import tiny_config
     from export.bundle import export_run
