@@ -23,10 +23,9 @@ from __future__ import annotations
 
 import math
 import time
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -371,10 +370,9 @@ class Verifier:
                                               gate.max_examples) for t in tasks}
         self.sqnr: dict[str, list[dict[str, Any]]] = {}
         t0 = time.time()
-        with one_thread():
-            self.refs = {t: reference_batched(model, t, self.inputs[t][0]) for t in tasks}
+        self.refs = {t: reference_batched(model, t, self.inputs[t][0]) for t in tasks}
         log(f"fp32 reference for {sum(len(r) for r in self.refs.values())} examples in "
-            f"{time.time() - t0:.1f} s")
+            f"{time.time() - t0:.1f} s ({torch.get_num_threads()} threads)")
 
     def check(self, runtime: str) -> dict[str, Any]:
         """The runtime's records (per task, and its all-tasks program's when it has one for
@@ -433,20 +431,8 @@ class Verifier:
     def layers(self, runtime: str) -> list[dict[str, Any]]:
         """The per-layer SQNR table of `runtime` (every runtime's computed on the first call)."""
         if runtime not in self.sqnr:
-            with one_thread():
-                self.sqnr = layer_sqnr(self.model, self.tasks, self.inputs, list(RECIPES))
+            self.sqnr = layer_sqnr(self.model, self.tasks, self.inputs, list(RECIPES))
         return self.sqnr[runtime]
-
-
-@contextmanager
-def one_thread() -> Iterator[None]:
-    """PyTorch on one thread: on a busy 2-core machine a second thread mostly spins."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def summary(report: dict[str, Any]) -> str:

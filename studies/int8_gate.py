@@ -406,18 +406,16 @@ def main() -> None:
 
 def references(model, tokenizer, data: Path, work: Path):
     """Dev and test inputs of every task and PyTorch fp32's outputs for them (kept in `work`
-    for --reuse: they take minutes on one thread)."""
+    for --reuse)."""
     from export.bundle import default_max_len
-    from export.verify import one_thread
     max_len = default_max_len(model)
     splits = {split: split_inputs(model, tokenizer, data, split, max_len)
               for split in ("dev", "test")}
     saved = work / "references.pt"
     if REUSE and saved.is_file():
         return splits, torch.load(saved)
-    with one_thread():
-        refs = {split: {t: reference_batched(model, t, enc) for t, (enc, _) in inputs.items()}
-                for split, inputs in splits.items()}
+    refs = {split: {t: reference_batched(model, t, enc) for t, (enc, _) in inputs.items()}
+            for split, inputs in splits.items()}
     torch.save(refs, saved)
     return splits, refs
 
