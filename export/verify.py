@@ -11,7 +11,7 @@ is no data), and PyTorch fp32 runs the same inputs (batched). Then, per runtime 
   allows a drop of more than `max_drop` points. Also recorded: agreement of the predictions with
   its interval, flips against gold (gained: int8 right where fp32 was wrong; lost: the reverse),
   and KL(fp32 || int8) of the output distributions, mean and 99th percentile.
-* where int8 hurts: `layer_sqnr` replays each runtime's int8 recipe on every quantized Linear
+* where int8 hurts: `layer_sqnr` replays the runtimes' int8 recipe on every quantized Linear
   (trunk, PAL, head) with the fp32 model's own inputs, and reports its output's
   signal-to-quantization-noise ratio in dB.
 * `gated_export`: when the gate refuses, the worst layer by SQNR is kept in float and that
@@ -261,46 +261,42 @@ def fake_int8_weight(w: torch.Tensor) -> torch.Tensor:
 def fake_int8_activation(x: torch.Tensor, per_token: bool, symmetric: bool = False) -> torch.Tensor:
     """Dynamic 8-bit activations: one range per token (each row of the last dimension) or one
     for the whole tensor; asymmetric (255 steps over [min, max] with 0 included: XNNPACK's qd8,
-    ONNX Runtime's DynamicQuantizeLinear) or symmetric (127 steps each side of 0: the per-token
-    recipe of quant/onnx_int8.py)."""
+    quant/onnx_int8.py's per-token rows, ONNX Runtime's DynamicQuantizeLinear) or symmetric (127
+    steps each side of 0: quant/onnx_int8.py's `symmetric_activations`)."""
     dims = (-1,) if per_token else tuple(range(x.dim()))
     if symmetric:
         scale = (x.abs().amax(dim=dims, keepdim=True) / 127).clamp(min=1e-30)
         return (x / scale).round().clamp(-127, 127) * scale
     low = x.amin(dim=dims, keepdim=True).clamp(max=0)
     high = x.amax(dim=dims, keepdim=True).clamp(min=0)
-    scale = ((high - low) / 255).clamp(min=1e-12)
+    scale = ((high - low) / 255).clamp(min=1e-30)
     zero = (-low / scale).round()
     return ((x / scale).round() + zero).clamp(0, 255).sub(zero) * scale
 
 
-# How each runtime quantizes activations, and whether the tasks' own Linears (PAL, head) are
-# int8 there: ExecuTorch takes task weights as method inputs and runs them in fp32; ONNX
-# Runtime's adapters hold them as int8.
-RECIPES = {"executorch": {"per_token": True, "symmetric": False, "task_layers_int8": False},
-           "onnxruntime": {"per_token": True, "symmetric": True, "task_layers_int8": True}}
+# Both runtimes quantize a Linear the same way (int8 weights per output channel, asymmetric
+# per-token activations: XNNPACK's qd8, quant/onnx_int8.py's rows); they differ in whether the
+# tasks' own Linears (PAL, head) are int8: ExecuTorch takes task weights as method inputs and
+# runs them in fp32; ONNX Runtime's adapters hold them as int8.
+TASK_LAYERS_INT8 = {"executorch": False, "onnxruntime": True}
 
 
 def layer_sqnr(model, tasks: list[str], inputs: dict[str, Any], runtimes: list[str],
                n: int = SQNR_EXAMPLES) -> dict[str, list[dict[str, Any]]]:
-    """For each runtime, every nn.Linear of the model the tasks use, with the SQNR (dB) of its
-    output when its weight and input are quantized as that runtime does, fed the fp32 model's
-    own input (so each layer's figure is its own error, not its inputs'); over the first n
-    inputs of each task, one at a time as the runtimes see them. Worst first. One pass of the
-    fp32 model serves every runtime."""
-    sums: dict[str, dict[str, list[float]]] = {r: {} for r in runtimes}
+    """For each runtime, every nn.Linear of the model the tasks use that it runs in int8, with
+    the SQNR (dB) of its output when its weight and input are quantized as the runtimes do, fed
+    the fp32 model's own input (so each layer's figure is its own error, not its inputs'); over
+    the first n inputs of each task, one at a time as the runtimes see them. Worst first."""
+    sums: dict[str, list[float]] = {}
     names = {m: name for name, m in model.named_modules() if isinstance(m, nn.Linear)}
     weights = {m: fake_int8_weight(m.weight.detach().float()) for m in names}
 
     def hook(module: nn.Linear, args: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
-        signal = float(out.double().pow(2).sum())
-        for runtime in runtimes:
-            recipe = RECIPES[runtime]
-            x = fake_int8_activation(args[0], recipe["per_token"], recipe["symmetric"])
-            noise = (out - F.linear(x, weights[module], module.bias)).double().pow(2).sum()
-            s = sums[runtime].setdefault(names[module], [0.0, 0.0])
-            s[0] += signal
-            s[1] += float(noise)
+        x = fake_int8_activation(args[0], per_token=True)
+        noise = (out - F.linear(x, weights[module], module.bias)).double().pow(2).sum()
+        s = sums.setdefault(names[module], [0.0, 0.0])
+        s[0] += float(out.double().pow(2).sum())
+        s[1] += float(noise)
 
     handles = [m.register_forward_hook(hook) for m in names]
     try:
@@ -314,11 +310,9 @@ def layer_sqnr(model, tasks: list[str], inputs: dict[str, Any], runtimes: list[s
     def db(signal: float, noise: float) -> float:
         return round(10 * math.log10(max(signal, 1e-30) / max(noise, 1e-30)), 2)
 
-    def quantized(runtime: str, name: str) -> bool:
-        return name.startswith("trunk.") or RECIPES[runtime]["task_layers_int8"]
-
-    return {r: sorted(({"layer": name, "sqnr_db": db(*sn)} for name, sn in sums[r].items()
-                       if quantized(r, name)), key=lambda row: row["sqnr_db"])
+    table = sorted(({"layer": name, "sqnr_db": db(*sn)} for name, sn in sums.items()),
+                   key=lambda row: row["sqnr_db"])
+    return {r: [row for row in table if row["layer"].startswith("trunk.") or TASK_LAYERS_INT8[r]]
             for r in runtimes}
 
 
@@ -431,7 +425,7 @@ class Verifier:
     def layers(self, runtime: str) -> list[dict[str, Any]]:
         """The per-layer SQNR table of `runtime` (every runtime's computed on the first call)."""
         if runtime not in self.sqnr:
-            self.sqnr = layer_sqnr(self.model, self.tasks, self.inputs, list(RECIPES))
+            self.sqnr = layer_sqnr(self.model, self.tasks, self.inputs, list(TASK_LAYERS_INT8))
         return self.sqnr[runtime]
 
 

@@ -1,16 +1,29 @@
 """int8 for ONNX Runtime, written as a graph rewrite of the fp32 export: every Linear (the trunk's
 MatMul + bias Add, and the task adapters' MatMulIntegerToFloat of export/onnx_ops.py) becomes
 com.microsoft MatMulIntegerToFloat on int8 weights (symmetric, per output column) and activations
-quantized per token (each row its own scale), and every embedding table is int8 per row.
+quantized per token (each row its own scale and zero point), and every embedding table is int8
+per row.
 
 Why not `onnxruntime.quantization.quantize_dynamic`: its activations share ONE range per tensor
 (DynamicQuantizeLinear), so a few outlier tokens or channels of a trained BERT set the step for
 every other row, and it stores embedding tables with one range each. On the 300-step model that
 cost SST-5 about a point that ExecuTorch's per-token recipe does not (results/int8-gate.md).
-MatMulIntegerToFloat takes a per-row scale for A ([..., M, 1]) and applies it to its output, but
-only one zero point, so activations are symmetric: uint8 around a fixed zero point of 128. The
-bias is added by its own Add: with a per-row A scale, MatMulIntegerToFloat (ONNX Runtime 1.31)
-scales its bias input by that scale too.
+
+Activations are asymmetric, as XNNPACK's: each row's 255 steps span [min(x, 0), max(x, 0)], so
+a skewed input (a GELU output is >= -0.17) gets about twice the resolution of a range mirrored
+around 0. MatMulIntegerToFloat takes a per-row scale for A ([..., M, 1]) but only one zero point
+(a per-row one is refused: microsoft/onnxruntime#27897), so it runs with zero point 0
+and each row's zero point z_r comes out after the product, with the bias, in one Gemm:
+    sum_k s_r (q_rk - z_r) s_c w_kc + b_c
+        = [s_r s_c sum_k q_rk w_kc] + [-s_r z_r, 1] @ [[s_c sum_k w_kc], [b_c]],
+an [R, 2] @ [2, N] product added to MatMulIntegerToFloat's output (the weight's row of scaled
+column sums is stored with its bias; an adapter's is computed in the graph, its matrix being an
+input; not MatMulIntegerToFloat's own bias input, which ONNX Runtime 1.31 scales by a per-row
+A scale too). Rows are quantized by one QuantizeLinear with a per-axis scale and zero point, so
+an activation's leading dimensions are flattened into rows first and the output reshaped back.
+Written as elementwise ops instead (divide, round, add, clip, cast; a zero-point Mul and Sub and
+a bias Add per Linear), the same math ran ~11% slower than the symmetric recipe; this way it is
+no slower (docs/int8-gate.md).
 
 Nodes reading adapter inputs keep their weights as graph inputs (overridable per run), and the
 trunk Linears the int8 gate's fallback keeps in float (quant/mixed.py) stay MatMul + Add.
@@ -24,10 +37,10 @@ import numpy as np
 
 MS = "com.microsoft"
 SCHEME = ("linears (trunk MatMuls and task adapters): int8 weights, symmetric per output column, "
-          "with int8 activations quantized per token (symmetric; com.microsoft "
-          "MatMulIntegerToFloat, a per-row scale); embedding tables: int8 per row (gathered "
-          "rows scaled after the lookup); LayerNorm and attention (MultiHeadAttention) fp32")
-ZERO_POINT = 128   # uint8 activations: x / scale in [-127, 127], stored + 128
+          "with uint8 activations quantized per token (asymmetric: a scale and zero point per "
+          "row; com.microsoft MatMulIntegerToFloat, the zero point folded out after the "
+          "product); embedding tables: int8 per row (gathered rows scaled after the lookup); "
+          "LayerNorm and attention (MultiHeadAttention) fp32")
 
 
 def _key(a: np.ndarray) -> str:
@@ -69,10 +82,11 @@ class _Rewrite:
     """The graph being rewritten: new nodes and initializers, one per-token quantization per
     activation however many Linears read it."""
 
-    def __init__(self, model):
+    def __init__(self, model, symmetric: bool):
         from onnx import numpy_helper
 
         self.graph = model.graph
+        self.symmetric = symmetric
         self.inits = {i.name: i for i in self.graph.initializer}
         self.array = lambda name: numpy_helper.to_array(self.inits[name])
         self.nodes = list(self.graph.node)  # held, so id() names a node until finish()
@@ -81,12 +95,15 @@ class _Rewrite:
         for n in self.nodes:
             for i in n.input:
                 self.consumers.setdefault(i, []).append(n)
-        self.quantized: dict[str, tuple[str, str]] = {}
+        self.quantized: dict[str, tuple[str, str, str]] = {}
+        self.terms: dict[tuple[str, str | None], str] = {}
         self.replace: dict[int, list] = {}   # id(old node) -> the nodes written in its place
-        self.add_init(np.array(1 / 127, np.float32), "palkit_q/inv127")
-        self.add_init(np.array(1e-30, np.float32), "palkit_q/tiny")
-        self.add_init(np.array(ZERO_POINT, np.float32), "palkit_q/zero_f")
-        self.add_init(np.array(ZERO_POINT, np.uint8), "palkit_q/zero")
+        for value, name in [(0, "zero_f"), (1 / 127, "inv127"), (1 / 255, "inv255"),
+                            (1e-30, "tiny"), (128, "mid_f")]:
+            self.add_init(np.array(value, np.float32), f"palkit_q/{name}")
+        self.add_init(np.array(128, np.uint8), "palkit_q/mid")
+        for value, name in [([0], "axis0"), ([1], "axis1"), ([-1], "minus1")]:
+            self.add_init(np.array(value, np.int64), f"palkit_q/{name}")
 
     def add_init(self, value: np.ndarray, name: str) -> str:
         from onnx import numpy_helper
@@ -95,57 +112,139 @@ class _Rewrite:
         self.inits[name] = self.graph.initializer[-1]
         return name
 
-    def per_token(self, x: str) -> tuple[list, str, str]:
+    def per_token(self, x: str) -> tuple[list, str, str, str]:
         """Nodes quantizing activation `x` per row of its last dimension (new ones only the
-        first time), its uint8 tensor and its scale ([..., M, 1])."""
+        first time), and the names of: its uint8 rows, their scales s_r ([R, 1]) and the
+        [R, 2] matrix [-s_r z_r, 1] (asymmetric: x's leading dimensions flattened into R rows,
+        QuantizeLinear's per-axis scale and zero point being 1-D; the output's shape is
+        `{p}/out_shape`). Symmetric: x keeps its shape, scales [..., M, 1], no matrix (its
+        fixed zero point MatMulIntegerToFloat takes)."""
         from onnx import TensorProto, helper
 
         if x in self.quantized:
             return [], *self.quantized[x]
         p = f"palkit_q/per_token/{x}"
-        nodes = [helper.make_node("Abs", [x], [f"{p}/abs"]),
-                 helper.make_node("ReduceMax", [f"{p}/abs"], [f"{p}/max"], axes=[-1], keepdims=1),
-                 helper.make_node("Mul", [f"{p}/max", "palkit_q/inv127"], [f"{p}/scale0"]),
-                 helper.make_node("Max", [f"{p}/scale0", "palkit_q/tiny"], [f"{p}/scale"]),
-                 helper.make_node("Div", [x, f"{p}/scale"], [f"{p}/steps"]),
-                 helper.make_node("Round", [f"{p}/steps"], [f"{p}/round"]),
-                 helper.make_node("Add", [f"{p}/round", "palkit_q/zero_f"], [f"{p}/shifted"]),
-                 helper.make_node("Cast", [f"{p}/shifted"], [f"{p}/u8"], to=TensorProto.UINT8)]
-        self.quantized[x] = (f"{p}/u8", f"{p}/scale")
+        node = helper.make_node
+        if self.symmetric:  # x / s_r in [-127, 127], stored + 128
+            nodes = [node("Abs", [x], [f"{p}/abs"]),
+                     node("ReduceMax", [f"{p}/abs"], [f"{p}/max"], axes=[-1], keepdims=1),
+                     node("Mul", [f"{p}/max", "palkit_q/inv127"], [f"{p}/scale0"]),
+                     node("Max", [f"{p}/scale0", "palkit_q/tiny"], [f"{p}/scale"]),
+                     node("Div", [x, f"{p}/scale"], [f"{p}/steps"]),
+                     node("Round", [f"{p}/steps"], [f"{p}/round"]),
+                     node("Add", [f"{p}/round", "palkit_q/mid_f"], [f"{p}/shifted"]),
+                     node("Cast", [f"{p}/shifted"], [f"{p}/u8"], to=TensorProto.UINT8)]
+            self.quantized[x] = (f"{p}/u8", f"{p}/scale", "")
+            return nodes, *self.quantized[x]
+        nodes = [node("Flatten", [x], [f"{p}/rows"], axis=-1),   # [R, K]
+                 node("ReduceMin", [f"{p}/rows"], [f"{p}/min"], axes=[1], keepdims=0),
+                 node("Min", [f"{p}/min", "palkit_q/zero_f"], [f"{p}/low"]),
+                 node("ReduceMax", [f"{p}/rows"], [f"{p}/max"], axes=[1], keepdims=0),
+                 node("Max", [f"{p}/max", "palkit_q/zero_f"], [f"{p}/high"]),
+                 node("Sub", [f"{p}/high", f"{p}/low"], [f"{p}/span"]),
+                 node("Mul", [f"{p}/span", "palkit_q/inv255"], [f"{p}/scale0"]),
+                 node("Max", [f"{p}/scale0", "palkit_q/tiny"], [f"{p}/scale"]),
+                 node("Div", [f"{p}/low", f"{p}/scale"], [f"{p}/low_steps"]),
+                 node("Round", [f"{p}/low_steps"], [f"{p}/minus_zero"]),    # -z_r
+                 node("Neg", [f"{p}/minus_zero"], [f"{p}/zero"]),
+                 node("Cast", [f"{p}/zero"], [f"{p}/zero_u8"], to=TensorProto.UINT8),
+                 node("QuantizeLinear", [f"{p}/rows", f"{p}/scale", f"{p}/zero_u8"], [f"{p}/u8"],
+                      axis=0),
+                 node("Unsqueeze", [f"{p}/scale", "palkit_q/axis1"], [f"{p}/scale_col"]),
+                 node("Mul", [f"{p}/minus_zero", f"{p}/scale"], [f"{p}/zero_term"]),
+                 node("Unsqueeze", [f"{p}/zero_term", "palkit_q/axis1"], [f"{p}/zero_col"]),
+                 node("Div", [f"{p}/scale_col", f"{p}/scale_col"], [f"{p}/ones"]),  # scale > 0
+                 node("Concat", [f"{p}/zero_col", f"{p}/ones"], [f"{p}/terms"], axis=1),
+                 node("Shape", [x], [f"{p}/shape"]),
+                 node("Slice", [f"{p}/shape", "palkit_q/axis0", "palkit_q/minus1"], [f"{p}/lead"]),
+                 node("Concat", [f"{p}/lead", "palkit_q/minus1"], [f"{p}/out_shape"], axis=0)]
+        self.quantized[x] = (f"{p}/u8", f"{p}/scale_col", f"{p}/terms")
         return nodes, *self.quantized[x]
 
-    def linear(self, matmul) -> None:
-        """MatMul(x, W) -> MatMulIntegerToFloat(per_token(x), int8 W); its bias Add stays."""
+    def row_terms(self, w: str, scale: str, bias: str | None) -> tuple[list, str]:
+        """[[s_c sum_k w_kc], [bias_c]] ([2, N]) for int8 matrix `w` ([in, out]) with column
+        scales `scale`: stored when `w` is an initializer, else computed in the graph (an
+        adapter input, replaced per run); new nodes only the first time."""
+        from onnx import TensorProto, helper
+
+        if (w, bias) in self.terms:
+            return [], self.terms[w, bias]
+        out = f"palkit_q/row_terms/{w}"
+        if w in self.inits:
+            sums = self.array(w).astype(np.float32).sum(axis=0) * self.array(scale)
+            b = self.array(bias) if bias else np.zeros_like(sums)
+            self.add_init(np.stack([sums, b]).astype(np.float32), out)
+            nodes = []
+        else:
+            node = helper.make_node
+            nodes = [node("Cast", [w], [f"{out}/float"], to=TensorProto.FLOAT),
+                     node("ReduceSum", [f"{out}/float", "palkit_q/axis0"], [f"{out}/sum"],
+                          keepdims=1),
+                     node("Mul", [f"{out}/sum", scale], [f"{out}/sums"])]
+            if bias:
+                nodes.append(node("Unsqueeze", [bias, "palkit_q/axis0"], [f"{out}/bias"]))
+            else:
+                nodes.append(node("Mul", [f"{out}/sums", "palkit_q/zero_f"], [f"{out}/bias"]))
+            nodes.append(node("Concat", [f"{out}/sums", f"{out}/bias"], [out], axis=0))
+        self.terms[w, bias] = out
+        return nodes, out
+
+    def integer_linear(self, x: str, w: str, w_scale: str, bias: str | None, out: str,
+                       name: str) -> list:
+        """Nodes computing x @ dequantized(w) + bias into `out`, x quantized per token."""
         from onnx import helper
 
+        nodes, xq, xs, terms = self.per_token(x)
+        if self.symmetric:
+            product = out if bias is None else f"{out}/unbiased"
+            nodes.append(helper.make_node("MatMulIntegerToFloat",
+                                          [xq, w, xs, w_scale, "palkit_q/mid"], [product],
+                                          name=name, domain=MS))
+            if bias is not None:
+                nodes.append(helper.make_node("Add", [product, bias], [out]))
+            return nodes
+        # [R, 2] @ [2, N]: each row's zero point term and the bias, added to the product
+        term_nodes, rows = self.row_terms(w, w_scale, bias)
+        return nodes + term_nodes + [
+            helper.make_node("MatMulIntegerToFloat", [xq, w, xs, w_scale], [f"{out}/raw"],
+                             name=name, domain=MS),
+            helper.make_node("Gemm", [terms, rows, f"{out}/raw"], [f"{out}/rows"]),
+            helper.make_node("Reshape", [f"{out}/rows", f"palkit_q/per_token/{x}/out_shape"],
+                             [out])]
+
+    def bias_add(self, matmul):
+        """The Add of a bias initializer that alone reads `matmul`'s output, if any."""
+        readers = self.consumers.get(matmul.output[0], [])
+        if len(readers) != 1 or readers[0].op_type != "Add":
+            return None
+        add = readers[0]
+        other = [i for i in add.input if i != matmul.output[0]]
+        if len(other) == 1 and other[0] in self.inits and len(self.inits[other[0]].dims) == 1:
+            return add
+        return None
+
+    def linear(self, matmul) -> None:
+        """MatMul(x, W) [+ bias] -> per_token(x) times int8 W [+ bias]."""
         w = matmul.input[1]
         if f"{w}/int8" not in self.inits:  # a weight two MatMuls share is stored once
             q, scale = int8_rows(self.array(w), axis=1)   # W is [in, out]
             self.add_init(q, f"{w}/int8")
             self.add_init(scale.reshape(-1), f"{w}/scale")
-        nodes, xq, xs = self.per_token(matmul.input[0])
-        nodes.append(helper.make_node("MatMulIntegerToFloat",
-                                      [xq, f"{w}/int8", xs, f"{w}/scale", "palkit_q/zero"],
-                                      list(matmul.output), name=f"{matmul.name or w}/int8",
-                                      domain=MS))
-        self.replace[id(matmul)] = nodes
+        add = self.bias_add(matmul)
+        bias, out = None, matmul.output[0]
+        if add is not None:
+            bias = next(i for i in add.input if i != out)
+            out = add.output[0]
+            self.replace[id(add)] = []
+        self.replace[id(matmul)] = self.integer_linear(
+            matmul.input[0], f"{w}/int8", f"{w}/scale", bias, out, f"{matmul.name or w}/int8")
 
     def adapter_linear(self, node) -> None:
         """An adapter's MatMulIntegerToFloat fed by DynamicQuantizeLinear: per token instead."""
-        import onnx
-        from onnx import helper
-
         dql = self.made[node.input[0]]
-        nodes, xq, xs = self.per_token(dql.input[0])
-        rewired = onnx.NodeProto()
-        rewired.CopyFrom(node)
-        rewired.input[0], rewired.input[2], rewired.input[4] = xq, xs, "palkit_q/zero"
-        nodes.append(rewired)
-        if len(node.input) > 6 and node.input[6]:  # the bias, added apart (see the docstring)
-            out = node.output[0]
-            rewired.input[6], rewired.output[0] = "", f"{out}/unbiased"
-            nodes.append(helper.make_node("Add", [f"{out}/unbiased", node.input[6]], [out]))
-        self.replace[id(node)] = nodes
+        bias = node.input[6] if len(node.input) > 6 and node.input[6] else None
+        self.replace[id(node)] = self.integer_linear(dql.input[0], node.input[1], node.input[3],
+                                                     bias, node.output[0], node.name or node.output[0])
         if all(c is node or id(c) in self.replace for c in self.consumers[node.input[0]]):
             self.replace[id(dql)] = []
 
@@ -181,12 +280,15 @@ class _Rewrite:
 
 
 def quantize_trunk(src: Path, dst: Path, adapter_inputs: set[str],
-                   float_weights: dict[str, np.ndarray] | None = None) -> None:
-    """Write the int8 graph of the fp32 `src` to `dst` (the scheme in this module's docstring)."""
+                   float_weights: dict[str, np.ndarray] | None = None, *,
+                   symmetric_activations: bool = False) -> None:
+    """Write the int8 graph of the fp32 `src` to `dst` (the scheme in this module's docstring;
+    `symmetric_activations`: each row's range mirrored around 0 instead, the recipe before
+    asymmetric rows, kept for studies/int8_gate.py's side-by-side measurement)."""
     import onnx
 
     model = onnx.load(str(src))
-    rw = _Rewrite(model)
+    rw = _Rewrite(model, symmetric_activations)
     keep = float_initializers(model, float_weights or {})
     for n in rw.nodes:
         weight = n.input[1] if len(n.input) > 1 else ""

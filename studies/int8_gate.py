@@ -24,6 +24,7 @@ import random
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -177,7 +178,7 @@ def per_token_float_embeddings(src: Path, dst: Path, adapter_inputs: set[str],
 RECIPES: dict[str, tuple[Any, tuple[str, str]]] = {
     "quantize_dynamic defaults (per-tensor weights)":
         (ort_dynamic(per_channel=False), ("tensor", "tensor")),
-    "quantize_dynamic per_channel (palkit before)":
+    "quantize_dynamic per_channel (palkit's first recipe)":
         (ort_dynamic(per_channel=True), ("channel", "tensor")),
     "quantize_dynamic per_channel, reduce_range":
         (ort_dynamic(per_channel=True, reduce_range=True), ("channel7", "tensor")),
@@ -185,6 +186,8 @@ RECIPES: dict[str, tuple[Any, tuple[str, str]]] = {
         (ort_dynamic(per_channel=True, op_types_to_quantize=["MatMul"]), ("channel", "tensor")),
     "MatMulNBits 8-bit, block 32, accuracy_level 4 (embeddings float)":
         (ort_matmul_nbits(32), ("block32", "block32")),
+    "per-token symmetric activations, int8 embeddings per row (palkit before)":
+        (partial(palkit_quantize_trunk, symmetric_activations=True), ("channel", "token_symmetric")),
     "per-token activations, float embeddings":
         (per_token_float_embeddings, ("channel", "token")),
     "per-token activations, int8 embeddings per row (palkit now)":
@@ -211,11 +214,13 @@ def fake_weight(w: torch.Tensor, mode: str) -> torch.Tensor:
 
 
 def fake_activation(x: torch.Tensor, mode: str) -> torch.Tensor:
+    """x quantized as the recipe does at run time: per tensor (asymmetric), per token
+    (asymmetric, or symmetric), or per block of 32 (symmetric)."""
     from export.verify import fake_int8_activation
     if mode == "block32":
         blocks = x.reshape(*x.shape[:-1], -1, 32)
         return fake_int8_activation(blocks, True, True).reshape(x.shape)
-    return fake_int8_activation(x, mode == "token", mode == "token")
+    return fake_int8_activation(x, mode != "tensor", mode == "token_symmetric")
 
 
 def recipe_sqnr(model, dev, recipe: tuple[str, str], n: int = 16) -> list[dict[str, Any]]:

@@ -136,12 +136,12 @@ def recipe_graph(path: Path, w: dict[str, np.ndarray]) -> Path:
 
 
 def recipe_outputs(w: dict[str, np.ndarray], ids: np.ndarray, int8: bool,
-                   float_w2: bool = False) -> np.ndarray:
+                   float_w2: bool = False, symmetric: bool = False) -> np.ndarray:
     """The graph in PyTorch: fp32, or the recipe as export/verify.py replays it for the SQNR
-    table (int8 embedding rows, int8 weights per output channel, symmetric per-token int8
-    activations)."""
+    table (int8 embedding rows, int8 weights per output channel, per-token 8-bit activations,
+    asymmetric unless `symmetric`)."""
     t = {k: torch.from_numpy(x) for k, x in w.items()}
-    act = (lambda x: fake_int8_activation(x, True, True)) if int8 else (lambda x: x)
+    act = (lambda x: fake_int8_activation(x, True, symmetric)) if int8 else (lambda x: x)
     weight = (lambda m: fake_int8_weight(m.T).T) if int8 else (lambda m: m)
     row = t["table"].abs().amax(1, keepdim=True) / 127
     table = (t["table"] / row).round() * row if int8 else t["table"]
@@ -156,24 +156,28 @@ def run_graph(path: Path, ids: np.ndarray, w: dict[str, np.ndarray]) -> np.ndarr
     return session.run(None, {"ids": ids, "a_int8": w["a_int8"]})[0]
 
 
-def test_onnx_int8_computes_the_replayed_recipe_and_outlier_tokens_stay_apart(tmp_path):
+@pytest.mark.parametrize("symmetric", [False, True], ids=["asymmetric", "symmetric"])
+def test_onnx_int8_computes_the_replayed_recipe_and_outlier_tokens_stay_apart(tmp_path, symmetric):
     import onnx
 
     from quant.onnx_int8 import quantize_trunk
 
     ids = np.array([[3, 9, 27, 41, 5, 12, 33, 8]])
     w = recipe_weights(outlier_row=41)  # one token's embedding 1000x the others
-    quantize_trunk(recipe_graph(tmp_path / "fp32.onnx", w), tmp_path / "int8.onnx", {"a_int8"})
+    quantize_trunk(recipe_graph(tmp_path / "fp32.onnx", w), tmp_path / "int8.onnx", {"a_int8"},
+                   symmetric_activations=symmetric)
     graph = onnx.load(str(tmp_path / "int8.onnx")).graph
     ops = [n.op_type for n in graph.node]
     assert ops.count("MatMulIntegerToFloat") == 3
     assert "MatMul" not in ops and "DynamicQuantizeLinear" not in ops
     assert [i.name for i in graph.input] == ["ids", "a_int8"]  # the adapter stays swappable
+    if not symmetric:  # each zero-point term and bias in one Gemm per Linear, no Add left
+        assert ops.count("Gemm") == 3 and "Add" not in ops
     stored = {i.name: i.data_type for i in graph.initializer}
     assert stored["table/int8"] == stored["w1/int8"] == onnx.TensorProto.INT8
     assert not {"table", "w1", "w2"} & set(stored)  # no float copy left behind
     got = run_graph(tmp_path / "int8.onnx", ids, w)
-    want = recipe_outputs(w, ids, int8=True)
+    want = recipe_outputs(w, ids, int8=True, symmetric=symmetric)
     # what the SQNR table replays is what ONNX Runtime runs, biases included
     assert np.abs(got - want).max() < 1e-4 * np.abs(want).max()
     # the outlier token set no other token's step: each other row within 3% of fp32
@@ -181,6 +185,55 @@ def test_onnx_int8_computes_the_replayed_recipe_and_outlier_tokens_stay_apart(tm
     others = [i for i in range(ids.shape[1]) if i != 3]
     err = np.abs(got - ref)[0, others].max(-1) / np.abs(ref)[0, others].max(-1)
     assert err.max() < 0.03, err
+
+
+def test_onnx_int8_asymmetric_rows_halve_the_error_of_a_skewed_input(tmp_path):
+    """A Linear reading a GELU output (>= -0.17, long positive tail): asymmetric rows spend all
+    255 steps on [-0.17, max], a symmetric range half of them on [-max, -0.17] where nothing
+    lies. The adapter's matrix changes per run, so its zero-point term follows it."""
+    import onnx
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    from quant.onnx_int8 import quantize_trunk
+
+    rng = np.random.default_rng(1)
+    w = {"w": (rng.standard_normal((32, 24)) * 0.2).astype(np.float32),
+         "b": rng.standard_normal(24).astype(np.float32),
+         "a_scale": (rng.random(8) * 0.01 + 0.01).astype(np.float32)}
+    nodes = [h.make_node("MatMul", ["x", "w"], ["mm"]), h.make_node("Add", ["mm", "b"], ["y"]),
+             h.make_node("DynamicQuantizeLinear", ["x"], ["q", "qs", "qz"]),
+             h.make_node("MatMulIntegerToFloat", ["q", "a_int8", "qs", "a_scale", "qz"], ["z"],
+                         domain="com.microsoft")]
+    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, ["b", "s", 32]),
+                                      h.make_tensor_value_info("a_int8", T.INT8, [32, 8])],
+                         [h.make_tensor_value_info("y", T.FLOAT, ["b", "s", 24]),
+                          h.make_tensor_value_info("z", T.FLOAT, ["b", "s", 8])],
+                         [nh.from_array(x, k) for k, x in w.items()])
+    onnx.save(h.make_model(graph, ir_version=9, opset_imports=[
+        h.make_opsetid("", 17), h.make_opsetid("com.microsoft", 1)]), str(tmp_path / "fp32.onnx"))
+    # a batch of 2: the rows are flattened for quantization and the outputs shaped back
+    x = torch.nn.functional.gelu(torch.from_numpy(rng.standard_normal((2, 32, 32)) * 2))
+    x = x.float().numpy()
+    import onnxruntime as ort
+    errors = {}
+    for symmetric in (False, True):
+        out = tmp_path / f"int8-{symmetric}.onnx"
+        quantize_trunk(tmp_path / "fp32.onnx", out, {"a_int8"}, symmetric_activations=symmetric)
+        session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+        xq = fake_int8_activation(torch.from_numpy(x), True, symmetric)
+        for a_int8 in (rng.integers(-127, 128, (32, 8)), rng.integers(0, 128, (32, 8))):
+            a_int8 = a_int8.astype(np.int8)
+            y, z = session.run(None, {"x": x, "a_int8": a_int8})
+            wq = fake_int8_weight(torch.from_numpy(w["w"]).T).T
+            want_y = xq @ wq + w["b"]
+            want_z = xq @ (torch.from_numpy(a_int8).float() * torch.from_numpy(w["a_scale"]))
+            assert y.shape == (2, 32, 24) and z.shape == (2, 32, 8)
+            assert np.abs(y - want_y.numpy()).max() < 1e-4 * np.abs(y).max()
+            assert np.abs(z - want_z.numpy()).max() < 1e-4 * np.abs(z).max()
+        errors[symmetric] = np.abs(y - (x @ wq.numpy() + w["b"])).mean()  # the activations' part
+    assert errors[False] < 0.6 * errors[True], errors
 
 
 def test_onnx_int8_keeps_the_fallbacks_layers_in_float(tmp_path):
