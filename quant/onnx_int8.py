@@ -170,7 +170,7 @@ class _Rewrite:
 
         if (w, bias) in self.terms:
             return [], self.terms[w, bias]
-        out = f"palkit_q/row_terms/{w}"
+        out = f"palkit_q/row_terms/{w}/{bias or 'no_bias'}"  # a shared weight, other biases
         if w in self.inits:
             sums = self.array(w).astype(np.float32).sum(axis=0) * self.array(scale)
             b = self.array(bias) if bias else np.zeros_like(sums)
@@ -238,7 +238,7 @@ class _Rewrite:
             out = add.output[0]
             self.replace[id(add)] = []
         self.replace[id(matmul)] = self.integer_linear(
-            matmul.input[0], f"{w}/int8", f"{w}/scale", bias, out, f"{matmul.name or w}/int8")
+            matmul.input[0], f"{w}/int8", f"{w}/scale", bias, out, f"{matmul.name or out}/int8")
 
     def adapter_linear(self, node) -> None:
         """An adapter's MatMulIntegerToFloat fed by DynamicQuantizeLinear: per token instead."""

@@ -276,13 +276,15 @@ def onnx_recipes(model_dir: Path, work: Path, model, splits, refs, timed) -> dic
     for i, (name, (writer, replay)) in enumerate(RECIPES.items()):
         bundles[name] = work / f"recipe-{i}"
         saved = work / f"recipe-{i}.json"
-        if REUSE and saved.is_file() and (bundles[name] / "manifest.json").is_file():
+        if (REUSE and saved.is_file() and (bundles[name] / "manifest.json").is_file()
+                and json.loads(saved.read_text()).get("recipe") == name):  # RECIPES may change
             rows[name] = json.loads(saved.read_text())
             continue
         print(f"recipe {name}", flush=True)
         export_onnx(model_dir, bundles[name], writer)
         layers = recipe_sqnr(model, splits["dev"], replay)
-        rows[name] = {"sqnr_replayed": {"weights": replay[0], "activations": replay[1]},
+        rows[name] = {"recipe": name,
+                      "sqnr_replayed": {"weights": replay[0], "activations": replay[1]},
                       "worst_layers": layers[:5],
                       "median_sqnr_db": layers[len(layers) // 2]["sqnr_db"],
                       "bytes": sum(p.stat().st_size for p in (bundles[name] / "onnx").rglob("*")

@@ -236,6 +236,38 @@ def test_onnx_int8_asymmetric_rows_halve_the_error_of_a_skewed_input(tmp_path):
     assert errors[False] < 0.6 * errors[True], errors
 
 
+def test_onnx_int8_one_weight_under_two_biases(tmp_path):
+    """Two Linears sharing a weight initializer with different biases: each folds its own bias
+    (one stored row of terms per weight and bias), and the graph stays valid."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    from quant.onnx_int8 import quantize_trunk
+
+    rng = np.random.default_rng(2)
+    w = {"w": (rng.standard_normal((16, 8)) * 0.3).astype(np.float32),
+         "b1": rng.standard_normal(8).astype(np.float32),
+         "b2": rng.standard_normal(8).astype(np.float32)}
+    nodes = [h.make_node("MatMul", ["x", "w"], ["m1"]), h.make_node("Add", ["m1", "b1"], ["y1"]),
+             h.make_node("MatMul", ["x", "w"], ["m2"]), h.make_node("Add", ["m2", "b2"], ["y2"])]
+    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [1, "s", 16])],
+                         [h.make_tensor_value_info(y, T.FLOAT, [1, "s", 8]) for y in ("y1", "y2")],
+                         [nh.from_array(x, k) for k, x in w.items()])
+    onnx.save(h.make_model(graph, ir_version=9, opset_imports=[h.make_opsetid("", 17)]),
+              str(tmp_path / "fp32.onnx"))
+    quantize_trunk(tmp_path / "fp32.onnx", tmp_path / "int8.onnx", set())
+    stored = [i.name for i in onnx.load(str(tmp_path / "int8.onnx")).graph.initializer]
+    assert stored.count("w/int8") == 1 and len(stored) == len(set(stored))
+    session = ort.InferenceSession(str(tmp_path / "int8.onnx"), providers=["CPUExecutionProvider"])
+    x = rng.standard_normal((1, 5, 16)).astype(np.float32)
+    y1, y2 = session.run(None, {"x": x})
+    assert np.allclose(y1 - y2, w["b1"] - w["b2"], atol=1e-5)
+    assert np.abs(y1 - (x @ w["w"] + w["b1"])).max() < 0.05 * np.abs(y1).max()
+
+
 def test_onnx_int8_keeps_the_fallbacks_layers_in_float(tmp_path):
     import onnx
 
