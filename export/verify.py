@@ -33,6 +33,7 @@ from torch import nn
 
 from export.programs import reference_outputs
 from export.runtime import Engine, read_bundle
+from quant.weights import is_int8_table
 from ui.progress import say
 
 Log = Callable[[str], None]
@@ -283,17 +284,23 @@ TASK_LAYERS_INT8 = {"executorch": False, "onnxruntime": True}
 
 def layer_sqnr(model, tasks: list[str], inputs: dict[str, Any], runtimes: list[str],
                n: int = SQNR_EXAMPLES) -> dict[str, list[dict[str, Any]]]:
-    """For each runtime, every nn.Linear of the model the tasks use that it runs in int8, with
-    the SQNR (dB) of its output when its weight and input are quantized as the runtimes do, fed
-    the fp32 model's own input (so each layer's figure is its own error, not its inputs'); over
-    the first n inputs of each task, one at a time as the runtimes see them. Worst first."""
+    """For each runtime, every nn.Linear of the model the tasks use that it runs in int8 (and
+    the int8 word table: `kind` says which), with the SQNR (dB) of its output when its weight
+    and input are quantized as the runtimes do, fed the fp32 model's own input (so each layer's
+    figure is its own error, not its inputs'); over the first n inputs of each task, one at a
+    time as the runtimes see them. Worst first."""
     sums: dict[str, list[float]] = {}
-    names = {m: name for name, m in model.named_modules() if isinstance(m, nn.Linear)}
+    names = {m: name for name, m in model.named_modules() if isinstance(m, nn.Linear)
+             or isinstance(m, nn.Embedding) and is_int8_table(name)}
     weights = {m: fake_int8_weight(m.weight.detach().float()) for m in names}
 
-    def hook(module: nn.Linear, args: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
-        x = fake_int8_activation(args[0], per_token=True)
-        noise = (out - F.linear(x, weights[module], module.bias)).double().pow(2).sum()
+    def int8_output(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        if isinstance(module, nn.Embedding):
+            return F.embedding(x, weights[module])
+        return F.linear(fake_int8_activation(x, per_token=True), weights[module], module.bias)
+
+    def hook(module: nn.Module, args: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
+        noise = (out - int8_output(module, args[0])).double().pow(2).sum()
         s = sums.setdefault(names[module], [0.0, 0.0])
         s[0] += float(out.double().pow(2).sum())
         s[1] += float(noise)
@@ -310,8 +317,10 @@ def layer_sqnr(model, tasks: list[str], inputs: dict[str, Any], runtimes: list[s
     def db(signal: float, noise: float) -> float:
         return round(10 * math.log10(max(signal, 1e-30) / max(noise, 1e-30)), 2)
 
-    table = sorted(({"layer": name, "sqnr_db": db(*sn)} for name, sn in sums.items()),
-                   key=lambda row: row["sqnr_db"])
+    kinds = {name: "embedding" if isinstance(m, nn.Embedding) else "linear"
+             for m, name in names.items()}
+    table = sorted(({"layer": name, "kind": kinds[name], "sqnr_db": db(*sn)}
+                    for name, sn in sums.items()), key=lambda row: row["sqnr_db"])
     return {r: [row for row in table if row["layer"].startswith("trunk.") or TASK_LAYERS_INT8[r]]
             for r in runtimes}
 
@@ -320,7 +329,7 @@ def fallback_candidates(runtime: str, layers: list[dict[str, Any]]) -> list[str]
     """Layers the fallback may keep in float, worst SQNR first: the trunk's (a float Linear runs
     in the same XNNPACK delegate on ExecuTorch; on ONNX Runtime the task matrices are int8
     adapter inputs of the shared graph, one .onnx_adapter per task)."""
-    return [r["layer"] for r in layers if r["layer"].startswith("trunk.")]
+    return [r["layer"] for r in layers if r["layer"].startswith("trunk.") and r["kind"] == "linear"]
 
 
 def layer_table(layers: list[dict[str, Any]], rows: int = 8) -> str:

@@ -1,8 +1,8 @@
 """int8 for ONNX Runtime, written as a graph rewrite of the fp32 export: every Linear (the trunk's
 MatMul + bias Add, and the task adapters' MatMulIntegerToFloat of export/onnx_ops.py) becomes
 com.microsoft MatMulIntegerToFloat on int8 weights (symmetric, per output column) and activations
-quantized per token (each row its own scale and zero point), and every embedding table is int8
-per row.
+quantized per token (each row its own scale and zero point), and the word embedding table is
+int8 per row (the position and token-type tables stay fp32: quant/weights.py).
 
 Why not `onnxruntime.quantization.quantize_dynamic`: its activations share ONE range per tensor
 (DynamicQuantizeLinear), so a few outlier tokens or channels of a trained BERT set the step for
@@ -36,12 +36,15 @@ from pathlib import Path
 
 import numpy as np
 
+from quant.weights import is_int8_table
+
 MS = "com.microsoft"
 SCHEME = ("linears (trunk MatMuls and task adapters): int8 weights, symmetric per output column, "
           "with uint8 activations quantized per token (asymmetric: a scale and zero point per "
           "row; com.microsoft MatMulIntegerToFloat, the zero point folded out after the "
-          "product); embedding tables: int8 per row (gathered rows scaled after the lookup); "
-          "LayerNorm and attention (MultiHeadAttention) fp32")
+          "product); word embeddings: int8 per row (gathered rows scaled after the lookup); "
+          "position and token-type embeddings, LayerNorm and attention (MultiHeadAttention) "
+          "fp32")
 
 
 def _key(a: np.ndarray) -> str:
@@ -299,7 +302,7 @@ def quantize_trunk(src: Path, dst: Path, adapter_inputs: set[str],
         elif (n.op_type == "MatMulIntegerToFloat" and n.input[0] in rw.made
               and rw.made[n.input[0]].op_type == "DynamicQuantizeLinear"):
             rw.adapter_linear(n)
-        elif (n.op_type == "Gather" and n.input[0] in rw.inits
+        elif (n.op_type == "Gather" and n.input[0] in rw.inits and is_int8_table(n.input[0])
               and len(rw.inits[n.input[0]].dims) == 2):
             rw.embedding(n)
     rw.finish()

@@ -11,21 +11,28 @@ import torch
 from torch import nn
 
 SCHEME = ("linears: int8 weights (symmetric, per output channel) with int8 dynamic activations "
-          "(XNNPACKQuantizer via torchao pt2e); embeddings: weight-only int8 per row (torchao "
-          "IntxWeightOnlyConfig); LayerNorm, softmax and the PAL attention products stay fp32")
+          "(XNNPACKQuantizer via torchao pt2e); word embeddings: weight-only int8 per row "
+          "(torchao IntxWeightOnlyConfig); position and token-type embeddings, LayerNorm, "
+          "softmax and the PAL attention products stay fp32")
 
 
 def quantize_embeddings(module: nn.Module) -> None:
-    """Weight-only int8 for every nn.Embedding (in place). padding_idx only matters for training
-    gradients; ExecuTorch cannot lower it with the quantized table, so it is cleared."""
+    """Weight-only int8 per row for the word table (in place; the other tables stay fp32:
+    quant/weights.py). padding_idx only matters for training gradients; ExecuTorch cannot lower
+    it with the quantized table, so it is cleared."""
     from torchao.quantization import IntxWeightOnlyConfig, quantize_
     from torchao.quantization.granularity import PerAxis
 
-    for m in module.modules():
-        if isinstance(m, nn.Embedding):
+    from quant.weights import is_int8_table
+
+    def int8(m: nn.Module, fqn: str) -> bool:
+        return isinstance(m, nn.Embedding) and is_int8_table(fqn)
+
+    for name, m in module.named_modules():
+        if int8(m, name):
             m.padding_idx = None
     quantize_(module, IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0)),
-              filter_fn=lambda m, _fqn: isinstance(m, nn.Embedding))
+              filter_fn=int8)
 
 
 _SCALAR_VARIANTS = {

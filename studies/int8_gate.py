@@ -26,7 +26,7 @@ import sys
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -163,15 +163,17 @@ def ort_matmul_nbits(block: int):
     return write
 
 
-def per_token_float_embeddings(src: Path, dst: Path, adapter_inputs: set[str],
-                               float_weights=None) -> None:
-    from quant import onnx_int8
-    real = onnx_int8._Rewrite.embedding
-    onnx_int8._Rewrite.embedding = lambda self, gather: None
-    try:
-        palkit_quantize_trunk(src, dst, adapter_inputs, float_weights)
-    finally:
-        onnx_int8._Rewrite.embedding = real
+def per_token_tables(int8: Callable[[str], bool]):
+    """palkit's recipe with the embedding tables `int8(initializer name)` says int8."""
+    def write(src: Path, dst: Path, adapter_inputs: set[str], float_weights=None) -> None:
+        from quant import onnx_int8
+        real = onnx_int8.is_int8_table
+        onnx_int8.is_int8_table = int8
+        try:
+            palkit_quantize_trunk(src, dst, adapter_inputs, float_weights)
+        finally:
+            onnx_int8.is_int8_table = real
+    return write
 
 
 # name: (writer, (trunk weights, activations) as replayed for the per-layer SQNR)
@@ -186,14 +188,15 @@ RECIPES: dict[str, tuple[Any, tuple[str, str]]] = {
         (ort_dynamic(per_channel=True, op_types_to_quantize=["MatMul"]), ("channel", "tensor")),
     "MatMulNBits 8-bit, block 32, accuracy_level 4 (embeddings float)":
         (ort_matmul_nbits(32), ("block32", "block32")),
-    "per-token symmetric activations, int8 embeddings per row (palkit before)":
+    "per-token symmetric activations, int8 word table per row":
         (partial(palkit_quantize_trunk, symmetric_activations=True), ("channel", "token_symmetric")),
     "per-token activations, float embeddings":
-        (per_token_float_embeddings, ("channel", "token")),
-    "per-token activations, int8 embeddings per row (palkit now)":
+        (per_token_tables(lambda name: False), ("channel", "token")),
+    "per-token activations, every table int8 per row (palkit before)":
+        (per_token_tables(lambda name: True), ("channel", "token")),
+    "per-token activations, int8 word table per row (palkit now)":
         (palkit_quantize_trunk, ("channel", "token")),
 }
-CURRENT = "per-token activations, int8 embeddings per row (palkit now)"
 
 
 def fake_weight(w: torch.Tensor, mode: str) -> torch.Tensor:
@@ -221,6 +224,24 @@ def fake_activation(x: torch.Tensor, mode: str) -> torch.Tensor:
         blocks = x.reshape(*x.shape[:-1], -1, 32)
         return fake_int8_activation(blocks, True, True).reshape(x.shape)
     return fake_int8_activation(x, mode != "tensor", mode == "token_symmetric")
+
+
+def embedding_tables(model) -> list[dict[str, Any]]:
+    """Each embedding table of the trunk quantized int8 per row as both runtimes' recipes would:
+    its SQNR (dB, over the whole table), and its largest |value| against its median row RMS."""
+    from export.verify import fake_int8_weight
+    rows = []
+    for name, m in model.trunk.embeddings.named_children():
+        if isinstance(m, torch.nn.Embedding):
+            w = m.weight.detach().double()
+            noise = (w - fake_int8_weight(w)).pow(2).sum()
+            peak = w.abs().max()
+            rows.append({"table": name, "shape": list(w.shape),
+                         "int8_sqnr_db": round(float(10 * torch.log10(w.pow(2).sum() / noise)), 2),
+                         "largest": round(float(peak), 4),
+                         "largest_channel": int(w.abs().amax(0).argmax()),
+                         "median_row_rms": round(float(w.pow(2).mean(1).sqrt().median()), 4)})
+    return rows
 
 
 def recipe_sqnr(model, dev, recipe: tuple[str, str], n: int = 16) -> list[dict[str, Any]]:
@@ -361,6 +382,7 @@ def main() -> None:
     out: dict[str, Any] = {"model": str(a.model_dir), "training_steps": a.steps,
                            "machine": machine(), "date": time.strftime("%Y-%m-%d"),
                            "command": "python -m studies.int8_gate " + " ".join(sys.argv[1:])}
+    out["embedding_tables"] = embedding_tables(model)
     splits, refs = references(model, tokenizer, a.data_dir, a.work)
     timed = timed_input(tokenizer, splits["dev"])
     out["onnx_recipes"] = onnx_recipes(a.model_dir, a.work, model, splits, refs, timed)
@@ -391,7 +413,8 @@ def main() -> None:
         if not report["passed"]:
             export(a.model_dir, plain, a.data_dir, Gate(**OFF, max_float_layers=0), [])
         layers = report["layers"]
-        kept = {rt: [r["layer"] for r in layers[rt] if r["layer"].startswith("trunk.")][:a.keep]
+        kept = {rt: [r["layer"] for r in layers[rt]
+                     if r["layer"].startswith("trunk.") and r["kind"] == "linear"][:a.keep]
                 for rt in ("executorch", "onnxruntime")}
         kept_dir = a.work / "float"
         export(a.model_dir, kept_dir, a.data_dir, Gate(**OFF, max_float_layers=0,
@@ -444,6 +467,12 @@ def markdown_recipes(rows: dict[str, Any]) -> str:
                     f"{r['median_sqnr_db']:.1f} / {r['worst_layers'][0]['sqnr_db']:.1f}"
                     if split == "dev" else " | | | ")
             lines.append(f"| {head} | {split} | " + " | ".join(cells) + " |")
+    lines += ["", "KL(fp32 || int8) of the outputs, mean over dev (x 1e-4; flips are whole "
+              "examples, KL moves with every output):", "",
+              "| recipe | " + " | ".join(TASK_ORDER) + " |", "|---|" + "---:|" * len(TASK_ORDER)]
+    for name, r in rows.items():
+        lines.append(f"| {name} | " + " | ".join(
+            f"{r['dev'][f'onnxruntime/{t}']['kl_mean'] * 1e4:.2f}" for t in TASK_ORDER) + " |")
     return "\n".join(lines)
 
 
@@ -471,6 +500,12 @@ def markdown(r: dict[str, Any]) -> str:
     lines += ["", "Verification steps (from export's log):", ""]
     lines += [f"    {x}" for x in r["default_export"]["log"] if "verif" in x or "SQNR" in x
               or "reference" in x or "keeping" in x]
+    lines += ["", "## Embedding tables int8 per row (palkit keeps only the word table int8)", "",
+              "| table | shape | int8 SQNR dB | largest abs (channel) | median row RMS |",
+              "|---|---|---:|---|---:|"]
+    lines += [f"| {t['table']} | {t['shape'][0]} x {t['shape'][1]} | {t['int8_sqnr_db']:.1f} | "
+              f"{t['largest']:.3f} ({t['largest_channel']}) | {t['median_row_rms']:.3f} |"
+              for t in r["embedding_tables"]]
     lines += ["", "## Worst layers by output SQNR (dB), fp32 inputs from dev", "",
               "| executorch layer | dB | onnxruntime layer | dB |", "|---|---:|---|---:|"]
     et, ort = (r["default_export"]["layers"].get(k, []) for k in ("executorch", "onnxruntime"))

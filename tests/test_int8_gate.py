@@ -13,18 +13,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from export.bundle import ExportError, export_run
 from export.runtime import Engine, load_bundle
 from export.verify import (Gate, bootstrap_indices, compare, drop_bound, failure,
-                           fake_int8_activation, fake_int8_weight, interval, layer_sqnr,
-                           output_kl, reference_batched, verification_inputs)
+                           fake_int8_activation, fake_int8_weight, fallback_candidates,
+                           interval, layer_sqnr, output_kl, reference_batched,
+                           verification_inputs)
 from tests.conftest import make_tiny_data, tiny_config
 from trainer.checkpoint import load_model, resolve_model_dir, save_model
 from trainer.tasks import BUILTIN_TASKS, TaskSpec
 
 QUIET = dict(log=lambda *a: None)
 PLANTED = "trunk.encoder.layer.1.output.dense"
+WORD_TABLE = "model.trunk.embeddings.word_embeddings.weight"  # as the ONNX export names it
 
 
 def spec(name: str) -> TaskSpec:
@@ -99,13 +102,13 @@ def test_without_labels_only_agreement_can_refuse():
 
 def recipe_weights(outlier_row: int | None = None) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(0)
-    w = {"table": rng.standard_normal((50, 16)), "w1": rng.standard_normal((16, 24)) * 0.3,
+    w = {WORD_TABLE: rng.standard_normal((50, 16)), "w1": rng.standard_normal((16, 24)) * 0.3,
          "b1": rng.standard_normal(24), "w2": rng.standard_normal((24, 16)) * 0.3,
          "b2": rng.standard_normal(16), "a_scale": rng.random(8) * 0.01 + 0.01,
          "a_bias": rng.standard_normal(8)}
     w = {k: x.astype(np.float32) for k, x in w.items()}
     if outlier_row is not None:
-        w["table"][outlier_row] *= 1000
+        w[WORD_TABLE][outlier_row] *= 1000
     w["a_int8"] = rng.integers(-127, 128, (16, 8)).astype(np.int8)
     return w
 
@@ -119,7 +122,7 @@ def recipe_graph(path: Path, w: dict[str, np.ndarray]) -> Path:
     from onnx import helper as h
     from onnx import numpy_helper as nh
 
-    nodes = [h.make_node("Gather", ["table", "ids"], ["emb"]),
+    nodes = [h.make_node("Gather", [WORD_TABLE, "ids"], ["emb"]),
              h.make_node("MatMul", ["emb", "w1"], ["mm1"]), h.make_node("Add", ["b1", "mm1"], ["y1"]),
              h.make_node("MatMul", ["y1", "w2"], ["mm2"]), h.make_node("Add", ["mm2", "b2"], ["y2"]),
              h.make_node("DynamicQuantizeLinear", ["y2"], ["q", "qs", "qz"]),
@@ -143,8 +146,8 @@ def recipe_outputs(w: dict[str, np.ndarray], ids: np.ndarray, int8: bool,
     t = {k: torch.from_numpy(x) for k, x in w.items()}
     act = (lambda x: fake_int8_activation(x, True, symmetric)) if int8 else (lambda x: x)
     weight = (lambda m: fake_int8_weight(m.T).T) if int8 else (lambda m: m)
-    row = t["table"].abs().amax(1, keepdim=True) / 127
-    table = (t["table"] / row).round() * row if int8 else t["table"]
+    row = t[WORD_TABLE].abs().amax(1, keepdim=True) / 127
+    table = (t[WORD_TABLE] / row).round() * row if int8 else t[WORD_TABLE]
     y1 = act(table[torch.from_numpy(ids)]) @ weight(t["w1"]) + t["b1"]
     y2 = (y1 @ t["w2"] if float_w2 else act(y1) @ weight(t["w2"])) + t["b2"]
     return (act(y2) @ (t["a_int8"].float() * t["a_scale"]) + t["a_bias"]).numpy()
@@ -174,8 +177,8 @@ def test_onnx_int8_computes_the_replayed_recipe_and_outlier_tokens_stay_apart(tm
     if not symmetric:  # each zero-point term and bias in one Gemm per Linear, no Add left
         assert ops.count("Gemm") == 3 and "Add" not in ops
     stored = {i.name: i.data_type for i in graph.initializer}
-    assert stored["table/int8"] == stored["w1/int8"] == onnx.TensorProto.INT8
-    assert not {"table", "w1", "w2"} & set(stored)  # no float copy left behind
+    assert stored[f"{WORD_TABLE}/int8"] == stored["w1/int8"] == onnx.TensorProto.INT8
+    assert not {WORD_TABLE, "w1", "w2"} & set(stored)  # no float copy left behind
     got = run_graph(tmp_path / "int8.onnx", ids, w)
     want = recipe_outputs(w, ids, int8=True, symmetric=symmetric)
     # what the SQNR table replays is what ONNX Runtime runs, biases included
@@ -286,6 +289,69 @@ def test_onnx_int8_keeps_the_fallbacks_layers_in_float(tmp_path):
         quantize_trunk(src, tmp_path / "bad.onnx", {"a_int8"}, {"x": np.ones((2, 2), np.float32)})
 
 
+def test_onnx_int8_keeps_the_small_tables_in_fp32(tmp_path):
+    """Only the word table is int8: the token-type (and position) table's rows are added to every
+    token, so their rounding would be the same offset everywhere."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    from quant.onnx_int8 import int8_rows, quantize_trunk
+
+    rng = np.random.default_rng(2)
+    words = rng.standard_normal((600, 16)).astype(np.float32)
+    types = rng.standard_normal((2, 16)).astype(np.float32)
+    types[0, 5] = 15.0  # an outlier channel, as in MiniLM's token-type row
+    type_table = "model.trunk.embeddings.token_type_embeddings.weight"
+    graph = h.make_graph(
+        [h.make_node("Gather", [WORD_TABLE, "ids"], ["w"]),
+         h.make_node("Gather", [type_table, "types"], ["t"]), h.make_node("Add", ["w", "t"], ["y"])],
+        "g", [h.make_tensor_value_info("ids", T.INT64, [1, "s"]),
+              h.make_tensor_value_info("types", T.INT64, [1, "s"])],
+        [h.make_tensor_value_info("y", T.FLOAT, [1, "s", 16])],
+        [nh.from_array(words, WORD_TABLE), nh.from_array(types, type_table)])
+    src = tmp_path / "fp32.onnx"
+    onnx.save(h.make_model(graph, ir_version=9, opset_imports=[h.make_opsetid("", 17)]), str(src))
+    quantize_trunk(src, tmp_path / "int8.onnx", set())
+    stored = {i.name: i.data_type for i in onnx.load(str(tmp_path / "int8.onnx")).graph.initializer}
+    assert stored[f"{WORD_TABLE}/int8"] == T.INT8 and WORD_TABLE not in stored
+    assert stored[type_table] == T.FLOAT and f"{type_table}/int8" not in stored
+    ids, type_ids = np.array([[7, 512, 3, 99]]), np.array([[0, 0, 1, 1]])
+    session = ort.InferenceSession(str(tmp_path / "int8.onnx"), providers=["CPUExecutionProvider"])
+    got = session.run(None, {"ids": ids, "types": type_ids})[0]
+    q, scale = int8_rows(words, axis=0)
+    want = (q.astype(np.float32) * scale)[ids] + types[type_ids]
+    assert np.allclose(got, want, atol=1e-6)
+
+
+def test_executorch_int8_keeps_the_small_tables_in_fp32():
+    from transformers import BertConfig, BertModel
+
+    from quant.xnnpack import quantize_embeddings
+
+    torch.manual_seed(0)
+    program = nn.Module()  # named as lower_methods sees a program: model.trunk.embeddings...
+    program.model = nn.Module()
+    program.model.trunk = BertModel(BertConfig(vocab_size=100, hidden_size=32,
+                                               num_hidden_layers=1, num_attention_heads=4,
+                                               intermediate_size=64, max_position_embeddings=64))
+    emb = program.model.trunk.embeddings
+    before = {n: getattr(emb, n).weight.detach().clone()
+              for n in ("word_embeddings", "position_embeddings", "token_type_embeddings")}
+    quantize_embeddings(program)
+    assert type(emb.word_embeddings.weight) is not nn.Parameter  # torchao's int8 tensor
+    ids = torch.tensor([[1, 7, 99]])
+    table = before["word_embeddings"]
+    step = table.abs().amax(1, keepdim=True)[ids] / 127.5  # torchao's symmetric int8 per row
+    error = (emb.word_embeddings(ids) - table[ids]).abs()
+    assert error.max() > 0 and (error <= 0.51 * step + 1e-7).all()
+    for name in ("position_embeddings", "token_type_embeddings"):
+        table = getattr(emb, name).weight
+        assert type(table) is nn.Parameter and torch.equal(table.detach(), before[name])
+
+
 # ---- a tiny BERT with planted outliers ---------------------------------------------------------
 
 def plant_outliers(model, channels=(3, 17, 40), offset=1e4, gain=30.0) -> None:
@@ -342,6 +408,12 @@ def test_layer_report_names_the_planted_layer(planted):
         assert "trunk.pooler.dense" in names
         # ExecuTorch runs the task's weights (method inputs) in fp32; ONNX Runtime's are int8
         assert (task_layers <= names) == (runtime == "onnxruntime")
+        # the word table is int8 on both runtimes; the position and token-type tables are not
+        tables = [r for r in layers if r["kind"] == "embedding"]
+        assert [r["layer"] for r in tables] == ["trunk.embeddings.word_embeddings"]
+        assert tables[0]["sqnr_db"] > 30
+        assert PLANTED in fallback_candidates(runtime, layers)
+        assert "trunk.embeddings.word_embeddings" not in fallback_candidates(runtime, layers)
 
 
 @pytest.mark.slow
