@@ -427,6 +427,13 @@ def test_planted_outliers_fail_the_gate_and_the_fallback_fixes_them(planted, tmp
     record = json.loads((plain / "verify.json").read_text())["runtimes"]["onnxruntime"]["tasks"]["sst"]
     assert record["examples"] == 200 and record["flips"]["gained"] == 0
     assert record["flips"]["lost"] > 20 and drop_bound(record) > 10
+    # the exported graph names its tables as quant/weights.py expects: only the word table is int8
+    import onnx
+    graph = onnx.load(str(plain / "onnx" / "trunk.onnx")).graph
+    stored = {i.name: i.data_type for i in graph.initializer}
+    assert stored[f"{WORD_TABLE}/int8"] == onnx.TensorProto.INT8 and WORD_TABLE not in stored
+    for table in ("position_embeddings", "token_type_embeddings"):
+        assert stored[f"model.trunk.embeddings.{table}.weight"] == onnx.TensorProto.FLOAT
     model, tokenizer, _ = load_model(model_dir)
     engine = Engine(load_bundle(plain), "onnxruntime")
     encoded, _, _ = verification_inputs(model.tasks["sst"], tokenizer, 128, data, 32)
