@@ -121,7 +121,6 @@ def test_padding_to_fixed_widths_changes_only_rounding(tmp_path, tiny_bert, tiny
     gives the same loss and gradients up to float rounding (the softmax and matmul kernels sum
     over a different length). With dropout on, a wider batch draws a dropout mask of another
     shape, so the numbers differ as another seed's would."""
-    from trainer.step import pad_to_width
     run = Run(tiny_config(tiny_bert, tiny_data, tmp_path / "unused"), False)
     for m in run.model.modules():
         if isinstance(m, torch.nn.Dropout):
@@ -131,11 +130,12 @@ def test_padding_to_fixed_widths_changes_only_rounding(tmp_path, tiny_bert, tiny
     run.model.trunk.config.attention_probs_dropout_prob = 0.0
     ctx = run.phase_context(run.phases[0])
     for spec in ctx.specs:
-        batch = run.batch(spec, ctx.streams[spec.name])
+        split = run.train_splits[spec.name]
+        rows = torch.tensor(ctx.streams[spec.name].take(run.cfg.batch_size))
         results = []
-        for width in (batch["input_ids"].shape[1], 32):
+        for width in (split.width(rows), 32):
             run.model.zero_grad(set_to_none=True)
-            wide = pad_to_width(batch, width, run.pad_id)
+            wide = split.gather(rows, width)
             loss = task_loss(spec, run.model(wide["input_ids"], wide["attention_mask"],
                                              wide["token_type_ids"], task=spec.name),
                              wide["labels"], run.cfg.sts_loss)

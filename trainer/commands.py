@@ -21,7 +21,8 @@ app = typer.Typer()
 
 # The Python type a flag parses into, by the dataclass field's declared type.
 _FLAG_TYPES: dict[str, Any] = {"str": str, "str | None": str, "int": int, "int | None": int,
-                               "float": float, "bool": bool, "tuple[str, ...]": list[str],
+                               "float": float, "bool": bool, "bool | None": bool,
+                               "tuple[str, ...]": list[str],
                                "tuple[dict, ...]": list[Path]}
 
 

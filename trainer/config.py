@@ -125,15 +125,21 @@ class TrainConfig:
                              metavar="N")
     device: str = option("auto", "auto (cuda when visible), cpu or cuda", RUN, DEVICES)
     precision: str = option("fp32", "fp32 or bf16 autocast", RUN, PRECISIONS)
-    compile: bool = option(False, "torch.compile the model for training (batch widths rounded "
-                           "up to a multiple of 16 so that it meets few shapes)", RUN)
+    compile: bool | None = option(None, "torch.compile the model for training (batch widths "
+                                  "rounded up to a multiple of 16 so that it meets few shapes); "
+                                  "default: on a CUDA device when the step is captured and the "
+                                  "run is long enough to repay the first compile (see "
+                                  "docs/training-speed.md), else off", RUN)
     compile_mode: str = option("default", "torch.compile mode with --compile: reduce-overhead "
                                "replays each batch width's kernels as a CUDA graph (GPU)", RUN,
                                COMPILE_MODES)
-    cuda_graphs: bool = option(False, "record the whole training step (forward, loss, backward, "
-                               "clipping, AdamW) as one CUDA graph per task and batch width and "
-                               "replay it (one process; batches padded to --graph-widths); on a "
-                               "CPU the same step runs uncaptured", RUN)
+    cuda_graphs: bool | None = option(None, "record the whole training step (forward, loss, "
+                                      "backward, clipping, AdamW) as one CUDA graph per task and "
+                                      "batch width and replay it (one process; batches padded to "
+                                      "--graph-widths); on a CPU the same step runs uncaptured. "
+                                      "Default: on with a CUDA device unless an option cannot be "
+                                      "captured (then eager, said in one line), off on a CPU",
+                                      RUN)
     graph_widths: str = option("", "pad every batch up to the nearest of these widths "
                                "(default with --cuda-graphs: the quarters of --max-len, "
                                "32,64,96,128 for 128; --max-len is always added)", RUN,
@@ -217,6 +223,45 @@ def parse_widths(text: str, max_len: int) -> tuple[int, ...]:
     return tuple(sorted({*widths, max_len}))
 
 
+# Measured on one H100 at the paper preset's shape (palkit fd92c7a, torch 2.11,
+# ../shared/measurements/h100-2026-11-26): captured 161.3 steps/s, compiled and captured 226.5;
+# the first compile on a fresh machine took over 150 s (stopped there), so compiling pays only
+# for runs of more than 150 / (1/161.3 - 1/226.5) = about 84,000 steps.
+CAPTURED_STEPS_PER_S, COMPILED_CAPTURED_STEPS_PER_S, COLD_COMPILE_S = 161.3, 226.5, 150.0
+COMPILE_PAYS_AFTER_STEPS = round(
+    COLD_COMPILE_S / (1 / CAPTURED_STEPS_PER_S - 1 / COMPILED_CAPTURED_STEPS_PER_S))
+
+
+def run_steps(cfg: TrainConfig) -> int:
+    """Optimizer steps of one run: the joint phase and each task's adapter tuning."""
+    return (cfg.epochs + cfg.tune_adapters_after * len(cfg.tasks)) * cfg.steps_per_epoch
+
+
+def resolve_step(cfg: TrainConfig, cuda: bool, processes: int) -> tuple[TrainConfig, str | None]:
+    """How the run's step runs: cuda_graphs and compile as given, or when not given (None):
+    captured on a CUDA device unless an option cannot be captured (gradient surgery, several
+    processes, compile_mode reduce-overhead), compiled when captured and the run is long enough
+    to repay the first compile; eager and uncompiled on a CPU. Returns the config with both set
+    and the one line to show when a default fell back to eager (else None)."""
+    if not cuda:
+        return cfg.replace(cuda_graphs=bool(cfg.cuda_graphs), compile=bool(cfg.compile)), None
+    graphs, note = cfg.cuda_graphs, None
+    if graphs is None:
+        blocked = [why for why, on in (
+            ("--grad-surgery steps on every task's batch at once", cfg.grad_surgery != "none"),
+            (f"{processes} processes (capture records one)", processes > 1),
+            ("--compile-mode reduce-overhead captures on its own",
+             bool(cfg.compile) and cfg.compile_mode == "reduce-overhead")) if on]
+        graphs = not blocked
+        if blocked:
+            note = (f"training eagerly, without CUDA graphs: {'; '.join(blocked)} "
+                    "(pass --no-cuda-graphs to silence this)")
+    compile = cfg.compile
+    if compile is None:
+        compile = graphs and run_steps(cfg) > COMPILE_PAYS_AFTER_STEPS
+    return cfg.replace(cuda_graphs=graphs, compile=compile), note
+
+
 def config_fields() -> tuple[Field, ...]:
     """The training options, in declaration order (what `palkit train` turns into flags)."""
     return fields(TrainConfig)
@@ -229,6 +274,7 @@ def field_default(f: Field) -> Any:
 # What a config file's value may be, by the field's declared type (JSON/TOML can give anything).
 _TYPE_WORDS = {"str": "a string", "str | None": "a string", "int": "an integer",
                "int | None": "an integer", "float": "a number", "bool": "true or false",
+               "bool | None": "true or false",
                "tuple[str, ...]": "a list of strings", "tuple[dict, ...]": "a list of tables"}
 
 
@@ -238,8 +284,8 @@ def _holds(declared: str, value: Any) -> bool:
     if declared.startswith("tuple["):
         item = str if declared == "tuple[str, ...]" else dict
         return isinstance(value, (list, tuple)) and all(isinstance(x, item) for x in value)
-    if isinstance(value, bool) or declared == "bool":
-        return declared == "bool" and isinstance(value, bool)
+    if isinstance(value, bool) or declared.startswith("bool"):
+        return declared.startswith("bool") and isinstance(value, bool)
     kinds = {"str": str, "int": int, "float": (int, float)}[declared.split(" |")[0]]
     return isinstance(value, kinds)
 

@@ -1,10 +1,16 @@
-"""Read the tab-separated minBERT layout, validate it, tokenize once, batch with dynamic padding."""
+"""Read the tab-separated minBERT layout, validate it, tokenize once, batch with dynamic padding.
+
+Two ways to batch an encoded split: `collate` pads a batch's ragged rows on the host (scoring,
+and the reference the training batches are held to), and `TrainingSplit` holds a training split
+padded once on the training device and gathers each step's batch there by index.
+"""
 from __future__ import annotations
 
 import csv
 import os
 import sys
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 
 import torch
@@ -152,3 +158,57 @@ def collate(split: EncodedSplit, indices: list[int], pad_id: int,
         mask[row, :n] = 1
     return {"input_ids": ids, "token_type_ids": types, "attention_mask": mask,
             "labels": split.labels[indices]}
+
+
+@dataclass(frozen=True)
+class TrainingSplit:
+    """A task's encoded training split held once as padded tensors on the training device.
+
+    A step's batch is gathered there by index: a few indexing kernels, no per-row Python and no
+    copy of the batch from the host (only the batch's indices travel). The batch equals what
+    `collate` builds from the same indices, tensor for tensor. The lengths are kept on the host
+    as well, so that a batch's width is known without waiting for the device.
+    """
+    input_ids: torch.Tensor        # [examples, columns], pad id after each row's tokens
+    token_type_ids: torch.Tensor   # [examples, columns], 0 after each row's tokens
+    lengths: torch.Tensor          # [examples] tokens per row
+    labels: torch.Tensor           # [examples] float32
+    host_lengths: torch.Tensor     # `lengths` on the host
+    positions: torch.Tensor        # 0..columns-1, for the attention mask
+
+    @classmethod
+    def hold(cls, split: EncodedSplit, pad_id: int, columns: int,
+             device: torch.device) -> "TrainingSplit":
+        """Pad every row to `columns` (at least the longest row) and move the split to `device`."""
+        lengths = torch.tensor([len(row) for row in split.input_ids], dtype=torch.long)
+        columns = max(columns, int(lengths.max()))
+        filled = torch.arange(columns) < lengths[:, None]
+        ids = torch.full((len(split), columns), pad_id, dtype=torch.long)
+        types = torch.zeros((len(split), columns), dtype=torch.long)
+        # Boolean-mask assignment fills row-major, the order of the flattened rows.
+        ids[filled] = torch.tensor(list(chain.from_iterable(split.input_ids)), dtype=torch.long)
+        types[filled] = torch.tensor(list(chain.from_iterable(split.token_type_ids)),
+                                     dtype=torch.long)
+        return cls(ids.to(device), types.to(device), lengths.to(device),
+                   split.labels.to(device), lengths, torch.arange(columns, device=device))
+
+    def width(self, indices: torch.Tensor, pad_multiple: int = 1) -> int:
+        """The batch's longest row, rounded up to a multiple of `pad_multiple` (as `collate`)."""
+        longest = int(self.host_lengths.index_select(0, indices).max())
+        return -(-longest // pad_multiple) * pad_multiple
+
+    def gather(self, indices: torch.Tensor, width: int,
+               out: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+        """The rows `indices` (a host tensor) padded to `width`; with `out`, written into those
+        tensors (a CUDA graph's inputs) and returned."""
+        at = indices.to(self.lengths.device)
+        into = out.get if out is not None else (lambda key: None)
+        real = torch.lt(self.positions[:width], self.lengths.index_select(0, at)[:, None],
+                        out=into("attention_mask"))
+        batch = {"input_ids": torch.index_select(self.input_ids[:, :width], 0, at,
+                                                 out=into("input_ids")),
+                 "token_type_ids": torch.index_select(self.token_type_ids[:, :width], 0, at,
+                                                      out=into("token_type_ids")),
+                 "attention_mask": real if out is not None else real.long(),
+                 "labels": torch.index_select(self.labels, 0, at, out=into("labels"))}
+        return batch if out is None else out

@@ -6,8 +6,9 @@ only part that needs a GPU. What makes the step capturable, and why each piece s
 what the plain eager step computed:
 
 - Static inputs. With `--cuda-graphs` a batch is padded up to one of a few fixed widths
-  (`--graph-widths`) and copied into that (task, width)'s input buffers, so a graph is recorded
-  once per (task, width) and replayed on fresh data. Padded positions are masked out.
+  (`--graph-widths`) and gathered straight into that (task, width)'s input tensors (`Run.batch`,
+  `TrainingSplit.gather`), so a graph is recorded once per (task, width) and replayed on fresh
+  data. Padded positions are masked out.
 - Gradients that stay put. Every trainable parameter's .grad is allocated once, before any
   capture, and zeroed in place at the start of a step; backward accumulates into it.
 - Optimizers that touch only what the step trained: one AdamW for the trunk and one per task.
@@ -28,11 +29,10 @@ default generator may be used inside a capture, which is what dropout uses.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 
 from trainer.config import TrainConfig
 from trainer.tasks import TaskSpec
@@ -40,7 +40,6 @@ from trainer.tasks import TaskSpec
 # Eager steps of each (task, width) before its graph is captured: the first creates the task's
 # AdamW moments and the kernels' workspaces outside the graph's memory pool.
 WARMUP_STEPS = 2
-BATCH_KEYS = ("input_ids", "token_type_ids", "attention_mask", "labels")
 
 
 def lr_at(position: torch.Tensor, total: int, cfg: TrainConfig) -> torch.Tensor:
@@ -51,17 +50,6 @@ def lr_at(position: torch.Tensor, total: int, cfg: TrainConfig) -> torch.Tensor:
     rising = cfg.lr * (position + 1) / warmup
     falling = cfg.lr * torch.clamp((total - position) / max(1, total - warmup), min=0.0)
     return torch.where(position < warmup, rising, falling)
-
-
-def pad_to_width(batch: dict[str, torch.Tensor], width: int,
-                 pad_id: int) -> dict[str, torch.Tensor]:
-    """Widen a collated batch to `width` columns of padding (masked out, type 0)."""
-    extra = width - batch["input_ids"].shape[1]
-    if extra == 0:
-        return batch
-    return {**batch, "input_ids": F.pad(batch["input_ids"], (0, extra), value=pad_id),
-            "token_type_ids": F.pad(batch["token_type_ids"], (0, extra)),
-            "attention_mask": F.pad(batch["attention_mask"], (0, extra))}
 
 
 def width_for(length: int, widths: tuple[int, ...]) -> int:
@@ -132,26 +120,28 @@ class PhaseOptimizers:
 
 @dataclass
 class Graphs:
-    """What capture recorded, for bench-train: graphs, seconds spent capturing, memory pool."""
+    """What every phase's graphs share: the memory pool, and each (task, width)'s input tensors
+    (the batches are gathered into them); and for bench-train, graphs and seconds capturing."""
     pool: tuple | None = None
     count: int = 0
     capture_s: float = 0.0
+    inputs: dict[tuple[str, int], dict[str, torch.Tensor]] = field(default_factory=dict)
 
 
 class TrainStep:
-    """The training step of one phase. `static`: inputs go through per-(task, width) buffers
-    padded to `widths` (what a graph needs; on a CPU it runs uncaptured, to test exactly this
-    path); `capture`: on CUDA, each (task, width) is recorded once as a CUDA graph and replayed."""
+    """The training step of one phase. With `widths`, a batch comes padded to one of them, in
+    its (task, width)'s input tensors in `graphs.inputs` (what a graph needs; on a CPU the step
+    runs uncaptured, to test exactly this path); `capture`: on CUDA, each (task, width) is
+    recorded once as a CUDA graph and replayed."""
 
     def __init__(self, forward_loss: Callable[[TaskSpec, dict[str, torch.Tensor], torch.Tensor],
                                               torch.Tensor],
                  opts: PhaseOptimizers, task_params: dict[str, list[torch.nn.Parameter]],
                  trunk_params: list[torch.nn.Parameter], total_steps: int, cfg: TrainConfig,
                  device: torch.device, widths: tuple[int, ...] | None, capture: bool,
-                 graphs: Graphs, pad_id: int):
+                 graphs: Graphs):
         self.forward_loss, self.opts, self.cfg, self.device = forward_loss, opts, cfg, device
         self.total, self.widths, self.capture, self.graphs = total_steps, widths, capture, graphs
-        self.pad_id = pad_id
         # The gradients a step of task t writes and clips, in the one-AdamW order.
         self.step_params: dict[str, list[torch.nn.Parameter]] = {}
         for task, own in task_params.items():
@@ -161,7 +151,6 @@ class TrainStep:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
         self.position = torch.zeros((), dtype=torch.float64, device=device)
-        self.buffers: dict[tuple[str, int], dict[str, torch.Tensor]] = {}
         self.seen: dict[tuple[str, int], int] = {}
         self.replays: dict[tuple[str, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
 
@@ -183,9 +172,11 @@ class TrainStep:
         self.position.fill_(position)
         if self.widths is None:
             return self.compute(spec, batch)
-        width = width_for(batch["input_ids"].shape[1], self.widths)
-        key = (spec.name, width)
-        static = self._buffers(key, pad_to_width(batch, width, self.pad_id))
+        key = (spec.name, batch["input_ids"].shape[1])
+        static = self.graphs.inputs.get(key)
+        if static is not batch:   # a graph would replay on whatever its input tensors hold
+            raise ValueError(f"a step with graph widths takes the batch that Run.batch gathered "
+                             f"into the input tensors of {key}")
         if not self.capture:
             return self.compute(spec, static)
         if key in self.replays:
@@ -201,17 +192,6 @@ class TrainStep:
             torch.cuda.current_stream(self.device).wait_stream(side)
             return loss
         return self._capture(key, spec, static)
-
-    def _buffers(self, key: tuple[str, int],
-                 batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Copy the batch into the (task, width)'s input buffers, made on first use."""
-        if key not in self.buffers:
-            self.buffers[key] = {k: torch.empty_like(batch[k], device=self.device)
-                                 for k in BATCH_KEYS}
-        static = self.buffers[key]
-        for k in BATCH_KEYS:
-            static[k].copy_(batch[k], non_blocking=True)
-        return static
 
     def _capture(self, key: tuple[str, int], spec: TaskSpec,
                  static: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -28,8 +28,8 @@ from trainer.checkpoint import (TRUNK_WEIGHTS, Checkpoint, TrainingState, append
                                 load_checkpoint, load_model, load_task_weights, load_trunk,
                                 mark_finished, read_json, runs_beside, save_best, save_checkpoint,
                                 write_rank_report, write_run_config)
-from trainer.config import TrainConfig
-from trainer.data import EncodedSplit, collate, encode, read_examples, resolve_data_dir
+from trainer.config import TrainConfig, resolve_step
+from trainer.data import EncodedSplit, TrainingSplit, encode, read_examples, resolve_data_dir
 from trainer.distill import Teachers, distill_loss, teacher_weight
 from trainer.errors import PalkitError
 from trainer.evaluate import evaluate_model
@@ -38,7 +38,7 @@ from trainer.model import PalBert, PalConfig, default_pal_size, regression_score
 from trainer.placement import pal_layer_indices
 from trainer.sampling import (LengthBuckets, TaskStream, epoch_task_schedule, sampling_alpha,
                               task_probabilities)
-from trainer.step import Graphs, PhaseOptimizers, TrainStep, lr_at
+from trainer.step import Graphs, PhaseOptimizers, TrainStep, lr_at, width_for
 from trainer.surgery import GradVac, pcgrad
 from trainer.tasks import TaskSpec, resolve_tasks
 from ui.progress import StepBar, say
@@ -160,7 +160,6 @@ class Run:
     """One training run: model, data, optimiser state and the run directory it writes."""
 
     def __init__(self, cfg: TrainConfig, resume: bool):
-        self.cfg = cfg
         self.dist = setup_distributed(cfg)
         if cfg.grad_surgery != "none" and self.dist.world > 1:
             raise TrainingError("--grad-surgery with several processes is not supported; run it "
@@ -168,12 +167,16 @@ class Run:
         if cfg.cuda_graphs and self.dist.world > 1:
             raise TrainingError("--cuda-graphs records one process's step; run it without "
                                 "torchrun, or drop --cuda-graphs to train with several processes")
+        self.log = say if self.dist.main else (lambda *a, **k: None)
+        self.cfg, fallback = resolve_step(cfg, self.dist.device.type == "cuda", self.dist.world)
+        cfg = self.cfg
+        if fallback:
+            self.log(fallback)
         self.out = Path(cfg.out)
         self.specs = resolve_tasks(cfg.tasks, list(cfg.custom_tasks))
         self.phases = plan_phases(cfg, self.specs)
         self.state = TrainingState()
         self.optimizer_state: dict[str, torch.Tensor] = {}
-        self.log = say if self.dist.main else (lambda *a, **k: None)
         self._examples_seen: list[str] = []  # filled under DDP only, for the rank report
         self.bar: StepBar | None = None
         self.last_dev = ""                   # the latest dev score, shown on the bar
@@ -245,6 +248,12 @@ class Run:
             self.train_data[spec.name] = encode(train, self.tokenizer, cfg.max_len)
             self.dev_data[spec.name] = encode(dev, self.tokenizer, cfg.max_len)
         self.pad_id = self.tokenizer.pad_token_id
+        # The widest batch a step can ask for: max_len, rounded up for a compiled model.
+        columns = -(-cfg.max_len // self.pad_multiple) * self.pad_multiple
+        self.train_splits = {name: TrainingSplit.hold(split, self.pad_id, columns,
+                                                      self.dist.device)
+                             for name, split in self.train_data.items()}
+        self.pad_widths = cfg.pad_widths()
 
     # -- checkpoints --
 
@@ -331,7 +340,7 @@ class Run:
             lambda spec, batch, position: self.forward_loss(ctx, spec, batch, position), opts,
             task_params, [p for n, p in params.items() if n.startswith("trunk.")],
             phase.epochs * self.cfg.steps_per_epoch, self.cfg, self.dist.device,
-            self.cfg.pad_widths(), capture, self.graphs, self.pad_id)
+            self.cfg.pad_widths(), capture, self.graphs)
         return ctx
 
     def _buckets(self, task: str) -> LengthBuckets | None:
@@ -411,13 +420,21 @@ class Run:
             st.loss_count += 1
 
     def batch(self, spec: TaskSpec, stream: TaskStream) -> dict[str, torch.Tensor]:
-        """This rank's share of a global batch: every rank draws the same indices, keeps its slice."""
+        """This rank's share of a global batch (every rank draws the same indices and keeps its
+        slice), gathered from the task's split on the device. With graph widths it is written
+        into its (task, width)'s input tensors, which that graph reads."""
         b = self.cfg.batch_size
         indices = stream.take(b * self.dist.world)[self.dist.rank * b:(self.dist.rank + 1) * b]
-        batch = collate(self.train_data[spec.name], indices, self.pad_id, self.pad_multiple)
         if self.dist.world > 1:
             self._examples_seen.append(f"{spec.name}:{','.join(map(str, indices))}")
-        return {k: v.to(self.dist.device, non_blocking=True) for k, v in batch.items()}
+        split, rows = self.train_splits[spec.name], torch.tensor(indices)
+        width = split.width(rows, self.pad_multiple)
+        if self.pad_widths is None:
+            return split.gather(rows, width)
+        key = (spec.name, width_for(width, self.pad_widths))
+        inputs = self.graphs.inputs
+        inputs[key] = split.gather(rows, key[1], inputs.get(key))
+        return inputs[key]
 
     def forward_loss(self, ctx: PhaseContext, spec: TaskSpec, batch: dict[str, torch.Tensor],
                      position: torch.Tensor) -> torch.Tensor:
