@@ -157,7 +157,7 @@ def bench_train(**options: Any) -> None:
     graphs and capture time with --cuda-graphs, and on a GPU the model-FLOP utilisation and peak
     memory. --modes times several ways of running the step side by side, one entry each. Dev
     scoring and checkpoints are not timed."""
-    from trainer.profile import append_entry, bench_mode_name, bench_modes, bench_training
+    from trainer.profile import append_entry, bench_modes, bench_training
     from trainer.results import option_flags
 
     steps, warmup, repeats = options.pop("steps"), options.pop("warmup"), options.pop("repeat")
@@ -167,8 +167,7 @@ def bench_train(**options: Any) -> None:
     if modes:
         entries = bench_modes(cfg, modes.split(","), steps, warmup, repeats)
     else:
-        entries = [{"bench_mode": bench_mode_name(cfg),
-                    **bench_training(cfg, steps, warmup, repeats)}]
+        entries = [bench_training(cfg, steps, warmup, repeats)]
     defaults = TrainConfig().to_dict()
     flags = option_flags(cfg.to_dict(), defaults, {"out", "data_dir", "custom_tasks"})
     for entry in entries:

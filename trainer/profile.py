@@ -201,6 +201,7 @@ def bench_training(cfg: TrainConfig, steps: int, warmup: int, repeats: int) -> d
         raise TrainingError("bench-train times one model; for --mode separate time --mode "
                             "shared --tasks TASK, which is what each separate model trains")
     run = Run(cfg, resume=False)
+    cfg = run.cfg          # --cuda-graphs and --compile as this device resolves them
     ctx = run.phase_context(run.phases[0])
     device = run.dist.device
     if device.type == "cuda":
@@ -223,7 +224,8 @@ def bench_training(cfg: TrainConfig, steps: int, warmup: int, repeats: int) -> d
     figures = [summarise(t, peak) for t in passes]
     headline = {key: statistics.median(f[key] for f in figures)
                 for key in ("steps_per_s", "tokens_per_s", "padded_tokens_per_s", "cpu_s")}
-    return {**headline, "mfu": figures[len(figures) // 2]["mfu"],
+    return {"bench_mode": bench_mode_name(cfg), **headline,
+            "mfu": figures[len(figures) // 2]["mfu"],
             "shares": shares(section_passes[len(section_passes) // 2]),
             "repeats": figures, "steps": steps, "warmup": warmup,
             "device": describe_device(device), "precision": cfg.precision,
