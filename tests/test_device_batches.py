@@ -118,3 +118,29 @@ def test_gather_writes_into_the_graph_inputs_and_a_foreign_batch_is_refused(
     assert not torch.equal(held["input_ids"], second["input_ids"])    # with the next rows
     with pytest.raises(ValueError, match=r"gathered into the input tensors of \('sst', 32\)"):
         ctx.step(sst, held, 0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_the_split_lives_there_and_each_replay_reads_the_gathered_batch(
+        tmp_path, tiny_bert, tiny_data):
+    """By default on CUDA the step is captured (not compiled: a short run); the split is on the
+    GPU and its lengths on the host too; every step's batch, gathered into the graph's inputs,
+    equals the host pipeline's, and the replays train on them."""
+    cfg = tiny_config(tiny_bert, tiny_data, tmp_path / "unused", device="cuda",
+                      graph_widths="32", epochs=3, steps_per_epoch=10)
+    run, reference = Run(cfg, resume=False), Run(cfg, resume=False)
+    assert (run.cfg.cuda_graphs, run.cfg.compile) == (True, False)
+    split = run.train_splits["sst"]
+    assert split.input_ids.is_cuda and split.labels.is_cuda and not split.host_lengths.is_cuda
+    ctx = run.phase_context(run.phases[0])
+    theirs = streams(reference)
+    spec = ctx.specs[0]
+    losses = []
+    for position in range(8):
+        batch = run.batch(spec, ctx.streams[spec.name])
+        want = host_batch(reference, spec, theirs[spec.name])
+        assert all(torch.equal(batch[k], want[k]) for k in want)
+        losses.append(ctx.step(spec, batch, position))
+    assert run.graphs.count == 1
+    losses = torch.stack(losses)
+    assert torch.isfinite(losses).all() and len(set(losses.tolist())) == 8
