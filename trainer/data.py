@@ -201,7 +201,9 @@ class TrainingSplit:
                out: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
         """The rows `indices` (a host tensor) padded to `width`; with `out`, written into those
         tensors (a CUDA graph's inputs) and returned."""
-        at = indices.to(self.lengths.device)
+        if self.lengths.is_cuda:   # pinned: the copy is queued, the host does not wait for it
+            indices = indices.pin_memory()
+        at = indices.to(self.lengths.device, non_blocking=True)
         into = out.get if out is not None else (lambda key: None)
         real = torch.lt(self.positions[:width], self.lengths.index_select(0, at)[:, None],
                         out=into("attention_mask"))
