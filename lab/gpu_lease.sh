@@ -20,7 +20,7 @@
 #             ≤210 s compiled-captured (a cold compile took over 150 s), if 250 s are left
 #   study     rest   the converged study's missing cells, most wanted first, each job scored on
 #                    dev and test as soon as it trains (`palkit study`); stopped at the deadline
-#   collect   ≤25 s  into $OUT (8 files at most): train-speed-gpu.json, train-speed-gpu-old.json,
+#   collect   ≤40 s  into $OUT (8 files at most): train-speed-gpu.json, train-speed-gpu-old.json,
 #                    converged-graphs.{json,md} (finished jobs only), study.tgz (metrics, scores,
 #                    logs; no weights), lease.log
 set -uo pipefail
@@ -99,7 +99,7 @@ say() { echo "[$(date -u +%H:%M:%S) $(( $(date +%s) - START )) s] $*"; }
 # step NAME LIMIT CMD...: run CMD under `timeout`, never past the deadline less the collection
 step() {
   local name=$1 limit=$2; shift 2
-  local room=$(( $(left) - 25 ))
+  local room=$(( $(left) - RESERVE ))
   (( limit > room )) && limit=$room
   if (( limit < 10 )); then say "$name: skipped, no time left"; return 1; fi
   say "$name (at most $limit s)"
@@ -116,13 +116,18 @@ setup() {
   export PYTHONPATH=$REPO${SITE:+:$SITE}
   python -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA')"
   python -m "$CARRY" restore .carry/minilm "$WORK/minilm" || return 1
-  rm -rf "$WORK/old" && mkdir -p "$WORK/old" && tar xzf .carry/old.tgz -C "$WORK/old"
+  rm -rf "$WORK/old" && mkdir -p "$WORK/old" && tar xzf .carry/old.tgz -C "$WORK/old" || return 1
+  if [ "$DATA" != "$REPO/.carry/data" ]; then   # the dry run: 40 rows of every file
+    for f in .carry/data/*/*.csv; do
+      mkdir -p "$DATA/$(basename "$(dirname "$f")")" && head -n 41 "$f" > "$DATA/${f#.carry/data/}"
+    done
+  fi
 }
 
 bench() {   # bench NAME LIMIT ROOT RESULTS MODES COMMIT: one bench-train call of the tree at ROOT
   local name=$1 limit=$2 root=$3 results=$4 modes=$5 commit=$6
   step "$name" "$limit" env PYTHONPATH="$root${SITE:+:$SITE}" python "$root/cli.py" bench-train \
-    --preset paper --device "$DEVICE" --base-model "$WORK/minilm" --data-dir "$REPO/.carry/data" \
+    --preset paper --device "$DEVICE" --base-model "$WORK/minilm" --data-dir "$DATA" \
     $SHAPE --modes "$modes" --steps "$STEPS" --warmup "$WARMUP" --repeat 2 \
     --results "$results" --machine "$MACHINE; palkit $commit"
 }
@@ -132,9 +137,9 @@ study() {   # the missing cells, --parallel as many as the time left lets finish
   # 3 captured jobs sharing the H100 trained 7,200 steps each in 78 s (277 steps/s together)
   local parallel=$(( ($(left) - 60) * 277 / 7200 ))
   (( parallel < 1 )) && parallel=1; (( parallel > MAX_PARALLEL )) && parallel=$MAX_PARALLEL
-  step "study, $parallel at a time" $(( $(left) - 25 )) \
+  step "study, $parallel at a time" "$(left)" \
     python cli.py study "$WORK/missing.toml" --out "$WORK/study" --parallel "$parallel" \
-      --threads-per-job 2 --base-model "$WORK/minilm" --data-dir "$REPO/.carry/data" \
+      --threads-per-job 2 --base-model "$WORK/minilm" --data-dir "$DATA" \
       --device "$DEVICE"
 }
 
@@ -154,9 +159,12 @@ done = [j for j in record["jobs"] if j["status"] == "done"]
 print(f"{len(done)} of {len(record['jobs'])} study jobs finished:",
       ", ".join(j["key"] for j in done) or "none")
 path.write_text(json.dumps({**record, "jobs": done}, indent=2))
+sys.exit(0 if done else 1)
 EOF
-    timeout 20 python cli.py study-results "$study" --out "$OUT/converged-graphs" \
-      --machine "$MACHINE; palkit $COMMIT; jobs sharing the GPU" | tail -2
+    if [ $? -eq 0 ]; then
+      timeout 30 python cli.py study-results "$study" --out "$OUT/converged-graphs" \
+        --machine "$MACHINE; palkit $COMMIT; jobs sharing the GPU" | tail -2
+    fi
     tar czf "$OUT/study.tgz" --exclude='*.safetensors' --exclude='last' --exclude='tokenizer*' \
       --exclude='vocab.txt' -C "$WORK" study missing.toml 2>/dev/null
   fi
@@ -207,15 +215,15 @@ prepare)   # HERE, before the lease
   du -sh .carry ;;
 run)       # ON THE LENT MACHINE, one call
   DEVICE=cuda STEPS=100 WARMUP=100 SHAPE="" SITE=/tmp/site STUDY_SED=(-e '') MAX_PARALLEL=6
-  OLD_MODES=captured
+  OLD_MODES=captured DATA=$REPO/.carry/data RESERVE=40
   OUT=${OUT:?the device tool sets OUT} run "${2:-520}" 2>&1 | tee "${OUT}/lease.log" ;;
 dry-run)   # HERE: every step on a CPU at a tiny size (needs .carry from prepare)
   [ -d .carry/minilm ] || { echo ".carry/ is missing: run 'bash lab/gpu_lease.sh prepare' first"; exit 1; }
   DEVICE=cpu STEPS=2 WARMUP=1 SITE="" MAX_PARALLEL=1 OLD_MODES=eager-fp32
-  SHAPE="--batch-size 4 --max-len 32 --max-train-examples 64 --max-eval-examples 16"
+  SHAPE="--batch-size 4 --max-len 32"
   STUDY_SED=(-e 's/^epochs = 6$/epochs = 1/' -e 's/steps_per_epoch = [0-9]*/steps_per_epoch = 2/'
-             -e 's/^\[base\]$/[base]\nbatch_size = 4\nmax_len = 32\nmax_train_examples = 64\nmax_eval_examples = 16/')
-  WORK=/tmp/lease-dry OUT=${OUT:-/tmp/lease-dry/out}
+             -e 's/^\[base\]$/[base]\nbatch_size = 4\nmax_len = 32/')
+  WORK=/tmp/lease-dry OUT=${OUT:-/tmp/lease-dry/out} DATA=/tmp/lease-dry/data RESERVE=60
   rm -rf "$WORK" && mkdir -p "$OUT" && run "${2:-600}" 2>&1 | tee "$OUT/lease.log" ;;
 *) sed -n 2,25p "$0"; exit 2 ;;
 esac

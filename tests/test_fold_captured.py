@@ -55,5 +55,6 @@ def test_captured_rows_gather_seeds_across_leases_and_keep_the_eager_rows(tmp_pa
     assert [x["source"] for x in pals["leases"]] == ["a.json", "b.json"]
     md = stem.with_suffix(".md").read_text()
     assert "| pals, captured | 3 | 74.3 ± 0.3 |" in md and "| 75.4 ± 0.6 (0,2) |" in md
-    assert "- pals, captured, seed 0: an H100; palkit aaa111; `palkit study (aaa111)` (a.json)" in md
+    assert ("- pals, captured, seed 0: an H100; palkit aaa111; `palkit study (aaa111)` "
+            "(a.json)") in md
     assert "- pals, captured, seeds 1,2: an H100; palkit bbb222;" in md

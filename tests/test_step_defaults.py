@@ -82,7 +82,8 @@ def test_train_help_shows_both_spellings_and_the_default(capsys, monkeypatch):
 def test_a_run_shows_the_fallback_and_records_what_ran(tmp_path, tiny_bert, tiny_data,
                                                        monkeypatch, capsys):
     """On a (pretended) CUDA device with gradient surgery, the Run falls back to eager with one
-    line on stderr, and its config holds what ran (a CPU runs the step, uncaptured)."""
+    line on stderr; a run's config.json keeps the options as given and its summary what ran
+    (here a CPU runs the captured step uncaptured)."""
     import trainer.train as tt
     from tests.conftest import tiny_config
     monkeypatch.setattr(tt, "resolve_step", lambda cfg, cuda, processes:
@@ -94,5 +95,7 @@ def test_a_run_shows_the_fallback_and_records_what_ran(tmp_path, tiny_bert, tiny
     monkeypatch.setattr(tt, "setup_distributed", lambda cfg: Dist(0, 1, torch.device("cpu")))
     out = tt.train(tiny_config(tiny_bert, tiny_data, tmp_path / "plain", epochs=1,
                                steps_per_epoch=1))
-    saved = json.loads((out / "config.json").read_text())
-    assert (saved["cuda_graphs"], saved["compile"]) == (True, False)   # the pretended CUDA
+    given = json.loads((out / "config.json").read_text())
+    ran = json.loads((out / "model" / "summary.json").read_text())["config"]
+    assert (given["cuda_graphs"], given["compile"]) == (None, None)   # resolved again on resume
+    assert (ran["cuda_graphs"], ran["compile"]) == (True, False)      # the pretended CUDA

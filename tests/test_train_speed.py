@@ -32,6 +32,9 @@ def test_bench_training_entry_on_a_tiny_run(tmp_path, tiny_bert, tiny_data):
     assert sum(entry["shares"].values()) == pytest.approx(1.0, abs=2e-3)
     assert entry["shares"]["optimizer"] > 0 and entry["shares"]["forward_backward"] > 0
     assert (entry["graphs"], entry["captured"], entry["peak_gpu_memory_gib"]) == (0, False, None)
+    # not given, --cuda-graphs and --compile resolve to what a CPU runs
+    assert (entry["bench_mode"], entry["cuda_graphs"], entry["compile"]) == ("eager-fp32", False,
+                                                                             False)
     assert entry["device"].startswith("cpu (") and entry["precision"] == "fp32"
     assert (entry["batch_size"], entry["max_len"]) == (8, 32)
     assert not (tmp_path / "unused").exists()             # benchmarking writes no run
@@ -153,6 +156,8 @@ def test_bench_times_the_static_step_uncaptured_on_cpu(tmp_path, tiny_bert, tiny
                                        cuda_graphs=True, graph_widths="32"), steps=3, warmup=1,
                            repeats=1)
     assert entry["graph_widths"] == [32] and entry["captured"] is False and entry["graphs"] == 0
+    assert (entry["bench_mode"], entry["cuda_graphs"], entry["compile"]) == (
+        "captured-fp32", True, False)
     assert entry["repeats"][0]["padded_tokens_per_s"] == pytest.approx(
         3 * 8 * 32 / entry["repeats"][0]["wall_s"], rel=1e-2)
 

@@ -168,6 +168,9 @@ class Run:
             raise TrainingError("--cuda-graphs records one process's step; run it without "
                                 "torchrun, or drop --cuda-graphs to train with several processes")
         self.log = say if self.dist.main else (lambda *a, **k: None)
+        # config.json keeps the options as given, so that a resumed run or add-task resolves the
+        # defaults again on its own device; model/summary.json records what ran (self.cfg).
+        self.options = cfg
         self.cfg, fallback = resolve_step(cfg, self.dist.device.type == "cuda", self.dist.world)
         cfg = self.cfg
         if fallback:
@@ -279,7 +282,7 @@ class Run:
             return self.out
         if self.dist.main:
             self.out.mkdir(parents=True, exist_ok=True)
-            write_run_config(self.out, self.cfg.to_dict())
+            write_run_config(self.out, self.options.to_dict())
         counts = self.model.param_counts()
         self.log(f"mode={self.cfg.mode} tasks={','.join(self.cfg.tasks)} params: trunk "
                  f"{counts['params_trunk']:,}, task-specific {counts['params_task_specific']:,} "
