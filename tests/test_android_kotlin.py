@@ -43,6 +43,12 @@ def test_without_kotlinc_the_reason_names_the_install_command(monkeypatch):
         f"{kotlin_check.NPM_PREFIX} kotlin-compiler@2.1.0`")
 
 
+def test_ci_installs_the_apps_kotlin_version():
+    ci = (Path(__file__).resolve().parents[1] / ".ci/run").read_text()
+    assert f"--prefix android_demo/build/kotlin kotlin-compiler@{kotlin_check.app_kotlin_version()}" \
+        in ci
+
+
 def test_the_checked_files_are_every_kotlin_file_without_compose():
     names = [str(p.relative_to(kotlin_check.APP_SOURCES / "io/palkit/demo"))
              for p in kotlin_check.non_compose_sources()]

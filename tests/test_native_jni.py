@@ -215,6 +215,12 @@ def test_without_the_cross_tools_or_the_wheels_aarch64_names_what_to_install(mon
         "android_demo/host/native_host.py fetch --arch aarch64`")
 
 
+def test_ci_installs_what_the_aarch64_build_names():
+    ci = " ".join((Path(__file__).resolve().parents[1] / ".ci/run").read_text().split())
+    assert f"apt-get install -y -qq {native_host().AARCH64_PACKAGES}" in ci.replace("\\ ", "")
+    assert "python android_demo/host/native_host.py fetch --arch aarch64" in ci
+
+
 def test_a_qemu_cpu_model_that_computes_int8_wrong_cannot_be_chosen(monkeypatch):
     host = native_host()
     # qemu 7.2's `max` advertises SME, and ExecuTorch's int8 kernels then compute wrong logits
