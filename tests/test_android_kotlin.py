@@ -45,8 +45,8 @@ def test_without_kotlinc_the_reason_names_the_install_command(monkeypatch):
 
 def test_ci_installs_the_apps_kotlin_version():
     ci = (Path(__file__).resolve().parents[1] / ".ci/run").read_text()
-    assert f"--prefix android_demo/build/kotlin kotlin-compiler@{kotlin_check.app_kotlin_version()}" \
-        in ci
+    version = kotlin_check.app_kotlin_version()
+    assert f"--prefix android_demo/build/kotlin kotlin-compiler@{version}" in ci
 
 
 def test_the_checked_files_are_every_kotlin_file_without_compose():
