@@ -8,7 +8,11 @@ each task's weights file is read once and passed as the method's task inputs.
 Every call runs in a child JVM, so a native crash fails a test instead of killing pytest.
 With a trusted key (PALKIT_TRUST_KEY, as the app's assets/trusted_key.pem) the signature is
 checked first: an untrusted bundle is refused and the JNI library is never loaded.
-Skipped, with the reason, only where there is no C++ compiler or JDK.
+Every test that runs the JNI runs twice: on this host's architecture, and on aarch64 (the
+phone's) built with the cross compiler against executorch's aarch64 wheel and run on an aarch64
+JRE under qemu (android_demo/host/native_host.py). Skipped, with the reason, where a build's
+tools are missing (no C++ compiler or JDK; for aarch64 the Debian cross packages or the fetched
+wheels).
 """
 from __future__ import annotations
 
@@ -30,6 +34,42 @@ from export.signing import SIGNATURE_FILE, TRUST_KEY_ENV, generate_keypair, sign
 
 TEXT, PAIR = "the movie was good", "a man is running"
 TASKS = ["sst", "sts"]  # one single-text classifier, one pair regressor: both input layouts
+ARCHES = native_host().ARCHES
+# fp32 across architectures: XNNPACK's NEON and AVX kernels sum in another order. Measured, in
+# ulp of the largest logit: 1-2 on MiniLM; 6 on the hybrid test bundle, whose logits (~0.007)
+# come out of much larger sums. 16 leaves room; a wrong kernel is off by orders of magnitude more.
+FP32_ULPS = 16
+# int8 across architectures: the dynamic-int8 kernels (x86's and ARM's XNNPACK/KleidiAI paths)
+# quantize activations and accumulate differently. Measured: MiniLM's STS 2.56617 vs 2.5659
+# (1.1e-4 of the logit); the tiny int8 test bundle's came out identical (tests/
+# test_task_files_int8.py prints it). A kernel computing wrong (qemu 7.2's `max` CPU) moved
+# MiniLM's SST-5 logits by 0.89 and the argmax. 1e-3 of the largest logit sits ten times above
+# the honest difference and far below that failure.
+INT8_RELATIVE = 1e-3
+
+
+@pytest.fixture(scope="module", params=ARCHES)
+def native_build(request):
+    """The app's JNI and Java built for one architecture: this host's, and aarch64 run under
+    qemu (skipped, with the reason, where that build's tools are missing)."""
+    host = native_host()
+    reason = host.missing_toolchain(request.param)
+    if reason:
+        pytest.skip(reason)
+    return host.build(request.param)
+
+
+def assert_logits_match(build, logits: list[float], expected: np.ndarray,
+                        quant: str = "fp32") -> None:
+    """Logits of the JNI on `build`'s architecture against the Python runtime (this host)."""
+    actual, largest = np.float32(logits), np.float32(np.abs(expected).max())
+    if build.arch == native_host().HOST_ARCH:
+        # Same program, same kernels: the C++ Module and the Python bindings agree exactly.
+        np.testing.assert_array_equal(actual, expected)
+    elif quant == "fp32":
+        np.testing.assert_allclose(actual, expected, rtol=0, atol=FP32_ULPS * np.spacing(largest))
+    else:
+        np.testing.assert_allclose(actual, expected, rtol=0, atol=INT8_RELATIVE * largest)
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +112,7 @@ def harness(build, *args: str, trust_key: Path | None = None) -> subprocess.Comp
     if trust_key is not None:
         env[TRUST_KEY_ENV] = str(trust_key)
     return subprocess.run(build.command(*map(str, args)), capture_output=True, text=True,
-                          timeout=120, env=env)
+                          timeout=300, env=env)  # a JVM under qemu starts in seconds, not ms
 
 
 def refusal(done: subprocess.CompletedProcess) -> str:
@@ -82,9 +122,9 @@ def refusal(done: subprocess.CompletedProcess) -> str:
     return done.stderr.strip().splitlines()[-1]
 
 
-def test_jni_logits_equal_the_python_runtime_for_every_task_and_swap(host_build, et_bundle):
+def test_jni_logits_match_the_python_runtime_for_every_task_and_swap(native_build, et_bundle):
     order = ["sst", "sts", "sst", "sts", "sts"]  # a swap each way, and a repeat
-    done = harness(host_build, "run", et_bundle, 1, TEXT, PAIR, *order)
+    done = harness(native_build, "run", et_bundle, 1, TEXT, PAIR, *order)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = json.loads(done.stdout)
     assert [r["task"] for r in rows] == order
@@ -98,36 +138,35 @@ def test_jni_logits_equal_the_python_runtime_for_every_task_and_swap(host_build,
         assert row["input_ids"] == ids[0].tolist() and row["token_type_ids"] == types[0].tolist()
         expected, _, _ = engine.run_ids(task.name, ids, mask, types)
         assert len(row["logits"]) == task.num_outputs
-        # Same program, same kernels: the C++ Module and the Python bindings agree exactly.
-        np.testing.assert_array_equal(np.float32(row["logits"]), expected)
+        assert_logits_match(native_build, row["logits"], expected)
     sst = [r["logits"] for r in rows if r["task"] == "sst"]
     assert sst[0] == sst[1]  # swapping away and back changes nothing
 
 
-def test_program_with_another_trunks_data_is_refused(host_build, et_bundle, other_trunk):
-    ok = probe(host_build, other_trunk / "trunk.pte", other_trunk / "trunk.ptd",
+def test_program_with_another_trunks_data_is_refused(native_build, et_bundle, other_trunk):
+    ok = probe(native_build, other_trunk / "trunk.pte", other_trunk / "trunk.ptd",
                other_trunk / "sst.safetensors", et_bundle)
     assert ok.returncode == 0, ok.stderr[-3000:]  # the other trunk's own pair loads
-    message = refusal(probe(host_build, et_bundle / "executorch/trunk.pte",
+    message = refusal(probe(native_build, et_bundle / "executorch/trunk.pte",
                             other_trunk / "trunk.ptd", et_bundle / "executorch/sst.safetensors",
                             et_bundle))
     assert message.startswith("refused: ExecuTorch could not load forward() of")
     assert "trunk.ptd" in message and "Error::" in message
 
 
-def test_truncated_trunk_data_is_refused_by_the_runtime_and_by_the_core(host_build, et_bundle,
-                                                                       tmp_path):
+def test_truncated_trunk_data_is_refused_by_the_runtime_and_by_the_core(native_build,
+                                                                       et_bundle, tmp_path):
     bundle = tmp_path / "bundle"
     shutil.copytree(et_bundle, bundle)
     trunk = bundle / "executorch/trunk.ptd"
     data = trunk.read_bytes()
     for keep in (len(data) // 2, 16):  # the data cut short; the header itself cut short
         trunk.write_bytes(data[:keep])
-        message = refusal(probe(host_build, bundle / "executorch/trunk.pte", trunk,
+        message = refusal(probe(native_build, bundle / "executorch/trunk.pte", trunk,
                                 bundle / "executorch/sst.safetensors", et_bundle))
         assert "could not load forward()" in message and "Error::" in message, message
     # Through the app's own path the core refuses first, naming the file, before any native code.
-    message = refusal(harness(host_build, "run", bundle, 1, TEXT, PAIR, "sst"))
+    message = refusal(harness(native_build, "run", bundle, 1, TEXT, PAIR, "sst"))
     assert "executorch/trunk.ptd is 16 bytes, manifest says" in message
 
 
@@ -154,6 +193,56 @@ def test_without_a_jdk_or_compiler_the_reason_is_named(monkeypatch, tmp_path, go
     assert reason in native_host().missing_toolchain()
     with pytest.raises(NativePathError, match=re.escape(reason)):
         measure_native(tmp_path)
+
+
+def test_without_the_cross_tools_or_the_wheels_aarch64_names_what_to_install(monkeypatch,
+                                                                           tmp_path):
+    host = native_host()
+    if host.HOST_ARCH != "x86_64":
+        pytest.skip(f"aarch64 is this host's own architecture ({host.HOST_ARCH})")
+    real_which = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda name: None if name.startswith("qemu-aarch64")
+                        else real_which(name))
+    assert host.missing_toolchain("aarch64") == (
+        "the aarch64 build needs a cross compiler and qemu: `apt-get install "
+        "g++-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static`")
+    monkeypatch.setattr(shutil, "which", real_which)
+    if real_which("aarch64-linux-gnu-g++") is None or host.qemu() is None:
+        pytest.skip(host.missing_toolchain("aarch64"))
+    monkeypatch.setenv(host.CROSS_CACHE_ENV, str(tmp_path))  # an empty cache: nothing fetched
+    assert host.missing_toolchain("aarch64") == (
+        f"no aarch64 executorch SDK and JRE under {tmp_path / 'aarch64'}: run `python "
+        "android_demo/host/native_host.py fetch --arch aarch64`")
+
+
+def test_ci_installs_what_the_aarch64_build_names():
+    ci = " ".join((Path(__file__).resolve().parents[1] / ".ci/run").read_text().split())
+    assert f"apt-get install -y -qq {native_host().AARCH64_PACKAGES}" in ci.replace("\\ ", "")
+    assert "python android_demo/host/native_host.py fetch --arch aarch64" in ci
+
+
+def test_a_qemu_cpu_model_that_computes_int8_wrong_cannot_be_chosen(monkeypatch):
+    host = native_host()
+    # qemu 7.2's `max` advertises SME, and ExecuTorch's int8 kernels then compute wrong logits
+    # (MiniLM SST-5 off by 0.89, argmax changed); QEMU 10's `max` and every named core are right.
+    with pytest.raises(host.NativeBuildError) as refused:
+        host.check_qemu_cpu("max", (7, 2))
+    assert str(refused.value) == (
+        "PALKIT_QEMU_CPU=max: qemu 7.2 emulates SME on `max` and computes wrong int8 results; "
+        "use cortex-a76 (the default), neoverse-n1 or max,sme=off")
+    for model, qemu_at in [("max,sme=off", (7, 2)), ("neoverse-n1", (7, 2)), ("max", (10, 0))]:
+        assert host.check_qemu_cpu(model, qemu_at) == model
+    reason = host.missing_toolchain("aarch64")
+    if reason:
+        pytest.skip(reason)
+    # The launcher always names the model: qemu's own default (QEMU_CPU, else `max`) never runs.
+    monkeypatch.setenv("QEMU_CPU", "max")
+    monkeypatch.delenv(host.QEMU_CPU_ENV, raising=False)
+    assert host.launcher("aarch64")[1:5] == ("-L", "/usr/aarch64-linux-gnu", "-cpu", "cortex-a76")
+    monkeypatch.setenv(host.QEMU_CPU_ENV, "max")
+    if host.qemu_version(host.qemu()) < (8, 0):
+        with pytest.raises(host.NativeBuildError, match="computes wrong int8 results"):
+            host.build("aarch64")
 
 
 # ---- signature first: a bundle the trusted key does not vouch for never reaches native code ----
@@ -187,10 +276,10 @@ def _edit_signed_payload(sig: Path) -> None:
     sig.write_text(json.dumps(doc))
 
 
-def test_signed_bundle_runs_through_the_jni_path_with_the_trusted_key(host_build, et_bundle,
+def test_signed_bundle_runs_through_the_jni_path_with_the_trusted_key(native_build, et_bundle,
                                                                       signing_keys, tmp_path):
     bundle = _signed_copy(et_bundle, tmp_path / "signed", signing_keys["signer"])
-    done = harness(host_build, "run", bundle, 1, TEXT, PAIR, "sst",
+    done = harness(native_build, "run", bundle, 1, TEXT, PAIR, "sst",
                    trust_key=signing_keys["trusted"])
     assert done.returncode == 0, done.stderr[-3000:]
     assert [r["task"] for r in json.loads(done.stdout)] == ["sst"]
@@ -207,7 +296,7 @@ def test_signed_bundle_runs_through_the_jni_path_with_the_trusted_key(host_build
     ("tampered_file", "refused: executorch/sst.safetensors is corrupt: SHA-256"),
 ])
 def test_untrusted_bundle_is_refused_before_the_native_library_loads(
-        host_build, et_bundle, signing_keys, tmp_path, case, expected):
+        native_build, et_bundle, signing_keys, tmp_path, case, expected):
     key = {"unsigned": None, "wrong_key": signing_keys["other"]}.get(case, signing_keys["signer"])
     bundle = _signed_copy(et_bundle, tmp_path / case, key)
     if case == "tampered_signature":
@@ -217,7 +306,7 @@ def test_untrusted_bundle_is_refused_before_the_native_library_loads(
         manifest.write_bytes(manifest.read_bytes().replace(b'"sst"', b'"sst2"', 1))
     elif case == "tampered_file":  # same size: the SHA-256 catches it
         _flip_one_byte(bundle / "executorch/sst.safetensors", 200)
-    done = harness(host_build, "run", bundle, 1, TEXT, PAIR, "sst",
+    done = harness(native_build, "run", bundle, 1, TEXT, PAIR, "sst",
                    trust_key=signing_keys["trusted"])
     message = refusal(done)
     assert message.startswith("refused: ") and expected.format(bundle=bundle) in message, message
@@ -225,20 +314,21 @@ def test_untrusted_bundle_is_refused_before_the_native_library_loads(
 
 
 def test_unsigned_bundle_loads_without_a_trusted_key_and_raw_probes_need_none(
-        host_build, et_bundle, signing_keys):
-    done = harness(host_build, "run", et_bundle, 1, TEXT, PAIR, "sst")
+        native_build, et_bundle, signing_keys):
+    done = harness(native_build, "run", et_bundle, 1, TEXT, PAIR, "sst")
     assert done.returncode == 0, done.stderr[-3000:]
-    raw = probe(host_build, et_bundle / "executorch/trunk.pte", et_bundle / "executorch/trunk.ptd",
-                et_bundle / "executorch/sst.safetensors", et_bundle,
-                trust_key=signing_keys["trusted"])
+    raw = probe(native_build, et_bundle / "executorch/trunk.pte",
+                et_bundle / "executorch/trunk.ptd", et_bundle / "executorch/sst.safetensors",
+                et_bundle, trust_key=signing_keys["trusted"])
     assert "program loads files no signed manifest vouches for" in refusal(raw)
     assert "native runtime loaded: no" in raw.stderr
 
 
-def test_jni_runs_each_task_of_a_hybrid_bundle_through_its_own_method(host_build, hybrid_bundle):
+def test_jni_runs_each_task_of_a_hybrid_bundle_through_its_own_method(native_build,
+                                                                    hybrid_bundle):
     # the launch tasks' PALs (forward), heads only (forward_head), PALs on top (forward_pal_1)
     order = ["sst", "cfimdb", "para", "dup", "sst"]
-    done = harness(host_build, "run", hybrid_bundle, 1, TEXT, PAIR, *order)
+    done = harness(native_build, "run", hybrid_bundle, 1, TEXT, PAIR, *order)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = json.loads(done.stdout)
     engine = Engine(load_bundle(hybrid_bundle), "executorch")
@@ -248,4 +338,4 @@ def test_jni_runs_each_task_of_a_hybrid_bundle_through_its_own_method(host_build
         task = engine.bundle.tasks[row["task"]]
         ids, mask, types = engine.tokenizer(TEXT, PAIR if task.is_pair else None)
         expected, _, _ = engine.run_ids(task.name, ids, mask, types)
-        np.testing.assert_array_equal(np.float32(row["logits"]), expected)
+        assert_logits_match(native_build, row["logits"], expected)

@@ -13,28 +13,30 @@ another while loaded, run the first programs again, then close, benchmark and re
 AddressSanitizer the JNI code before this fix fails here with a heap-use-after-free inside
 pthreadpool (the exact command and report: android_demo/README.md, "Thread pool");
 PALKIT_THREADPOOL_JNI_SOURCE names another JNI source for the AddressSanitizer test, to show that.
+Each test runs on this host's architecture and on aarch64 under qemu (the AddressSanitizer run
+too: the cross compiler's libasan goes into the aarch64 JVM through qemu's environment).
 """
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from bench.native import native_host
+from test_native_jni import native_build  # noqa: F401  (a fixture: each architecture's build)
 
 TEXT = "the movie was good"
 PROBE = "io.palkit.host.ThreadPoolProbe"
 
 
-def probe(java: str, library_dir: Path, classes: Path, bundle: Path, try_threads: int,
-          bench_threads: int, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def probe(build, bundle: Path, try_threads: int, bench_threads: int,
+          env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """ThreadPoolProbe in a child JVM, so a native crash fails the test instead of pytest."""
     return subprocess.run(
-        [java, "-Xmx256m", "-XX:+UseSerialGC", f"-Djava.library.path={library_dir}", "-cp",
-         str(classes), PROBE, str(bundle), str(try_threads), str(bench_threads), TEXT],
+        build.java_command(PROBE, str(bundle), str(try_threads), str(bench_threads), TEXT),
         capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
 
 
@@ -58,34 +60,35 @@ def assert_pool_outlives_programs(done: subprocess.CompletedProcess, try_threads
 
 @pytest.mark.parametrize("try_threads, bench_threads", [(2, 1), (1, 2)])
 def test_another_thread_count_waits_until_the_loaded_programs_are_closed(
-        host_build, et_fp32, try_threads, bench_threads):
-    done = probe(host_build.java, host_build.library_dir, host_build.classes, et_fp32,
-                 try_threads, bench_threads)
+        native_build, et_fp32, try_threads, bench_threads):
+    done = probe(native_build, et_fp32, try_threads, bench_threads)
     assert_pool_outlives_programs(done, try_threads, bench_threads)
 
 
-def _libasan() -> Path | None:
-    compiler = shutil.which("c++") or shutil.which("g++")
+def _libasan(arch: str) -> Path | None:
+    compiler = native_host().compiler(arch)
     found = subprocess.run([compiler, "-print-file-name=libasan.so"], capture_output=True,
                            text=True).stdout.strip()
     return Path(found) if found and Path(found).is_file() else None
 
 
-def test_no_program_runs_on_a_freed_pool_under_address_sanitizer(host_build, et_fp32, tmp_path):
+def test_no_program_runs_on_a_freed_pool_under_address_sanitizer(native_build, et_fp32,
+                                                                  tmp_path):
     """Loaded on 2 threads, asked for 1, run again: the sequence that, before the fix, ran the
     first program's XNNPACK delegate on the freed 2-thread pool (ASan: heap-use-after-free in
     pthreadpool_parallelize_*, freed by ThreadPool::_unsafe_reset_threadpool)."""
-    libasan = _libasan()
+    libasan = _libasan(native_build.arch)
     if libasan is None:
         pytest.skip("the C++ compiler has no libasan.so (AddressSanitizer runtime)")
     source = Path(os.environ.get("PALKIT_THREADPOOL_JNI_SOURCE", native_host().JNI_SOURCE))
-    command = native_host().compile_command(tmp_path / "libpalkit_executorch.so")
+    command = native_host().compile_command(tmp_path / "libpalkit_executorch.so",
+                                            native_build.arch)
     command[command.index(str(native_host().JNI_SOURCE))] = str(source)
     command[1:1] = ["-fsanitize=address", "-fno-omit-frame-pointer", "-g"]
     built = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stderr[-3000:]
     # The JVM is not built with ASan: its runtime goes first, and the JVM keeps its own signals.
-    done = probe(host_build.java, tmp_path, host_build.classes, et_fp32, 2, 1,
+    done = probe(replace(native_build, library_dir=tmp_path), et_fp32, 2, 1,
                  env={"LD_PRELOAD": str(libasan),
                       "ASAN_OPTIONS": "detect_leaks=0:handle_segv=0:allow_user_segv_handler=1"})
     assert "AddressSanitizer" not in done.stderr, done.stderr[-6000:]

@@ -182,3 +182,26 @@ def test_jni_refuses_an_int8_matrix_without_its_scale(host_build, et_int8, tmp_p
                    et_int8 / "executorch/trunk.ptd", broken, *names)
     assert done.returncode == 3, (done.returncode, done.stderr[-3000:])
     assert done.stderr.strip().splitlines()[-1].endswith(f"{broken}: has no tensor '{gone}'")
+
+
+def test_jni_int8_logits_on_aarch64_stay_within_the_bound(et_int8):
+    """The phone's instruction set (issue 34): the same int8 bundle through the app's JNI path
+    built for aarch64 and run under qemu, against the Python runtime on this host."""
+    from bench.native import native_host
+    from test_native_jni import assert_logits_match, harness as jni_harness
+
+    reason = native_host().missing_toolchain("aarch64")
+    if reason:
+        pytest.skip(reason)
+    build = native_host().build("aarch64")
+    done = jni_harness(build, "run", et_int8, 1, TEXT, PAIR, *TASKS)
+    assert done.returncode == 0, done.stderr[-3000:]
+    engine = Engine(load_bundle(et_int8), "executorch")
+    for row in json.loads(done.stdout):
+        task = engine.bundle.tasks[row["task"]]
+        ids, mask, types = engine.tokenizer(TEXT, PAIR if task.is_pair else None)
+        expected, _, _ = engine.run_ids(task.name, ids, mask, types)
+        print(f"{row['task']}: largest |aarch64 - host| "
+              f"{np.abs(np.float32(row['logits']) - expected).max():.3g}, "
+              f"largest |logit| {np.abs(expected).max():.3g}")
+        assert_logits_match(build, row["logits"], expected, quant="int8")

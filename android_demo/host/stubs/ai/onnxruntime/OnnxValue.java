@@ -1,0 +1,11 @@
+// A compile-time stand-in for the Kotlin check (tests/test_android_kotlin.py): only the members
+// the app calls. Signatures from ONNX Runtime's published Java API source,
+// microsoft/onnxruntime java/src/main/java/ai/onnxruntime/OnnxValue.java (onnxruntime-android 1.31.0).
+package ai.onnxruntime;
+
+public interface OnnxValue extends AutoCloseable {
+    Object getValue() throws OrtException;
+
+    @Override
+    void close();
+}
