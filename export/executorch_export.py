@@ -211,12 +211,6 @@ def infer_sequence_size(gm: torch.fx.GraphModule) -> PassResult:
     return PassResult(gm, changed)
 
 
-def lower_program(program: torch.nn.Module, name: str, out_dir: Path, int8: bool, max_len: int,
-                  calibration: list[tuple[torch.Tensor, ...]]) -> dict[str, Any]:
-    """One program with one method, `forward` (see lower_methods)."""
-    return lower_methods({"forward": (program, calibration)}, name, out_dir, int8, max_len)
-
-
 def lower_methods(methods: dict[str, tuple[torch.nn.Module, list[tuple[torch.Tensor, ...]]]],
                   name: str, out_dir: Path, int8: bool, max_len: int) -> dict[str, Any]:
     """The lowering steps, one after the other, for each method ({method: (module, calibration
