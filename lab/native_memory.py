@@ -1,6 +1,6 @@
 """Memory of the app's native path with T tasks ready: results/tasks-as-data-native-memory.*
 
-    python -m studies.native_memory SCALE_WORK [--out results/tasks-as-data-native-memory.json]
+    python -m lab.native_memory SCALE_WORK [--out results/tasks-as-data-native-memory.json]
 
 SCALE_WORK is the --work folder of `palkit bench --scale 1,3,30`, which keeps its format-2
 bundles (scale/format2-T<T>). Each bundle runs through the app's own Java core and JNI on the
@@ -47,7 +47,7 @@ def markdown(data: dict[str, Any]) -> str:
     m = data["machine"]
     lines = ["# The app's native path: memory with T tasks ready", "",
              f"Machine: {m['model']}, {m['affinity']} cores usable; {data['date']}. Command: "
-             f"`python -m {' '.join(['studies.native_memory', *data['command'][1:]])}`.", "",
+             f"`python -m {' '.join(['lab.native_memory', *data['command'][1:]])}`.", "",
              "Resident bytes of the host JVM running the app's Java core and JNI (not a phone): "
              "after the bundle's files are checked, after the first task ran (every task is "
              "bound when the bundle opens) and after each task ran in turn.", "",

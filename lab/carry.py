@@ -2,8 +2,8 @@
 `halve` writes its weights as fp16 (half the bytes), `restore` writes them back as fp32 there.
 The fp16 rounding (relative 2^-11) is the only change; training starts from the restored copy.
 
-    python -m studies.carry halve SRC_BERT_FOLDER DST
-    python -m studies.carry restore DST FOLDER_TO_TRAIN_FROM
+    python -m lab.carry halve SRC_BERT_FOLDER DST
+    python -m lab.carry restore DST FOLDER_TO_TRAIN_FROM
 """
 from __future__ import annotations
 
