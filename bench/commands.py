@@ -78,12 +78,9 @@ def bench(
     trust_key: TrustKeyOption = None,
     scale: Annotated[Optional[str], typer.Option(
         metavar="T[,T...]", help="instead: export bundles of T synthetic tasks from --run's model "
-        "and measure how export, add-task, bytes, memory, swap and latency grow with T, both "
-        "ExecuTorch bundle formats (bench/scale.py; first --threads, last --seq-lens; writes "
-        "--out and its .md and .png)")] = None,
-    scale_format1: Annotated[str, typer.Option(
-        metavar="T[,T...]", help="with --scale: the T at which the per-task-program format is "
-        "exported and measured (from git history; must include 1), or none")] = "1,3",
+        "and measure how export, add-task, bytes, memory, swap and latency grow with T "
+        "(bench/scale.py; first --threads, last --seq-lens; writes --out and its .md and "
+        ".png)")] = None,
 ) -> None:
     """Measure bundles, separate models and peers on this machine.
 
@@ -92,7 +89,7 @@ def bench(
     process; also the peers built from a --mode separate run, the machine's matmul ceiling and the
     accuracy of the exported artifacts. Host CPU figures, never phone figures.
     """
-    from bench.run import BenchOptions, Timing
+    from bench.run import BenchOptions, LatencyBudget
     from ui.progress import say
     from bench.run import bench as run_bench
     from trainer.data import resolve_data_dir
@@ -105,8 +102,7 @@ def bench(
         target = DEFAULT_SCALE_OUT if out == DEFAULT_BENCH_OUT else out
         run_scale(runs[0], target, ScaleOptions(
             tasks=_ints([scale]), threads=_ints(threads)[0], seq_len=_ints(seq_lens)[-1],
-            format1_tasks=[] if scale_format1 == "none" else _ints([scale_format1]),
-            timing=Timing(warmup, min_runs, min_seconds, max_seconds, block),
+            timing=LatencyBudget(warmup, min_runs, min_seconds, max_seconds, block),
             work=work / "scale"))
         typer.echo(f"wrote {target} and its .md and .png")
         return
@@ -115,7 +111,7 @@ def bench(
         runtimes=_words([runtimes], RUNTIMES, "--runtimes"),
         peers=[] if peers == "none" else _words([peers], PEERS, "--peers"),
         threads=_ints(threads), seq_lens=_ints(seq_lens),
-        timing=Timing(warmup, min_runs, min_seconds, max_seconds, block), rounds=rounds,
+        timing=LatencyBudget(warmup, min_runs, min_seconds, max_seconds, block), rounds=rounds,
         splits=_words([splits], ("dev", "test"), "--splits") if accuracy else [],
         data_dir=resolve_data_dir(data_dir) if accuracy else None,
         max_examples=max_examples, work=work, ceiling=ceiling, native=native)

@@ -35,7 +35,7 @@ LOAD_REPEATS = 3     # load/swap/memory worker processes per subject
 
 
 @dataclass(frozen=True)
-class Timing:
+class LatencyBudget:
     """How long each latency configuration is timed."""
     warmup: int
     min_runs: int
@@ -51,7 +51,7 @@ class BenchOptions:
     peers: list[str] = field(default_factory=lambda: list(PEERS))
     threads: list[int] = field(default_factory=lambda: [1, 2])
     seq_lens: list[int] = field(default_factory=lambda: [32, 128])
-    timing: Timing = field(default_factory=lambda: Timing(5, 30, 0.5, 4.0, 8))
+    timing: LatencyBudget = field(default_factory=lambda: LatencyBudget(5, 30, 0.5, 4.0, 8))
     rounds: int = 3              # latency passes over all subjects; figures are medians
     splits: list[str] = field(default_factory=lambda: ["dev", "test"])  # [] = no accuracy
     data_dir: Path | None = None
@@ -114,14 +114,14 @@ def subject_flops(s: Subject, seq: int, sequential_all: bool) -> dict[str, int |
 
 # ---- one job each ------------------------------------------------------------------------------
 
-def measure_ceiling(threads: int, data: dict[str, Any], timeout: float) -> None:
+def record_ceiling(threads: int, data: dict[str, Any], timeout: float) -> None:
     r = run_worker({"mode": "ceiling", "threads": threads, "min_seconds": 0.5}, timeout)
     data["ceiling"][str(threads)] = r
     say(f"ceiling, {threads} thread(s): fp32 {r.get('fp32_gflops_best', 0):.1f} GFLOP/s, "
         f"int8 {r.get('int8_gops_best') or 0:.1f} GOP/s")
 
 
-def measure_load(s: Subject, job: Job, data: dict[str, Any], timeout: float) -> None:
+def record_load(s: Subject, job: Job, data: dict[str, Any], timeout: float) -> None:
     """Cold load, swap and memory of one subject (and of its all-tasks program alone)."""
     entry = {"role": s.role, "runtime": s.runtime, "precision": s.precision, "label": s.label,
              "pal_layers": s.pal_layers, "tasks": list(s.tasks), "bundle": s.sizes,
@@ -185,7 +185,7 @@ def load_entry(s: Subject, load: dict[str, Any]) -> dict[str, Any]:
         "load_detail": load}
 
 
-def measure_latency(s: Subject, job: Job, timing: Timing, data: dict[str, Any],
+def record_latency(s: Subject, job: Job, timing: LatencyBudget, data: dict[str, Any],
                     timeout: float) -> None:
     """p50/p90 of each task and of all tasks on one input, timed in interleaved rounds of blocks."""
     n, seq = job.threads, job.seq_len
@@ -213,7 +213,7 @@ def measure_latency(s: Subject, job: Job, timing: Timing, data: dict[str, Any],
         else f"{row['config']}=failed" for row in rows))
 
 
-def measure_native_path(s: Subject, job: Job, timing: Timing, data: dict[str, Any],
+def record_native_path(s: Subject, job: Job, timing: LatencyBudget, data: dict[str, Any],
                         timeout: float) -> None:
     """The app's own C++ path (JNI over ExecuTorch's Module) on a PAL bundle's ExecuTorch files:
     its latency rows and, once, its load and memory as a subject of its own."""
@@ -319,13 +319,13 @@ def bench(bundles: list[Path], runs: list[Path], out: Path,
     data["settings"]["rounds"] = o.rounds
     for job in track(jobs, "bench", total=len(jobs)):
         if job.subject is None:
-            measure_ceiling(job.threads, data, timeout)
+            record_ceiling(job.threads, data, timeout)
         elif job.kind == "load":
-            measure_load(job.subject, job, data, timeout)
+            record_load(job.subject, job, data, timeout)
         elif job.kind == "native":
-            measure_native_path(job.subject, job, timing, data, timeout)
+            record_native_path(job.subject, job, timing, data, timeout)
         else:
-            measure_latency(job.subject, job, timing, data, timeout)
+            record_latency(job.subject, job, timing, data, timeout)
     data["results"] = merge_rounds(data["results"])
     if o.splits and o.data_dir is None:
         notes.append("accuracy skipped: no data directory")
@@ -393,7 +393,7 @@ def command_line() -> list[str] | None:
 
 
 def new_bench_data(machine: dict[str, Any], notes: list[str], threads: list[int],
-                   seq_lens: list[int], timing: Timing) -> dict[str, Any]:
+                   seq_lens: list[int], timing: LatencyBudget) -> dict[str, Any]:
     return {
         "schema": SCHEMA, "version": VERSION, "machine": machine,
         "bundle": {}, "results": [], "load_ms": {}, "swap_ms": {}, "memory_rss_bytes": {},
