@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from bench.subjects import BenchError
+from export.manifest import TEXT_INPUTS
 from export.onnx_export import OPSET
 from trainer.checkpoint import load_model, resolve_model_dir
 
@@ -95,7 +96,7 @@ def build_ort_int8(model_dir: Path, out_dir: Path, seq_len: int = 128) -> dict[s
                     out_dir / f"{spec.name}.int8.onnx")
     ex = (torch.ones(1, seq_len, dtype=torch.long), torch.ones(1, seq_len, dtype=torch.long),
           torch.zeros(1, seq_len, dtype=torch.long))
-    names = ["input_ids", "attention_mask", "token_type_ids"]
+    names = list(TEXT_INPUTS)
     with torch.no_grad():
         torch.onnx.export(wrapper, ex, str(fp32), input_names=names, output_names=["logits"],
                           dynamic_axes={n: {0: "batch", 1: "seq"} for n in names},

@@ -27,8 +27,8 @@ from typing import Any
 import torch
 from torch.fx.passes.infra.pass_base import PassResult
 
-from export.programs import TEXT_INPUTS, TaskSlotProgram, task_tensors
-from export.manifest import adapter_record
+from export.manifest import TEXT_INPUTS, adapter_record
+from export.programs import TaskSlotProgram, task_tensors
 from quant.weights import quantize_rows
 from trainer.model import PalBert, PalConfig
 from ui.progress import say

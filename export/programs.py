@@ -28,7 +28,6 @@ from trainer.model import (PalBert, PalConfig, ProjectedAttention, TaskAdapter, 
 # Fixed width of the ONNX output: the trunk file must not depend on which tasks a bundle holds.
 PAD_OUTPUTS = 16
 SLOT = "task"  # the adapter/head name inside the swappable graph
-TEXT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 def task_outputs(spec, raw: torch.Tensor) -> torch.Tensor:
