@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from bench.subjects import BenchError
+from bench.errors import BenchError
 from export.manifest import TEXT_INPUTS
 from export.onnx_export import OPSET
 from trainer.checkpoint import load_model, resolve_model_dir
