@@ -135,18 +135,18 @@ def add_task(
     only --task; others are described by --task-file or the description flags. A task may bring
     its own adapter (--adapter, --pal-layers) whatever the run's tasks have.
     """
+    from trainer.add_task import AddTaskOptions, task_from_options
     from trainer.add_task import add_task as run_add_task
-    from trainer.add_task import task_from_options
 
     split = (lambda s: s.split(",") if s else None)
     spec = task_from_options(task, str(task_file) if task_file else None, {
         "kind": kind, "text_columns": split(text_columns), "label_column": label_column,
         "labels": split(labels), "score_range": list(score_range) if score_range else None,
         "train_file": train_file, "dev_file": dev_file})
-    overrides = {"epochs": epochs, "steps_per_epoch": steps_per_epoch, "batch_size": batch_size,
-                 "lr": lr, "max_len": max_len, "seed": seed, "adapter": adapter,
-                 "pal_layers": pal_layers}
-    folder = run_add_task(run_dir, spec, data_dir, overrides, resume=resume)
+    options = AddTaskOptions(adapter=adapter, pal_layers=pal_layers, epochs=epochs,
+                             steps_per_epoch=steps_per_epoch, batch_size=batch_size, lr=lr,
+                             max_len=max_len, seed=seed)
+    folder = run_add_task(run_dir, spec, data_dir, options, resume=resume)
     typer.echo(f"added task '{spec.name}': {folder}")
 
 
