@@ -23,9 +23,10 @@ from typing import Any
 from bench.flops import model_flops
 from bench.machine import host_machine
 from bench.schema import PEERS, SCHEMA, VERSION, BenchFileError, latency_id, validate
-from bench.subjects import BenchError, Subject, discover
+from bench.errors import BenchError
+from bench.subjects import Subject, discover
 from export.manifest import RUNTIMES
-from trainer.checkpoint import separate_models
+from trainer.checkpoint import read_metrics, read_run_config, separate_models
 from trainer.errors import PalkitError
 from trainer.fileio import write_text
 from ui.progress import say, track
@@ -60,6 +61,7 @@ class BenchOptions:
     native: bool = True          # PAL bundles through the Android app's C++ path too
     work: Path = Path("reports/.bench-work")  # where peers are built and cached
     worker_timeout: float = 600
+    trust_key: Path | None = None  # bundles must carry this key's signature
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,7 @@ def record_ceiling(threads: int, data: dict[str, Any], timeout: float) -> None:
 def record_load(s: Subject, job: Job, data: dict[str, Any], timeout: float) -> None:
     """Cold load, swap and memory of one subject (and of its all-tasks program alone)."""
     entry = {"role": s.role, "runtime": s.runtime, "precision": s.precision, "label": s.label,
-             "pal_layers": s.pal_layers, "tasks": list(s.tasks), "bundle": s.sizes,
+             "pal_layers": list(s.pal_layers), "num_layers": s.num_layers, "tasks": list(s.tasks), "bundle": s.sizes,
              "all_tasks_program": s.all_tasks is not None,
              "fp32_model_dirs": {t: str(i.model_dir) for t, i in s.models.items()},
              "sources": s.tasks, **s.extra}
@@ -253,7 +255,7 @@ def evaluate_accuracy(subjects: list[Subject], runs: list[Path], data_dir: Path,
             else:
                 scores = run_accuracy(run, subjects, data_dir, split, max_examples, notes)
                 acc.setdefault(f"fp32:{Path(run).name}", {}).update(
-                    {split: scores, "run": str(run),
+                    {split: scores, "run": str(run), "optimizer_steps": optimizer_steps(run),
                      "kind": "separate" if separate_models(run) else "joint"})
         except (PalkitError, RuntimeError) as e:  # say it, go on with the others
             what = s.name if s is not None else f"fp32 {run}"
@@ -270,12 +272,22 @@ def bundle_accuracy(s: Subject, data_dir: Path, split: str,
 
     merged: dict[str, Any] = {}
     for b in sorted({src["bundle"] for src in s.tasks.values()}):
-        r = evaluate_bundle(Path(b), data_dir, split, max_examples, s.runtime)
+        r = evaluate_bundle(Path(b), data_dir, split, max_examples, s.runtime, s.trust_key)
         merged.update({k: v for k, v in r.items() if isinstance(v, (int, float)) and k != "avg"})
     specs = [BUILTIN_TASKS[t] for t in s.tasks if t in BUILTIN_TASKS]
     if len(specs) == len(s.tasks):
         merged["avg"] = average_score(specs, merged)
     return merged
+
+
+def optimizer_steps(run: Path) -> int | None:
+    """The training budget of a run: optimizer steps over its finished epochs (a separate run:
+    over all its models); None when its records cannot be read."""
+    try:
+        return sum(len(read_metrics(m)) * int(read_run_config(m)["steps_per_epoch"])
+                   for m in separate_models(run) or [Path(run)])
+    except (OSError, KeyError, ValueError, TypeError):
+        return None
 
 
 def run_accuracy(run: Path, subjects: list[Subject], data_dir: Path, split: str,
@@ -310,6 +322,8 @@ def bench(bundles: list[Path], runs: list[Path], out: Path,
     say(f"host: {machine['model']}, {machine['cores_logical']} logical cores, "
         f"load average {machine['load_avg_1min_at_start']:.1f}")
     subjects, _, notes = discover(bundles, runs, o.runtimes, o.peers, o.work)
+    for s in subjects:
+        s.trust_key = o.trust_key
     if not subjects:
         raise BenchError("nothing to measure: give bundles, or --run a `--mode separate` run "
                          "for the peers")
