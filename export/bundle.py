@@ -1,4 +1,4 @@
-"""`cli.py export`: a run directory in, a verified bundle folder out (layout: export/BUNDLE.md).
+"""`palkit export`: a run directory in, a verified bundle folder out (layout: export/BUNDLE.md).
 
 The bundle is built in a temporary folder beside the target and swapped into place in one step
 (trainer/fileio.py), so a crash never leaves half a bundle, nor no bundle where one was. After
@@ -18,9 +18,9 @@ from typing import Any, Callable
 
 import torch
 
-from export.manifest import (IO, AllTasksMethod, BundleError, ExecuTorchSection, FileEntry,
-                             Manifest, OnnxRuntimeSection, TaskEntry, TokenizerSettings, Trunk,
-                             adapter_text, write_manifest)
+from export.manifest import (IO, MANIFEST_FILE, RUNTIMES, AllTasksMethod, BundleError,
+                             ExecuTorchSection, FileEntry, Manifest, OnnxRuntimeSection, TaskEntry,
+                             TokenizerSettings, Trunk, adapter_text, write_manifest)
 from export.executorch_export import adapter_of, export_order
 from export.programs import PAD_OUTPUTS
 from export.runtime import load_bundle
@@ -88,7 +88,7 @@ def runtimes_for(target: str, onnx: bool) -> list[str]:
         return ["executorch"]
     if target == "onnx":
         return ["onnxruntime"]
-    return ["executorch", "onnxruntime"] if onnx else ["executorch"]
+    return list(RUNTIMES) if onnx else ["executorch"]
 
 
 def default_max_len(model) -> int:
@@ -138,7 +138,7 @@ def check_export_target(out: Path, target: str, quant: str, overwrite: bool) -> 
         raise ExportError(f"unknown target '{target}'; use one of {', '.join(TARGETS)}")
     if quant not in ("int8", "fp32"):
         raise ExportError(f"unknown quantization '{quant}'; use int8 or fp32")
-    if out.exists() and not (out / "manifest.json").is_file():
+    if out.exists() and not (out / MANIFEST_FILE).is_file():
         raise ExportError(f"{out} exists and is not a bundle; pick another --out")
     if out.exists() and not overwrite:
         raise ExportError(f"{out} exists; pass --overwrite to replace it")
@@ -433,7 +433,7 @@ def stage_bundle(bundle_dir: Path, build: Path, new: dict[str, str]) -> None:
     for src in sorted(p for p in bundle_dir.rglob("*") if p.is_file()):
         rel = src.relative_to(bundle_dir).as_posix()
         # rewritten for the new bundle (model.sig too: signing must not write through a link)
-        if rel in new or rel in ("manifest.json", "verify.json", SIGNATURE_FILE):
+        if rel in new or rel in (MANIFEST_FILE, "verify.json", SIGNATURE_FILE):
             continue
         dst = build / rel
         dst.parent.mkdir(parents=True, exist_ok=True)

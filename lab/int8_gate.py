@@ -32,6 +32,7 @@ import torch
 
 from export.bundle import export_run
 from export.engines import set_executorch_threads
+from export.manifest import MANIFEST_FILE
 from export.runtime import Engine, load_bundle
 from export.verify import Gate, compare, failure, reference_batched, run_task
 from quant.onnx_int8 import quantize_trunk as palkit_quantize_trunk
@@ -297,7 +298,7 @@ def onnx_recipes(model_dir: Path, work: Path, model, splits, refs, timed) -> dic
     for i, (name, (writer, replay)) in enumerate(RECIPES.items()):
         bundles[name] = work / f"recipe-{i}"
         saved = work / f"recipe-{i}.json"
-        if (REUSE and saved.is_file() and (bundles[name] / "manifest.json").is_file()
+        if (REUSE and saved.is_file() and (bundles[name] / MANIFEST_FILE).is_file()
                 and json.loads(saved.read_text()).get("recipe") == name):  # RECIPES may change
             rows[name] = json.loads(saved.read_text())
             continue
