@@ -21,7 +21,7 @@ from trainer.fileio import remove_tree, replace_dir, staging_dir
 from trainer.tasks import BUILTIN_TASKS, TaskSpec
 
 # Adapter-only training on a frozen trunk wants a larger step than full fine-tuning: on CFIMDB
-# (README, results) 5e-5 reached 65% dev accuracy in 400 steps, 1e-3 reached 86%.
+# (results/accuracy.md: add-task-cfimdb rows) 5e-5 reached 65% dev accuracy in 400 steps, 1e-3 86%.
 ADD_TASK_DEFAULTS = {"lr": 1e-3}
 
 # Options a new task takes from the run unless told otherwise: its PAL width and heads, so every

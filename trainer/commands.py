@@ -1,6 +1,6 @@
-"""`palkit train`, `evaluate`, `results`, `add-task`: the trainer's commands (parsing only).
+"""`palkit train`, `add-task`, `bench-train`: the trainer's commands (parsing only).
 
-The work is in train.py, evaluate.py, results.py and add_task.py, imported inside each command so
+The work is in train.py, add_task.py and profile.py, imported inside each command so
 that `palkit --help` does not load torch. `train`'s flags are built from TrainConfig's fields, so
 every training option is defined once (trainer/config.py) and reachable as a flag and in a file.
 """
@@ -118,7 +118,7 @@ def add_task(
     epochs: Annotated[Optional[int], typer.Option(help="default: the quick preset")] = None,
     steps_per_epoch: Annotated[Optional[int], typer.Option(help="default: the quick preset")] = None,
     batch_size: Annotated[Optional[int], typer.Option(help="default: the quick preset")] = None,
-    lr: Annotated[Optional[float], typer.Option(help="default 1e-3 (measured, see README)")] = None,
+    lr: Annotated[Optional[float], typer.Option(help="default 1e-3 (results/accuracy.md)")] = None,
     max_len: Annotated[Optional[int], typer.Option(help="default: the run's own")] = None,
     seed: Annotated[Optional[int], typer.Option(help="default: the run's own")] = None,
     adapter: Annotated[Optional[Literal[ADAPTERS]], typer.Option(
@@ -196,7 +196,7 @@ _BENCH_OPTIONS = [
                                     "compilation)")),
     ("repeat", int, 3, typer.Option(metavar="N", help="timed passes; the entry keeps each and "
                                     "reports the median")),
-    ("results", Path, Path("results/train-speed.json"), typer.Option(
+    ("results", Path, Path("runs/results/train-speed.json"), typer.Option(
         metavar="FILE", help="JSON list to append the entry to")),
     ("machine", Optional[str], None, typer.Option(
         metavar="TEXT", help="how to name the machine in the entry (default: the device)")),
