@@ -19,7 +19,7 @@ export/engines.py uses). Outcomes:
   hang               no answer within --timeout seconds (killed)
 
 Each crash is shrunk to the fewest changed bytes that still crash it (one byte at a time
-restored), and recorded with its offsets so docs/runtime-crashes.md can cite it.
+restored), and recorded with its offsets so docs/records/runtime-crashes.md can cite it.
 """
 from __future__ import annotations
 
