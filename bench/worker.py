@@ -10,8 +10,6 @@ A subject is a set of task models run by one runtime:
 with SOURCE one of
     {"format": "bundle", "bundle": DIR, "task": NAME}     a palkit bundle (export/BUNDLE.md)
     {"format": "pte", "path": FILE, "inputs": "mask4d"}  a single-model .pte (peer)
-    {"format": "pte", "path": FILE, "data": PTD}          a .pte with its weights in a .ptd
-                                                          (bench/scale.py: per-task programs)
     {"format": "onnx", "path": FILE}                      a single-model .onnx (peer)
     {"format": "torch", "model_dir": DIR}                 a palkit model folder, PyTorch eager
 
@@ -119,8 +117,7 @@ class RuntimeRunner:
                 engine.swap(src["task"])
             self.loaded[task] = ("bundle", engine, src["task"])
         elif src["format"] == "pte":
-            data = Path(src["data"]) if src.get("data") else None
-            method = engines.load_executorch_program(Path(src["path"]), data).load_method("forward")
+            method = engines.load_executorch_program(Path(src["path"])).load_method("forward")
             self.loaded[task] = ("pte", method, src.get("inputs"))
         else:
             session = engines.ort_session(Path(src["path"]), self.threads)
