@@ -168,7 +168,7 @@ def headline(data: dict[str, Any], prefix: str, m: Measurements) -> tuple[dict[s
         _all_tasks_ratio(h, key, names)
     _accuracy(h, pal)
     for key in SUMMARY_KEYS:
-        if key not in ("machine", "notes") and h.out[key] is None:
+        if key not in ("machine", "notes", *TARGET_CONTEXT.values()) and h.out[key] is None:
             if not any(n.startswith(f"{key}:") for n in h.notes):
                 why = MISSING_INPUT.get(key, "not measured (the inputs lack what it needs)")
                 h.notes.append(f"{key}: {why}")
