@@ -2,7 +2,7 @@
 
     python -m lab.native_memory SCALE_WORK [--out results/tasks-as-data-native-memory.json]
 
-SCALE_WORK is the --work folder of `palkit bench --scale 1,3,30`, which keeps its format-2
+SCALE_WORK is the --work folder of `palkit bench --scale 1,3,30`, which keeps its
 bundles (scale/T<T>). Each bundle runs through the app's own Java core and JNI on the
 host (bench/native.py: a fresh JVM per bundle, every task bound when the bundle opens, each task
 run in turn). The issue's bound for T tasks is T=1's memory plus T-1 tasks' tensors as the
