@@ -79,7 +79,7 @@ def int8_rows(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
     """quant/weights.py's per-row int8 with one fp32 scale per slice along `axis` (kept as a
     size-1 dimension elsewhere)."""
     rows = np.moveaxis(w, axis, 0)
-    q, scale = quantize_rows(torch.from_numpy(np.ascontiguousarray(rows).reshape(len(rows), -1)))
+    q, scale = quantize_rows(torch.from_numpy(rows.reshape(len(rows), -1).copy()))  # writable
     shape = [1] * w.ndim
     shape[axis] = -1
     return np.moveaxis(q.numpy().reshape(rows.shape), 0, axis), scale.numpy().reshape(shape)
