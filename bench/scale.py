@@ -29,7 +29,7 @@ from bench.run import LatencyBudget, command_line, run_worker
 from bench.schema import ALL_TASKS, percentile
 from trainer.checkpoint import resolve_model_dir
 from trainer.errors import PalkitError
-from trainer.fileio import remove_tree, replace_dir, staging_dir, write_json, write_text
+from trainer.fileio import remove_tree, write_json, write_text
 from ui.progress import say
 
 SCHEMA = "palkit-bench-scale"
@@ -129,30 +129,24 @@ def export_timed(model_dir: Path, tasks: int, opts: ScaleOptions) -> dict[str, A
     copy_dir = out.with_name(out.name + "-add-task")  # the measured bundle keeps its T tasks
     remove_tree(copy_dir)
     shutil.copytree(out, copy_dir)
-    result["add_task"] = add_task_timed(model, tokenizer, added, copy_dir, opts)
+    result["add_task"] = add_task_timed(model, tokenizer, added, copy_dir)
     remove_tree(copy_dir)
     return result
 
 
-def add_task_timed(model, tokenizer, task: str, bundle: Path, opts: ScaleOptions) -> dict[str, Any]:
-    """`palkit add-task ... --bundle`'s steps (export/bundle.py add_adapter) for a task of the
-    in-memory model: its weights file and a new manifest staged beside the bundle, the task
-    verified on the built-in sentences, the stage swapped in. Reading the run is not timed."""
-    from export.bundle import stage_task
+def add_task_timed(model, tokenizer, task: str, bundle: Path) -> dict[str, Any]:
+    """`palkit export RUN --adapter TASK --out BUNDLE`'s steps (export/bundle.py publish_task)
+    for a task of the in-memory model, verified on the built-in sentences. Reading the run from
+    disk is not timed."""
+    from export.bundle import publish_task
     from export.runtime import read_bundle
-    from export.verify import Gate, verify_bundle
+    from export.verify import Gate
 
     t0 = time.perf_counter()
     old = read_bundle(bundle).manifest
-    build = staging_dir(bundle)
-    stage_task(model, tokenizer, task, bundle, old, old.trunk.sha256, build, lambda _: None)
-    written = time.perf_counter() - t0
-    report = verify_bundle(build, model, tokenizer, opts.seq_len, None, opts.int8, Gate(),
-                           [task], log=lambda _: None)
-    remove_tree(build / ".new")
-    replace_dir(build, bundle)
-    return {"total_s": time.perf_counter() - t0, "files_and_manifest_s": written,
-            "verify_s": time.perf_counter() - t0 - written, "task": task,
+    report = publish_task(model, tokenizer, task, bundle, old, old.trunk.sha256, None, Gate(),
+                          lambda _: None)
+    return {"total_s": time.perf_counter() - t0, "task": task,
             "verify_passed": bool(report["passed"])}
 
 

@@ -314,12 +314,22 @@ def add_adapter(run: Path, task: str, bundle_dir: Path, replace: bool = False,
     model_dir = resolve_model_dir(run)
     run_sha = check_adapter_source(run, model_dir, task, old, replace)
     model, tokenizer, _ = load_model(model_dir, [task])
-    max_len, int8 = old.manifest.tokenizer.max_length, old.manifest.int8
+    publish_task(model, tokenizer, task, bundle_dir, old.manifest, run_sha, data_dir, gate, log,
+                 sign_key)
+    log(f"added task '{task}' to {bundle_dir}")
+    return bundle_dir
+
+
+def publish_task(model, tokenizer, task: str, bundle_dir: Path, manifest: Manifest, run_sha: str,
+                 data_dir: Path | None, gate: Gate, log: Log,
+                 sign_key: Path | None = None) -> dict[str, Any]:
+    """Stage `task` of the in-memory `model` beside the bundle (stage_task), verify it, re-sign
+    when asked, and swap the stage in; returns the verification report."""
     build = staging_dir(bundle_dir)
     try:
-        stage_task(model, tokenizer, task, bundle_dir, old.manifest, run_sha, build, log)
-        report = verify_bundle(build, model, tokenizer, max_len, data_dir, int8, gate, [task],
-                               log=log)
+        stage_task(model, tokenizer, task, bundle_dir, manifest, run_sha, build, log)
+        report = verify_bundle(build, model, tokenizer, manifest.tokenizer.max_length, data_dir,
+                               manifest.int8, gate, [task], log=log)
         if not report["passed"]:
             raise ExportError(f"{summary(report)} (the shared trunk cannot change here: "
                               "re-export the bundle to let the fallback keep layers in float)")
@@ -331,8 +341,7 @@ def add_adapter(run: Path, task: str, bundle_dir: Path, replace: bool = False,
         replace_dir(build, bundle_dir)
     finally:
         remove_tree(build)
-    log(f"added task '{task}' to {bundle_dir}")
-    return bundle_dir
+    return report
 
 
 def stage_task(model, tokenizer, task: str, bundle_dir: Path, manifest: Manifest, run_sha: str,
