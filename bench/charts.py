@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.headline import (TARGETS, Headline, accuracy_split, all_tasks_id, pal_groups,
-                            plain_subjects, reference_condition, size_reference)
+                            plain_subjects, reference_condition, size_reference, total_bytes)
 from bench.frontier import ALL_LAYERS, WITHIN_POINTS
 from bench.ingest import MiB, BenchInput, Measurements, machine_label
+from bench.schema import measurement_id
 from trainer.fileio import write_bytes
 
 DPI = 100
@@ -100,12 +101,12 @@ def headline_rows(data: dict[str, Any], prefix: str, m: Measurements) -> list[Ro
     for name, s in sorted(h.subs.items(), key=lambda kv: ROLE_ORDER.index(kv[1].get("role", "peer"))):
         one = h.task_p50(name)[0]
         all_id = all_tasks_id(prefix, name, threads, seq)
-        row = Row(s.get("label", name), s.get("role", "peer"), _mib(m.get(f"{prefix}size:{name}:total_bytes")),
+        row = Row(s.get("label", name), s.get("role", "peer"), _mib(total_bytes(m, prefix, name)),
                   one, m.get(all_id), (m.items.get(all_id) or {}).get("all_tasks_mode") == "program")
         if row.role == "pal":
             ref = size_reference(h.subs, name)
             row.size_target = _times(TARGETS["size_ratio_vs_three_separate"][1],
-                                     _mib(m.get(f"{prefix}size:{ref}:total_bytes")) if ref else None)
+                                     _mib(total_bytes(m, prefix, ref)) if ref else None)
             plain = plain_subjects(h.subs, name)
             row.one_target = _times(TARGETS["latency_ratio_pal_vs_plain"][1],
                                     h.task_p50(plain[0])[0] if plain else None)
@@ -236,14 +237,14 @@ def accuracy_points(data: dict[str, Any], prefix: str,
             if n.startswith("fp32:") and isinstance(e, dict) and e.get("run")}
     points, lines = [], []
     for name in data.get("accuracy") or {}:
-        v = m.get(f"{prefix}accuracy:{name}:{split}:avg")
+        v = m.get(measurement_id(prefix, "accuracy", name, split, "avg"))
         if v is None:
             continue
         if name in runs:
             lines.append({"family": Path(runs[name]).name, "acc": v,
                           "separate": data["accuracy"][name].get("kind") == "separate"})
             continue
-        size = m.get(f"{prefix}size:{name}:total_bytes")
+        size = total_bytes(m, prefix, name)
         if name in subs and size is not None:
             points.append({"family": _family(subs[name], runs) or name.split("/")[0],
                            "runtime": subs[name].get("runtime"), "mib": size / MiB, "acc": v})

@@ -6,13 +6,16 @@ Default outputs go under runs/reports/ (git-ignored), never over the committed r
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from bench.schema import PEERS
 from export.manifest import RUNTIMES
 from trainer.options import DataDirOption, TrustKeyOption
+
+if TYPE_CHECKING:
+    from bench.run import LatencyBudget
 
 app = typer.Typer()
 MEASURE = "Measure and report"
@@ -34,15 +37,52 @@ def _words(values: list[str], allowed: tuple[str, ...], flag: str) -> list[str]:
     return words
 
 
+DEFAULT_WORK = Path("reports/.bench-work")
+RunsOption = Annotated[Optional[list[Path]], typer.Option(
+    "--run", metavar="RUN", help="training run the bundles came from (repeatable): fp32 accuracy, "
+    "FLOPs; a --mode separate run also supplies the peers")]
+NativeOption = Annotated[bool, typer.Option(
+    help="also measure PAL bundles' ExecuTorch files through the Android app's own C++ path (JNI "
+    "over Module; needs a C++ compiler and a JDK)")]
+# How latency is timed (bench.run.LatencyBudget), and --scale
+WarmupOption = Annotated[int, typer.Option(help="untimed runs before timing")]
+MinRunsOption = Annotated[int, typer.Option(help="timed runs per configuration")]
+MinSecondsOption = Annotated[float, typer.Option(help="time each configuration at least this "
+                                                 "long")]
+MaxSecondsOption = Annotated[float, typer.Option(help="and at most this long")]
+RoundsOption = Annotated[int, typer.Option(
+    min=1, help="latency passes over all subjects, each a fresh process per subject; a figure is "
+    "the median over them")]
+BlockOption = Annotated[int, typer.Option(
+    min=1, help="calls of one configuration in a row per round, the first untimed (it brings "
+    "the model's weights back into the caches after the others ran)")]
+ScaleOption = Annotated[Optional[str], typer.Option(
+    metavar="T[,T...]", help="instead: export bundles of T synthetic tasks from --run's model and "
+    "measure how export, add-task, bytes, memory, swap and latency grow with T (bench/scale.py; "
+    "first --threads, last --seq-lens; writes --out and its .md and .png)")]
+
+
+def _scale(tasks: str, runs: list[Path], out: Path, threads: int, seq_len: int,
+           timing: "LatencyBudget", work: Path) -> None:
+    """`palkit bench --scale`: bench/scale.py on the first --run's model."""
+    from bench.scale import ScaleOptions, scale
+
+    if not runs:
+        raise typer.BadParameter("--scale needs --run RUN (the model whose trunk and task "
+                                 "shapes the synthetic tasks take)", param_hint="--scale")
+    target = DEFAULT_SCALE_OUT if out == DEFAULT_BENCH_OUT else out
+    scale(runs[0], target, ScaleOptions(tasks=_ints([tasks]), threads=threads, seq_len=seq_len,
+                                        timing=timing, work=work / "scale"))
+    typer.echo(f"wrote {target} and its .md and .png")
+
+
 @app.command(rich_help_panel=MEASURE, epilog="Example: palkit bench bundles/default "
              "--run runs/default --threads 1 --seq-lens 128")
 def bench(
     bundles: Annotated[Optional[list[Path]], typer.Argument(
         metavar="BUNDLE...", help="bundle folders; single-task bundles are grouped as 'the "
         "separate models'")] = None,
-    runs: Annotated[Optional[list[Path]], typer.Option(
-        "--run", metavar="RUN", help="training run the bundles came from (repeatable): fp32 "
-        "accuracy, FLOPs; a --mode separate run also supplies the peers")] = None,
+    runs: RunsOption = None,
     peers: Annotated[str, typer.Option(
         metavar="PEER[,PEER...]", help=f"peers to build from the separate run: {', '.join(PEERS)} "
         "or none")] = ",".join(PEERS),
@@ -50,17 +90,12 @@ def bench(
                                           f"{', '.join(RUNTIMES)}")] = ",".join(RUNTIMES),
     threads: Annotated[list[str], typer.Option(metavar="N[,N...]")] = ["1,2"],
     seq_lens: Annotated[list[str], typer.Option(metavar="N[,N...]")] = ["32,128"],
-    warmup: Annotated[int, typer.Option(help="untimed runs before timing")] = 5,
-    min_runs: Annotated[int, typer.Option(help="timed runs per configuration")] = 30,
-    min_seconds: Annotated[float, typer.Option(help="time each configuration at least this "
-                                               "long")] = 0.5,
-    max_seconds: Annotated[float, typer.Option(help="and at most this long")] = 4.0,
-    rounds: Annotated[int, typer.Option(
-        min=1, help="latency passes over all subjects, each a fresh process per subject; a "
-        "figure is the median over them")] = 3,
-    block: Annotated[int, typer.Option(
-        min=1, help="calls of one configuration in a row per round, the first untimed (it "
-        "brings the model's weights back into the caches after the others ran)")] = 8,
+    warmup: WarmupOption = 5,
+    min_runs: MinRunsOption = 30,
+    min_seconds: MinSecondsOption = 0.5,
+    max_seconds: MaxSecondsOption = 4.0,
+    rounds: RoundsOption = 3,
+    block: BlockOption = 8,
     accuracy: Annotated[bool, typer.Option(help="score the bundles (as run by their runtime) "
                                            "and the --run models on --splits")] = True,
     splits: Annotated[str, typer.Option(metavar="SPLIT[,SPLIT]")] = "dev,test",
@@ -68,22 +103,12 @@ def bench(
         metavar="N", help="score at most N examples per task and split")] = None,
     data_dir: DataDirOption = None,
     ceiling: Annotated[bool, typer.Option(help="measure the machine's matmul ceiling")] = True,
-    native: Annotated[bool, typer.Option(
-        help="also measure PAL bundles' ExecuTorch files through the Android app's own C++ path "
-        "(JNI over Module; needs a C++ compiler and a JDK)")] = True,
-    work: Annotated[Path, typer.Option(help="where peers are built and cached")] =
-        Path("reports/.bench-work"),
+    native: NativeOption = True,
+    work: Annotated[Path, typer.Option(help="where peers are built and cached")] = DEFAULT_WORK,
     out: Annotated[Path, typer.Option(metavar="FILE", help="palkit-bench JSON to write")] =
         DEFAULT_BENCH_OUT,
     trust_key: TrustKeyOption = None,
-    scale: Annotated[Optional[str], typer.Option(
-        metavar="T[,T...]", help="instead: export bundles of T synthetic tasks from --run's model "
-        "and measure how export, add-task, bytes, memory, swap and latency grow with T, both "
-        "ExecuTorch bundle formats (bench/scale.py; first --threads, last --seq-lens; writes "
-        "--out and its .md and .png)")] = None,
-    scale_format1: Annotated[str, typer.Option(
-        metavar="T[,T...]", help="with --scale: the T at which the per-task-program format is "
-        "exported and measured (from git history; must include 1), or none")] = "1,3",
+    scale: ScaleOption = None,
 ) -> None:
     """Measure bundles, separate models and peers on this machine.
 
@@ -92,33 +117,23 @@ def bench(
     process; also the peers built from a --mode separate run, the machine's matmul ceiling and the
     accuracy of the exported artifacts. Host CPU figures, never phone figures.
     """
-    from bench.run import BenchOptions, Timing
-    from ui.progress import say
-    from bench.run import bench as run_bench
+    from bench.run import BenchOptions, LatencyBudget, bench as run_bench
     from trainer.data import resolve_data_dir
+    from ui.progress import say
 
     if scale:
-        from bench.scale import ScaleOptions, scale as run_scale
-        if not runs:
-            raise typer.BadParameter("--scale needs --run RUN (the model whose trunk and task "
-                                     "shapes the synthetic tasks take)", param_hint="--scale")
-        target = DEFAULT_SCALE_OUT if out == DEFAULT_BENCH_OUT else out
-        run_scale(runs[0], target, ScaleOptions(
-            tasks=_ints([scale]), threads=_ints(threads)[0], seq_len=_ints(seq_lens)[-1],
-            format1_tasks=[] if scale_format1 == "none" else _ints([scale_format1]),
-            timing=Timing(warmup, min_runs, min_seconds, max_seconds, block),
-            work=work / "scale"))
-        typer.echo(f"wrote {target} and its .md and .png")
+        _scale(scale, runs or [], out, _ints(threads)[0], _ints(seq_lens)[-1],
+               LatencyBudget(warmup, min_runs, min_seconds, max_seconds, block), work)
         return
-
     options = BenchOptions(
         runtimes=_words([runtimes], RUNTIMES, "--runtimes"),
         peers=[] if peers == "none" else _words([peers], PEERS, "--peers"),
         threads=_ints(threads), seq_lens=_ints(seq_lens),
-        timing=Timing(warmup, min_runs, min_seconds, max_seconds, block), rounds=rounds,
+        timing=LatencyBudget(warmup, min_runs, min_seconds, max_seconds, block), rounds=rounds,
         splits=_words([splits], ("dev", "test"), "--splits") if accuracy else [],
         data_dir=resolve_data_dir(data_dir) if accuracy else None,
-        max_examples=max_examples, work=work, ceiling=ceiling, native=native)
+        max_examples=max_examples, work=work, ceiling=ceiling, native=native,
+        trust_key=trust_key)
     data = run_bench(bundles or [], runs or [], out, options)
     for note in data["notes"]:
         say(f"note: {note}")

@@ -145,7 +145,7 @@ def frontier(data: dict[str, Any], prefix: str, m: Measurements,
 # ---- how to add a task later --------------------------------------------------------------------
 
 LATER_TASKS_FILE = Path(__file__).resolve().parent.parent / "results" / "later-tasks.json"
-LATER_TASKS_COMMAND = "python -m studies.later_tasks --work DIR"
+LATER_TASKS_COMMAND = "python -m lab.later_tasks --work DIR"
 
 
 def add_task_flags(adapter: str) -> str:
@@ -153,6 +153,23 @@ def add_task_flags(adapter: str) -> str:
     if adapter == "head":
         return "--adapter head"
     return f"--adapter pal --pal-layers {adapter.removeprefix('pal-')}"
+
+
+def adapter_summary(adapter: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One adapter's rows of the study: mean change against joint training per left-out task,
+    the tasks within WITHIN_POINTS, its bytes and, for the task added to all three, the change
+    against that task's separate model."""
+    left_out: dict[str, list[float]] = {}
+    for r in rows:
+        if r.get("vs_joint") is not None:
+            left_out.setdefault(r["task"], []).append(r["vs_joint"])
+    vs_joint = {t: round(statistics.fmean(v), 2) for t, v in sorted(left_out.items())}
+    later = [r["vs_separate"] for r in rows if r.get("vs_joint") is None]
+    return {"adapter": adapter, "vs_joint": vs_joint,
+            "within": sorted(t for t, d in vs_joint.items() if d >= -WITHIN_POINTS),
+            "adapter_bytes": round(statistics.fmean(r["adapter_bytes"] for r in rows)),
+            "share_of_trunk": round(statistics.fmean(r["adapter_share_of_trunk"] for r in rows), 4),
+            "later_vs_separate": round(statistics.fmean(later), 2) if later else None}
 
 
 def add_task_recommendation(path: Path | None) -> dict[str, Any]:
@@ -166,25 +183,11 @@ def add_task_recommendation(path: Path | None) -> dict[str, Any]:
         out["notes"].append(f"how to add a task: not measured ({path or LATER_TASKS_FILE} is "
                             f"missing; `{LATER_TASKS_COMMAND}` writes it)")
         return out
-    rows = read_json(path)["rows"]
     by_adapter: dict[str, list[dict[str, Any]]] = {}
-    for r in rows:
+    for r in read_json(path)["rows"]:
         by_adapter.setdefault(r["adapter"], []).append(r)
-    for adapter, group in by_adapter.items():
-        left_out: dict[str, list[float]] = {}
-        for r in group:
-            if r.get("vs_joint") is not None:
-                left_out.setdefault(r["task"], []).append(r["vs_joint"])
-        vs_joint = {t: round(statistics.fmean(v), 2) for t, v in sorted(left_out.items())}
-        later = [r["vs_separate"] for r in group if r.get("vs_joint") is None]
-        out["adapters"].append({
-            "adapter": adapter, "vs_joint": vs_joint,
-            "within": sorted(t for t, d in vs_joint.items() if d >= -WITHIN_POINTS),
-            "adapter_bytes": round(statistics.fmean(r["adapter_bytes"] for r in group)),
-            "share_of_trunk": round(statistics.fmean(r["adapter_share_of_trunk"]
-                                                     for r in group), 4),
-            "later_vs_separate": round(statistics.fmean(later), 2) if later else None})
-    out["adapters"].sort(key=lambda a: a["adapter_bytes"])
+    out["adapters"] = sorted((adapter_summary(a, group) for a, group in by_adapter.items()),
+                             key=lambda a: a["adapter_bytes"])
     # the study writes its rows as they finish: judge each adapter on every left-out task so far
     left_out = sorted({t for a in out["adapters"] for t in a["vs_joint"]})
     out["left_out_tasks"] = left_out

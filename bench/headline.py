@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.ingest import BenchInput, Measurements, host_subjects, machine_label
-from bench.schema import latency_id
+from bench.ingest import BenchInput, Measurements, host_subjects, machine_label, placement
+from bench.schema import latency_id, measurement_id
 
 REF_SEQ, REF_THREADS = 128, 1
 
@@ -20,7 +20,7 @@ REF_SEQ, REF_THREADS = 128, 1
 TARGETS = {
     "size_ratio_vs_three_separate": ("<=", 0.40, "PAL int8, all three tasks, bytes / three separate int8 models"),
     "size_ratio_vs_one_separate": ("<=", 1.10, "PAL int8 bytes / one separate int8 model"),
-    "latency_ratio_pal_vs_plain": ("<=", 1.05, "one task p50 / plain no-PAL int8 classifier, same runtime"),
+    "latency_ratio_pal_vs_plain": ("<=", 1.05, "one all-layer PAL task p50 / plain no-PAL int8 classifier, same runtime"),
     "latency_ratio_pal_vs_best_peer": ("<=", 1.00, "one task p50 / fastest peer"),
     "all_tasks_ratio_all_layers": ("<=", 2.2, "all three tasks on one input / one task (all-layer PALs)"),
     "all_tasks_vs_flop_floor": ("<=", 1.05, "all-layer PALs' all tasks / one task, over its matrix-multiply FLOP floor"),
@@ -31,13 +31,22 @@ TARGETS = {
     "accuracy_gap_pal_int8_vs_separate_fp32": (">=", -1.0, "PAL int8 avg - three separate fp32 avg, points"),
     "accuracy_drop_int8_vs_fp32": ("<=", 0.5, "fp32 avg - int8 avg of the same PAL model, points"),
 }
+# summary key whose value, when known, is said beside a target in the report
+TARGET_CONTEXT = {"latency_ratio_pal_vs_plain": "flop_floor_pal_vs_plain",
+                  "accuracy_gap_pal_int8_vs_separate_fp32": "training_steps"}
 SUMMARY_KEYS = ("machine", "size_ratio_vs_three_separate", "size_ratio_vs_one_separate",
                 "latency_ratio_pal_vs_plain", "latency_ratio_pal_vs_best_peer",
                 "all_tasks_ratio_all_layers", "all_tasks_vs_flop_floor",
                 "all_tasks_ratio_top_half", "swap_ms",
                 "memory_ratio_all_vs_one", "accuracy_avg_pal_int8", "accuracy_avg_separate_fp32",
                 "accuracy_drop_int8_vs_fp32", "all_tasks_ratio_best_placement",
-                "best_placement_accuracy_gap", "notes")
+                "best_placement_accuracy_gap", "flop_floor_pal_vs_plain", "training_steps",
+                "notes")
+
+
+def total_bytes(m: Measurements, prefix: str, subject: str) -> float | None:
+    """A subject's model files for all its tasks, in bytes."""
+    return m.get(measurement_id(prefix, "size", subject, "total_bytes"))
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
@@ -115,15 +124,16 @@ class Headline:
 
 
 def pal_groups(subs: dict[str, dict[str, Any]]) -> tuple[list[str], list[str]]:
-    """(all-layer PAL subjects, top-half PAL subjects), int8 preferred."""
+    """(all-layer PAL subjects, top-half PAL subjects), int8 preferred, each named from its
+    layer indices: a bundle with PALs in fewer layers (top-1, 3,4,5) is neither."""
     pals = [n for n, s in subs.items() if s.get("role") == "pal"]
     pals = [n for n in pals if subs[n].get("precision") == "int8"] or pals
-    all_layer = [n for n in pals if subs[n].get("pal_layers") in ("all", "unknown")] or pals
+    all_layer = [n for n in pals if placement(subs[n]) == "all"]
     # The paper's PAL has the trunk's head count; a fewer-heads variant (--pal-heads) is a
     # frontier point, not the headline's all-layer PALs.
     most = max((subs[n].get("pal_heads") or 0 for n in all_layer), default=0)
     all_layer = [n for n in all_layer if (subs[n].get("pal_heads") or 0) == most]
-    return all_layer, [n for n in pals if subs[n].get("pal_layers") == "top"]
+    return all_layer, [n for n in pals if placement(subs[n]) == "top"]
 
 
 def headline_pal(data: dict[str, Any], prefix: str, m: Measurements) -> str | None:
@@ -143,19 +153,22 @@ def headline(data: dict[str, Any], prefix: str, m: Measurements) -> tuple[dict[s
     all_layer, top_half = pal_groups(h.subs)
     pal, pal_p50, pal_ids = h.fastest(all_layer)
     if pal is None:
-        h.notes.append("no PAL bundle with latency results: latency, size, swap and memory "
-                       "headlines are null")
+        others = [f"{n} (placement {placement(h.subs[n])})" for n in h.pick("pal")]
+        h.notes.append("no all-layer PAL bundle with latency results: latency, size, swap and "
+                       "memory headlines are null" + (f"; benchmarked: {', '.join(others)}"
+                                                      if others else ""))
     else:
-        h.notes.append(f"PAL subject: {pal} (fastest PAL runtime at the reference condition)")
+        h.notes.append(f"PAL subject: {pal} (placement {placement(h.subs[pal])}; the "
+                       "fastest all-layer PAL runtime at the reference condition)")
         _latency_ratios(h, pal, pal_p50, pal_ids)
         _size_ratios(h, pal)
-        for key, names in (("all_tasks_ratio_all_layers", all_layer),
-                           ("all_tasks_ratio_top_half", top_half)):
-            _all_tasks_ratio(h, key, names)
         _swap_and_memory(h, pal)
+    for key, names in (("all_tasks_ratio_all_layers", all_layer),
+                       ("all_tasks_ratio_top_half", top_half)):
+        _all_tasks_ratio(h, key, names)
     _accuracy(h, pal)
     for key in SUMMARY_KEYS:
-        if key not in ("machine", "notes") and h.out[key] is None:
+        if key not in ("machine", "notes", *TARGET_CONTEXT.values()) and h.out[key] is None:
             if not any(n.startswith(f"{key}:") for n in h.notes):
                 why = MISSING_INPUT.get(key, "not measured (the inputs lack what it needs)")
                 h.notes.append(f"{key}: {why}")
@@ -179,6 +192,7 @@ def _latency_ratios(h: Headline, pal: str, pal_p50: float | None, pal_ids: list[
         v, ids = h.task_p50(plain[0])
         h.set("latency_ratio_pal_vs_plain", ratio(pal_p50, v), pal_ids + ids)
         floor = ratio(_one_task_flops(h, pal), _one_task_flops(h, plain[0]))
+        h.set("flop_floor_pal_vs_plain", floor, pal_ids + ids)  # the rows carry their FLOPs
         if floor is not None:
             h.notes.append(f"latency_ratio_pal_vs_plain: one PAL task takes {floor:.3f}x the "
                            "plain classifier's matrix-multiply FLOPs, the floor of this ratio "
@@ -214,9 +228,9 @@ def _size_ratios(h: Headline, pal: str) -> None:
     if r is None:
         h.notes.append(f"size ratios: no separate int8 models on {h.subs[pal]['runtime']} were measured")
         return
-    total_id = f"{h.prefix}size:{pal}:total_bytes"
-    three_id = f"{h.prefix}size:{r}:total_bytes"
-    per = [i for i in h.m.items if i.startswith(f"{h.prefix}size:{r}:model:")]
+    total_id = measurement_id(h.prefix, "size", pal, "total_bytes")
+    three_id = measurement_id(h.prefix, "size", r, "total_bytes")
+    per = [i for i in h.m.items if i.startswith(measurement_id(h.prefix, "size", r, "model", ""))]
     h.set("size_ratio_vs_three_separate", ratio(h.m.get(total_id), h.m.get(three_id)),
           [total_id, three_id])
     if per:
@@ -259,16 +273,16 @@ def _all_tasks_ratio(h: Headline, key: str, names: list[str]) -> None:
 
 
 def _swap_and_memory(h: Headline, pal: str) -> None:
-    sw = f"{h.prefix}swap_ms:{pal}"
+    sw = measurement_id(h.prefix, "swap_ms", pal)
     h.set("swap_ms", h.m.get(sw), [sw])
-    one_id = f"{h.prefix}memory:{pal}:model_one_task"
-    all_id = f"{h.prefix}memory:{pal}:model_all_tasks_program"
+    one_id = measurement_id(h.prefix, "memory", pal, "model_one_task")
+    all_id = measurement_id(h.prefix, "memory", pal, "model_all_tasks_program")
     if h.m.get(all_id) is not None:
         h.notes.append("memory_ratio_all_vs_one: all tasks resident as the bundle's all-tasks "
                        "program (trunk loaded once); report.md also lists the three task "
                        "programs loaded side by side")
     else:
-        all_id = f"{h.prefix}memory:{pal}:model_all_tasks"
+        all_id = measurement_id(h.prefix, "memory", pal, "model_all_tasks")
     h.set("memory_ratio_all_vs_one", ratio(h.m.get(all_id), h.m.get(one_id)), [all_id, one_id])
     h.notes.append("memory ratio on RSS after loading and one run, above the process's RSS "
                    "after imports (the model's own memory; the Python/torch baseline would "
@@ -287,10 +301,11 @@ def _accuracy(h: Headline, pal: str | None) -> None:
     split = accuracy_split(h.data)
 
     def acc(name: str) -> tuple[float | None, str]:
-        mid = f"{h.prefix}accuracy:{name}:{split}:avg"
+        mid = measurement_id(h.prefix, "accuracy", name, split, "avg")
         return h.m.get(mid), mid
 
     fp32 = {n: e for n, e in (h.data.get("accuracy") or {}).items() if n.startswith("fp32:")}
+    same: list[str] = []  # the PAL bundle's own run, in fp32
     if pal is not None and h.subs[pal]["precision"] == "int8":
         v, mid = acc(pal)
         h.set("accuracy_avg_pal_int8", v, [mid])
@@ -305,6 +320,9 @@ def _accuracy(h: Headline, pal: str | None) -> None:
     if sep:
         v, mid = acc(sep[0])
         h.set("accuracy_avg_separate_fp32", v, [mid])
+    if same and sep:
+        h.out["training_steps"] = {"joint": fp32[same[0]].get("optimizer_steps"),
+                                   "separate": fp32[sep[0]].get("optimizer_steps")}
 
 
 def check_targets(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -316,7 +334,26 @@ def check_targets(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
         v = values.get(key)
         met = None if v is None else (v <= bound if op == "<=" else v >= bound)
         out[key] = {"value": v, "target": f"{op} {bound}", "met": met, "what": what}
+        context = target_context(key, summary.get(TARGET_CONTEXT.get(key, "")))
+        if context:
+            out[key]["context"] = context
     return out
+
+
+def target_context(key: str, value: Any) -> str | None:
+    """What to read beside a target's value: the FLOP floor of the PAL/plain latency ratio, and
+    whether the accuracy gap compares equal training budgets."""
+    if key == "latency_ratio_pal_vs_plain" and value is not None:
+        return f"its matrix-multiply FLOP floor is {value:.3f}x"
+    if key == "accuracy_gap_pal_int8_vs_separate_fp32" and value:
+        joint, separate = value.get("joint"), value.get("separate")
+        if joint is None or separate is None:
+            return "training budgets unknown"
+        if joint != separate:
+            return (f"unequal budgets: the joint run took {joint:,} optimizer steps for all its "
+                    f"tasks, the separate models {separate:,} in all")
+        return f"equal budgets ({joint:,} optimizer steps)"
+    return None
 
 
 def pairwise(hosts: list[BenchInput], m: Measurements) -> list[dict[str, Any]]:
@@ -329,8 +366,8 @@ def pairwise(hosts: list[BenchInput], m: Measurements) -> list[dict[str, Any]]:
                 if other == pal:
                     continue
                 rec: dict[str, Any] = {"pal": pal, "other": other, "other_role": s.get("role"),
-                                       "size_ratio": ratio(m.get(f"{prefix}size:{pal}:total_bytes"),
-                                                           m.get(f"{prefix}size:{other}:total_bytes")),
+                                       "size_ratio": ratio(total_bytes(m, prefix, pal),
+                                                           total_bytes(m, prefix, other)),
                                        "latency": {}}
                 for row in data["results"]:
                     if row.get("subject") != pal or row.get("p50_ms") is None:
@@ -355,7 +392,7 @@ def ceiling_fraction(hosts: list[BenchInput], m: Measurements) -> list[dict[str,
                 continue
             prec = subs.get(row.get("subject"), {}).get("precision", "fp32")
             kind = "int8" if prec == "int8" else "fp32"
-            ceil = m.get(f"{prefix}ceiling:{kind}:t{row['threads']}")
+            ceil = m.get(measurement_id(prefix, "ceiling", kind, f"t{row['threads']}"))
             achieved = flops / (p50 / 1e3) / 1e9
             out.append({"id": f"{prefix}{row['id']}", "subject": row["subject"],
                         "config": row["config"], "threads": row["threads"],

@@ -9,8 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from bench.schema import latency_id, load_bench_file
+from bench.schema import latency_id, load_bench_file, measurement_id
 from trainer.errors import PalkitError
+from trainer.placement import placement_name
 
 MiB = 1024 * 1024
 
@@ -57,6 +58,16 @@ def host_subjects(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return data.get("subjects") or {}
 
 
+def placement(subject: dict[str, Any]) -> str:
+    """A subject's PAL placement named from the layer indices bench recorded (all, top, top-N,
+    3,4,5, ...; "none" without PALs). A file written before bench recorded indices keeps the
+    name it recorded."""
+    layers = subject.get("pal_layers")
+    if isinstance(layers, str) or layers is None:
+        return layers or "none"
+    return placement_name(layers, int(subject["num_layers"])) if layers else "none"
+
+
 def read_inputs(bench_files: list[Path], device_files: list[Path],
                 m: Measurements) -> tuple[list[BenchInput], list[BenchInput]]:
     """(hosts, devices); the first host's ids carry no prefix, later hosts `hostN:`."""
@@ -93,17 +104,18 @@ def ingest_host(data: dict[str, Any], prefix: str, file: str, m: Measurements) -
                   f"thread(s) {row['seq_len']} tokens {q[:3]}",
                   all_tasks_mode=row.get("all_tasks_mode"))
     for n, c in (data.get("ceiling") or {}).items():
-        m.add(f"{prefix}ceiling:fp32:t{n}", c.get("fp32_gflops_best"), "GFLOP/s", label, file,
-              f"best fp32 GEMM, {n} thread(s)")
-        m.add(f"{prefix}ceiling:int8:t{n}", c.get("int8_gops_best"), "GOP/s", label, file,
-              f"best int8 GEMM, {n} thread(s)")
+        m.add(measurement_id(prefix, "ceiling", "fp32", f"t{n}"), c.get("fp32_gflops_best"),
+              "GFLOP/s", label, file, f"best fp32 GEMM, {n} thread(s)")
+        m.add(measurement_id(prefix, "ceiling", "int8", f"t{n}"), c.get("int8_gops_best"),
+              "GOP/s", label, file, f"best int8 GEMM, {n} thread(s)")
     for name, per_split in (data.get("accuracy") or {}).items():
         for split, metrics in per_split.items():
             if not isinstance(metrics, dict):
                 continue
             for k, v in metrics.items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
-                    m.add(f"{prefix}accuracy:{name}:{split}:{k}", v * 100 if k != "max_len" else v,
+                    m.add(measurement_id(prefix, "accuracy", name, split, k),
+                          v * 100 if k != "max_len" else v,
                           "points" if k != "max_len" else "tokens", label, file,
                           f"{name} {split} {k}")
 
@@ -112,24 +124,28 @@ def _ingest_subject(name: str, s: dict[str, Any], prefix: str, label: str, file:
                     m: Measurements) -> None:
     """Sizes, load, swap and memory of one host subject."""
     sizes = s.get("bundle", {})
-    m.add(f"{prefix}size:{name}:total_bytes", sizes.get("total_bytes"), "bytes", label, file,
+
+    def size(*parts: str) -> str:
+        return measurement_id(prefix, "size", name, *parts)
+
+    m.add(size("total_bytes"), sizes.get("total_bytes"), "bytes", label, file,
           f"{s.get('label', name)}: model files for all its tasks")
     trunk = sizes.get("trunk_bytes")
     if isinstance(trunk, (int, float)):
-        m.add(f"{prefix}size:{name}:trunk_bytes", trunk, "bytes", label, file, "shared trunk")
+        m.add(size("trunk_bytes"), trunk, "bytes", label, file, "shared trunk")
     for task, b in (sizes.get("adapter_bytes") or {}).items():
-        m.add(f"{prefix}size:{name}:adapter:{task}", b, "bytes", label, file, f"{task} adapter blob")
+        m.add(size("adapter", task), b, "bytes", label, file, f"{task} adapter blob")
     for task, b in (sizes.get("per_model_bytes") or {}).items():
-        m.add(f"{prefix}size:{name}:model:{task}", b, "bytes", label, file, f"{task} model")
+        m.add(size("model", task), b, "bytes", label, file, f"{task} model")
     rt = s.get("runtime")
     for key, what in (("load_ms", "cold load (trunk + first task, to runnable)"),
                       ("first_result_ms", "cold load + first inference")):
         m.add(f"{prefix}{key}:{name}", (s.get(key) or {}).get(rt), "ms", label, file, what)
-    m.add(f"{prefix}swap_ms:{name}", (s.get("swap_ms") or {}).get(rt), "ms", label, file,
+    m.add(measurement_id(prefix, "swap_ms", name), (s.get("swap_ms") or {}).get(rt), "ms", label, file,
           "swap to a not-yet-loaded task, to runnable (median over worker processes, upper "
           "median over tasks)")
     for key, v in (s.get("memory_rss_bytes") or {}).items():
-        m.add(f"{prefix}memory:{name}:{key}", v, "bytes", label, file, f"RSS {key}")
+        m.add(measurement_id(prefix, "memory", name, key), v, "bytes", label, file, f"RSS {key}")
 
 
 def ingest_device(data: dict[str, Any], file: str, m: Measurements) -> str:

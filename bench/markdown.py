@@ -69,7 +69,8 @@ def _headline(report: dict[str, Any]) -> list[str]:
         met = {True: "yes", False: "**missed**", None: "not measured"}[t["met"]]
         src = ", ".join(f"`{i}`" for i in report["headline_sources"].get(key, [])) or \
             ("from the two accuracy averages" if key.startswith("accuracy_gap") else "")
-        lines.append(f"| {t['what']} (`{key}`) | {fmt(t['value'], 3)} | {t['target']} | {met} | {src} |")
+        what = f"{t['what']} ({t['context']})" if t.get("context") else t["what"]
+        lines.append(f"| {what} (`{key}`) | {fmt(t['value'], 3)} | {t['target']} | {met} | {src} |")
     for key in ("accuracy_avg_pal_int8", "accuracy_avg_separate_fp32"):
         lines.append(f"| `{key}` | {fmt(s.get(key), 2)} | — | — | "
                      f"{', '.join(f'`{i}`' for i in report['headline_sources'].get(key, []))} |")

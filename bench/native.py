@@ -77,7 +77,8 @@ def native_subject_entry(pal_entry: dict[str, Any], result: dict[str, Any]) -> d
     rss = result["rss_bytes"]
     base = rss["runtime_loaded"]
     swaps = list(result["swap_ms"].values())
-    return {**{k: pal_entry[k] for k in ("precision", "pal_layers", "tasks", "bundle")},
+    return {**{k: pal_entry[k] for k in ("precision", "pal_layers", "num_layers", "tasks",
+                                             "bundle")},
             "role": "native", "runtime": "executorch-cpp", "label": f"{Path(result['bundle']).name}"
             f" (executorch C++, the app's native path)", "all_tasks_program": False,
             "first_result_ms": {"executorch-cpp": result["first_load_and_run_ms"]},

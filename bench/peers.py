@@ -22,9 +22,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from bench.subjects import BenchError
+from bench.errors import BenchError
+from export.manifest import TEXT_INPUTS
 from export.onnx_export import OPSET
-from trainer.checkpoint import load_model, resolve_model_dir
+from trainer.checkpoint import TRUNK_WEIGHTS, load_model, resolve_model_dir
 
 PEER_RUNTIME = {"torch": "torch", "ort-int8": "onnxruntime", "et-int8": "executorch"}
 PEER_LABEL = {"torch": "PyTorch eager fp32", "ort-int8": "ORT int8 (Optimum recipe)",
@@ -80,7 +81,7 @@ def torch_source(model_dir: Path) -> dict[str, Any]:
 def torch_files(model_dir: Path) -> list[Path]:
     """What a PyTorch deployment ships: the trunk weights and the task's head weights."""
     d = resolve_model_dir(model_dir)
-    return [d / "trunk" / "model.safetensors", *sorted((d / "tasks").glob("*/adapter.safetensors"))]
+    return [d / "trunk" / TRUNK_WEIGHTS, *sorted((d / "tasks").glob("*/adapter.safetensors"))]
 
 
 def build_ort_int8(model_dir: Path, out_dir: Path, seq_len: int = 128) -> dict[str, Any]:
@@ -95,7 +96,7 @@ def build_ort_int8(model_dir: Path, out_dir: Path, seq_len: int = 128) -> dict[s
                     out_dir / f"{spec.name}.int8.onnx")
     ex = (torch.ones(1, seq_len, dtype=torch.long), torch.ones(1, seq_len, dtype=torch.long),
           torch.zeros(1, seq_len, dtype=torch.long))
-    names = ["input_ids", "attention_mask", "token_type_ids"]
+    names = list(TEXT_INPUTS)
     with torch.no_grad():
         torch.onnx.export(wrapper, ex, str(fp32), input_names=names, output_names=["logits"],
                           dynamic_axes={n: {0: "batch", 1: "seq"} for n in names},

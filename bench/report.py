@@ -1,4 +1,4 @@
-"""`cli.py report`: turn palkit-bench files (host and phone) into report.md / report.json / PNGs.
+"""`palkit report`: turn palkit-bench files (host and phone) into report.md / report.json / PNGs.
 
 The steps live in their own modules: bench/ingest.py reads the files into measurements with
 ids, bench/headline.py derives the headline (each value naming the ids it came from) and checks

@@ -23,9 +23,10 @@ from typing import Any
 from bench.flops import model_flops
 from bench.machine import host_machine
 from bench.schema import PEERS, SCHEMA, VERSION, BenchFileError, latency_id, validate
-from bench.subjects import BenchError, Subject, discover
+from bench.errors import BenchError
+from bench.subjects import Subject, discover
 from export.manifest import RUNTIMES
-from trainer.checkpoint import separate_models
+from trainer.checkpoint import read_metrics, read_run_config, separate_models
 from trainer.errors import PalkitError
 from trainer.fileio import write_text
 from ui.progress import say, track
@@ -35,7 +36,7 @@ LOAD_REPEATS = 3     # load/swap/memory worker processes per subject
 
 
 @dataclass(frozen=True)
-class Timing:
+class LatencyBudget:
     """How long each latency configuration is timed."""
     warmup: int
     min_runs: int
@@ -51,7 +52,7 @@ class BenchOptions:
     peers: list[str] = field(default_factory=lambda: list(PEERS))
     threads: list[int] = field(default_factory=lambda: [1, 2])
     seq_lens: list[int] = field(default_factory=lambda: [32, 128])
-    timing: Timing = field(default_factory=lambda: Timing(5, 30, 0.5, 4.0, 8))
+    timing: LatencyBudget = field(default_factory=lambda: LatencyBudget(5, 30, 0.5, 4.0, 8))
     rounds: int = 3              # latency passes over all subjects; figures are medians
     splits: list[str] = field(default_factory=lambda: ["dev", "test"])  # [] = no accuracy
     data_dir: Path | None = None
@@ -60,6 +61,7 @@ class BenchOptions:
     native: bool = True          # PAL bundles through the Android app's C++ path too
     work: Path = Path("reports/.bench-work")  # where peers are built and cached
     worker_timeout: float = 600
+    trust_key: Path | None = None  # bundles must carry this key's signature
 
 
 @dataclass(frozen=True)
@@ -114,17 +116,17 @@ def subject_flops(s: Subject, seq: int, sequential_all: bool) -> dict[str, int |
 
 # ---- one job each ------------------------------------------------------------------------------
 
-def measure_ceiling(threads: int, data: dict[str, Any], timeout: float) -> None:
+def record_ceiling(threads: int, data: dict[str, Any], timeout: float) -> None:
     r = run_worker({"mode": "ceiling", "threads": threads, "min_seconds": 0.5}, timeout)
     data["ceiling"][str(threads)] = r
     say(f"ceiling, {threads} thread(s): fp32 {r.get('fp32_gflops_best', 0):.1f} GFLOP/s, "
         f"int8 {r.get('int8_gops_best') or 0:.1f} GOP/s")
 
 
-def measure_load(s: Subject, job: Job, data: dict[str, Any], timeout: float) -> None:
+def record_load(s: Subject, job: Job, data: dict[str, Any], timeout: float) -> None:
     """Cold load, swap and memory of one subject (and of its all-tasks program alone)."""
     entry = {"role": s.role, "runtime": s.runtime, "precision": s.precision, "label": s.label,
-             "pal_layers": s.pal_layers, "tasks": list(s.tasks), "bundle": s.sizes,
+             "pal_layers": list(s.pal_layers), "num_layers": s.num_layers, "tasks": list(s.tasks), "bundle": s.sizes,
              "all_tasks_program": s.all_tasks is not None,
              "fp32_model_dirs": {t: str(i.model_dir) for t, i in s.models.items()},
              "sources": s.tasks, **s.extra}
@@ -185,7 +187,7 @@ def load_entry(s: Subject, load: dict[str, Any]) -> dict[str, Any]:
         "load_detail": load}
 
 
-def measure_latency(s: Subject, job: Job, timing: Timing, data: dict[str, Any],
+def record_latency(s: Subject, job: Job, timing: LatencyBudget, data: dict[str, Any],
                     timeout: float) -> None:
     """p50/p90 of each task and of all tasks on one input, timed in interleaved rounds of blocks."""
     n, seq = job.threads, job.seq_len
@@ -213,7 +215,7 @@ def measure_latency(s: Subject, job: Job, timing: Timing, data: dict[str, Any],
         else f"{row['config']}=failed" for row in rows))
 
 
-def measure_native_path(s: Subject, job: Job, timing: Timing, data: dict[str, Any],
+def record_native_path(s: Subject, job: Job, timing: LatencyBudget, data: dict[str, Any],
                         timeout: float) -> None:
     """The app's own C++ path (JNI over ExecuTorch's Module) on a PAL bundle's ExecuTorch files:
     its latency rows and, once, its load and memory as a subject of its own."""
@@ -253,7 +255,7 @@ def evaluate_accuracy(subjects: list[Subject], runs: list[Path], data_dir: Path,
             else:
                 scores = run_accuracy(run, subjects, data_dir, split, max_examples, notes)
                 acc.setdefault(f"fp32:{Path(run).name}", {}).update(
-                    {split: scores, "run": str(run),
+                    {split: scores, "run": str(run), "optimizer_steps": optimizer_steps(run),
                      "kind": "separate" if separate_models(run) else "joint"})
         except (PalkitError, RuntimeError) as e:  # say it, go on with the others
             what = s.name if s is not None else f"fp32 {run}"
@@ -270,12 +272,22 @@ def bundle_accuracy(s: Subject, data_dir: Path, split: str,
 
     merged: dict[str, Any] = {}
     for b in sorted({src["bundle"] for src in s.tasks.values()}):
-        r = evaluate_bundle(Path(b), data_dir, split, max_examples, s.runtime)
+        r = evaluate_bundle(Path(b), data_dir, split, max_examples, s.runtime, s.trust_key)
         merged.update({k: v for k, v in r.items() if isinstance(v, (int, float)) and k != "avg"})
     specs = [BUILTIN_TASKS[t] for t in s.tasks if t in BUILTIN_TASKS]
     if len(specs) == len(s.tasks):
         merged["avg"] = average_score(specs, merged)
     return merged
+
+
+def optimizer_steps(run: Path) -> int | None:
+    """The training budget of a run: optimizer steps over its finished epochs (a separate run:
+    over all its models); None when its records cannot be read."""
+    try:
+        return sum(len(read_metrics(m)) * int(read_run_config(m)["steps_per_epoch"])
+                   for m in separate_models(run) or [Path(run)])
+    except (OSError, KeyError, ValueError, TypeError):
+        return None
 
 
 def run_accuracy(run: Path, subjects: list[Subject], data_dir: Path, split: str,
@@ -310,6 +322,8 @@ def bench(bundles: list[Path], runs: list[Path], out: Path,
     say(f"host: {machine['model']}, {machine['cores_logical']} logical cores, "
         f"load average {machine['load_avg_1min_at_start']:.1f}")
     subjects, _, notes = discover(bundles, runs, o.runtimes, o.peers, o.work)
+    for s in subjects:
+        s.trust_key = o.trust_key
     if not subjects:
         raise BenchError("nothing to measure: give bundles, or --run a `--mode separate` run "
                          "for the peers")
@@ -319,13 +333,13 @@ def bench(bundles: list[Path], runs: list[Path], out: Path,
     data["settings"]["rounds"] = o.rounds
     for job in track(jobs, "bench", total=len(jobs)):
         if job.subject is None:
-            measure_ceiling(job.threads, data, timeout)
+            record_ceiling(job.threads, data, timeout)
         elif job.kind == "load":
-            measure_load(job.subject, job, data, timeout)
+            record_load(job.subject, job, data, timeout)
         elif job.kind == "native":
-            measure_native_path(job.subject, job, timing, data, timeout)
+            record_native_path(job.subject, job, timing, data, timeout)
         else:
-            measure_latency(job.subject, job, timing, data, timeout)
+            record_latency(job.subject, job, timing, data, timeout)
     data["results"] = merge_rounds(data["results"])
     if o.splits and o.data_dir is None:
         notes.append("accuracy skipped: no data directory")
@@ -393,7 +407,7 @@ def command_line() -> list[str] | None:
 
 
 def new_bench_data(machine: dict[str, Any], notes: list[str], threads: list[int],
-                   seq_lens: list[int], timing: Timing) -> dict[str, Any]:
+                   seq_lens: list[int], timing: LatencyBudget) -> dict[str, Any]:
     return {
         "schema": SCHEMA, "version": VERSION, "machine": machine,
         "bundle": {}, "results": [], "load_ms": {}, "swap_ms": {}, "memory_rss_bytes": {},

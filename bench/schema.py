@@ -40,6 +40,14 @@ def latency_id(subject: str, config: str, threads: int, seq_len: int) -> str:
     """A latency row's id in a bench file: `latency:SUBJECT:CONFIG:tTHREADS:sSEQ`, CONFIG being
     `task:NAME` or `all_tasks`; a measurement adds `:p50_ms` / `:p90_ms`, a file its prefix."""
     return f"latency:{subject}:{config}:t{threads}:s{seq_len}"
+
+
+def measurement_id(prefix: str, kind: str, subject: str, *parts: str) -> str:
+    """A report measurement's id: `PREFIX KIND:SUBJECT[:PART...]`, KIND being size, memory,
+    swap_ms, accuracy or ceiling (e.g. `size:pals/executorch:total_bytes`); PREFIX is "" for
+    the first host file, `hostN:` for the others."""
+    return ":".join([f"{prefix}{kind}", subject, *parts])
+
 RESULT_KEYS = ("runtime", "config", "threads", "seq_len", "p50_ms", "p90_ms", "runs")
 MAP_KEYS = ("bundle", "load_ms", "swap_ms", "memory_rss_bytes")
 

@@ -12,17 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.errors import BenchError
 from bench.schema import ALL_TASKS
 from export.manifest import Manifest, read_manifest
-from trainer.checkpoint import read_json, resolve_model_dir, separate_models
-from trainer.errors import PalkitError
+from trainer.checkpoint import TRUNK_WEIGHTS, read_json, resolve_model_dir, separate_models
 from trainer.fileio import sha256_file, write_json
-from trainer.placement import placement_name
 from ui.progress import say
-
-
-class BenchError(PalkitError, ValueError):
-    """A bundle or run given to `palkit bench` cannot be benchmarked."""
 
 
 @dataclass
@@ -32,12 +27,6 @@ class ModelInfo:
     bert: dict[str, Any]
     pal: dict[str, Any] | None
     tasks: dict[str, int]  # task -> num_outputs
-
-    @property
-    def pal_layers(self) -> str:
-        if not self.pal:
-            return "none"
-        return placement_name(self.pal["layers"], int(self.bert["num_hidden_layers"]))
 
 
 @dataclass
@@ -52,12 +41,15 @@ class Subject:
     sizes: dict[str, Any]
     vocab_size: int
     all_tasks: dict[str, Any] | None = None
-    pal_layers: str = "none"
+    pal_layers: tuple[int, ...] = ()  # the trunk layers with a PAL (the report names them)
+    num_layers: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    trust_key: Path | None = None   # bundles are refused unless signed by it
 
     def worker_subject(self) -> dict[str, Any]:
         return {"name": self.name, "runtime": self.runtime, "vocab_size": self.vocab_size,
-                "tasks": self.tasks, "all_tasks": self.all_tasks}
+                "tasks": self.tasks, "all_tasks": self.all_tasks,
+                "trust_key": None if self.trust_key is None else str(self.trust_key)}
 
 
 def model_info(model_dir: Path) -> ModelInfo:
@@ -120,7 +112,7 @@ def discover(bundles: list[Path], runs: list[Path], runtimes: list[str], peers: 
     for run in runs:
         for d in run_model_dirs(run):
             info = model_info(d)
-            by_sha[sha256_file(d / "trunk" / "model.safetensors")] = info
+            by_sha[sha256_file(d / "trunk" / TRUNK_WEIGHTS)] = info
             run_models[str(d)] = info
     subjects: list[Subject] = []
     singles: dict[tuple[str, str], dict[str, _Single]] = {}
@@ -171,15 +163,14 @@ def _bundle_subjects(bundle: Path, m: Manifest, info: ModelInfo | None, runtimes
         elif program is not None:
             notes.append(f"{bundle}: its all-tasks program covers {program.tasks}, "
                          f"not all of {names}; all tasks run one after the other")
-        pal_layers = info.pal_layers if info else (
-            placement_name(m.trunk.pal["layers"], m.trunk.num_layers) if m.trunk.pal else "none")
         pal = info.pal if info else m.trunk.pal
         out.append(Subject(
             name=f"{bundle.name}/{rt}", role="pal", runtime=rt, precision=prec,
             label=f"{bundle.name} ({rt}, {prec})",
             tasks={t: {"format": "bundle", "bundle": str(bundle), "task": t} for t in names},
             models={t: info for t in names} if info else {}, sizes=sizes, vocab_size=vocab,
-            all_tasks=all_tasks, pal_layers=pal_layers,
+            all_tasks=all_tasks, pal_layers=tuple(sorted(pal["layers"])) if pal else (),
+            num_layers=m.trunk.num_layers,
             extra={"bundle_dir": str(bundle), "quantization": m.quantization,
                    "pal_heads": int(pal["heads"]) if pal else None}))
     return out
@@ -226,7 +217,7 @@ def _built_peer(peer: str, task: str, info: ModelInfo, out: Path) -> dict[str, A
     from bench import peers as P
 
     marker = out / "source.json"
-    stamp = sha256_file(info.model_dir / "trunk" / "model.safetensors")
+    stamp = sha256_file(info.model_dir / "trunk" / TRUNK_WEIGHTS)
     cached = json.loads(marker.read_text()) if marker.is_file() else {}
     if cached.get("trunk_sha256") == stamp and Path(cached["source"]["path"]).is_file():
         say(f"peer {peer}/{task}: reusing {cached['source']['path']}")

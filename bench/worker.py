@@ -1,6 +1,6 @@
 """One benchmark measurement in a fresh process: `python -m bench.worker SPEC.json OUT.json`.
 
-`cli.py bench` starts one of these per (subject, threads, sequence length) for latency, one per
+`palkit bench` starts one of these per (subject, threads, sequence length) for latency, one per
 subject for load / swap / memory, and one per thread count for the matmul ceiling, so that
 thread pools, caches and allocators of one configuration never touch another's numbers.
 
@@ -10,8 +10,6 @@ A subject is a set of task models run by one runtime:
 with SOURCE one of
     {"format": "bundle", "bundle": DIR, "task": NAME}     a palkit bundle (export/BUNDLE.md)
     {"format": "pte", "path": FILE, "inputs": "mask4d"}  a single-model .pte (peer)
-    {"format": "pte", "path": FILE, "data": PTD}          a .pte with its weights in a .ptd
-                                                          (bench/scale.py: per-task programs)
     {"format": "onnx", "path": FILE}                      a single-model .onnx (peer)
     {"format": "torch", "model_dir": DIR}                 a palkit model folder, PyTorch eager
 
@@ -36,9 +34,9 @@ import psutil
 
 from bench.schema import ALL_TASKS, percentile
 from export import engines
+from export.manifest import TEXT_INPUTS
 from export.runtime import Engine, load_bundle
 
-IO_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 
 
 def rss_bytes() -> int:
@@ -92,8 +90,8 @@ class RuntimeRunner:
     checks of every file, then Engine: the first `load` of a task is its swap); a peer's single model file
     through the same layer's loaders (export/engines.py)."""
 
-    def __init__(self, runtime: str, threads: int):
-        self.runtime, self.threads = runtime, threads
+    def __init__(self, runtime: str, threads: int, trust_key: Path | None = None):
+        self.runtime, self.threads, self.trust_key = runtime, threads, trust_key
         if runtime == "executorch":
             engines.set_executorch_threads(threads)
         self.errors = (RuntimeError,) + (engines.ort_errors() if runtime == "onnxruntime" else ())
@@ -104,7 +102,7 @@ class RuntimeRunner:
         if folder not in self.engines:
             # every task's file checked at load: ExecuTorch reads them all there (predict's
             # default), so a swap binds tensors already in memory
-            bundle = load_bundle(folder, runtime=self.runtime)
+            bundle = load_bundle(folder, runtime=self.runtime, trust_key=self.trust_key)
             self.engines[folder] = Engine(bundle, self.runtime, self.threads)
         return self.engines[folder]
 
@@ -119,8 +117,7 @@ class RuntimeRunner:
                 engine.swap(src["task"])
             self.loaded[task] = ("bundle", engine, src["task"])
         elif src["format"] == "pte":
-            data = Path(src["data"]) if src.get("data") else None
-            method = engines.load_executorch_program(Path(src["path"]), data).load_method("forward")
+            method = engines.load_executorch_program(Path(src["path"])).load_method("forward")
             self.loaded[task] = ("pte", method, src.get("inputs"))
         else:
             session = engines.ort_session(Path(src["path"]), self.threads)
@@ -129,7 +126,7 @@ class RuntimeRunner:
     def run(self, task: str, x: dict[str, Any]) -> Any:
         kind, handle, detail = self.loaded[task]
         if kind == "bundle":
-            ids, mask, types_ = (x[n] for n in IO_NAMES)
+            ids, mask, types_ = (x[n] for n in TEXT_INPUTS)
             if detail == ALL_TASKS:
                 return list(handle.run_all_ids(ids, mask, types_)[0].values())
             return handle.run_ids(detail, ids, mask, types_)[0]
@@ -141,12 +138,15 @@ class RuntimeRunner:
             mask = (1.0 - t["attention_mask"][:, None, None, :].float()) * -1e9
             args = (t["input_ids"], t["token_type_ids"], mask)
         else:
-            args = tuple(t[n] for n in IO_NAMES)
+            args = tuple(t[n] for n in TEXT_INPUTS)
         return [o.numpy() for o in handle(args)]
 
 
-def make_runner(runtime: str, threads: int) -> TorchRunner | RuntimeRunner:
-    return TorchRunner(threads) if runtime == "torch" else RuntimeRunner(runtime, threads)
+def make_runner(subject: dict[str, Any], threads: int) -> TorchRunner | RuntimeRunner:
+    if subject["runtime"] == "torch":
+        return TorchRunner(threads)
+    key = subject.get("trust_key")
+    return RuntimeRunner(subject["runtime"], threads, Path(key) if key else None)
 
 
 def _sane(outputs: Any) -> list[list[int]]:
@@ -163,7 +163,7 @@ def _sane(outputs: Any) -> list[list[int]]:
 def measure_load(spec: dict[str, Any]) -> dict[str, Any]:
     subject = spec["subject"]
     base = rss_bytes()
-    runner = make_runner(subject["runtime"], spec["threads"])
+    runner = make_runner(subject, spec["threads"])
     after_import = rss_bytes()
     tasks = list(subject["tasks"])
     x = synthetic_input(spec.get("seq_len", 128), subject["vocab_size"])
@@ -198,7 +198,7 @@ def measure_load(spec: dict[str, Any]) -> dict[str, Any]:
 def measure_program_load(spec: dict[str, Any]) -> dict[str, Any]:
     """Load only the subject's all-tasks program and run it once: all tasks resident."""
     subject = spec["subject"]
-    runner = make_runner(subject["runtime"], spec["threads"])
+    runner = make_runner(subject, spec["threads"])
     after_import = rss_bytes()
     t0 = time.perf_counter_ns()
     runner.load(ALL_TASKS, subject["all_tasks"])
@@ -237,7 +237,7 @@ def time_interleaved(fns: dict[str, Any], warmup: int, runs: int, min_seconds: f
 
 def measure_latency(spec: dict[str, Any]) -> dict[str, Any]:
     subject = spec["subject"]
-    runner = make_runner(subject["runtime"], spec["threads"])
+    runner = make_runner(subject, spec["threads"])
     tasks = list(subject["tasks"])
     for task in tasks:
         runner.load(task, subject["tasks"][task])

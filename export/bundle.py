@@ -1,4 +1,4 @@
-"""`cli.py export`: a run directory in, a verified bundle folder out (layout: export/BUNDLE.md).
+"""`palkit export`: a run directory in, a verified bundle folder out (layout: export/BUNDLE.md).
 
 The bundle is built in a temporary folder beside the target and swapped into place in one step
 (trainer/fileio.py), so a crash never leaves half a bundle, nor no bundle where one was. After
@@ -18,9 +18,9 @@ from typing import Any, Callable
 
 import torch
 
-from export.manifest import (IO, AllTasksMethod, BundleError, ExecuTorchSection, FileEntry,
-                             Manifest, OnnxRuntimeSection, TaskEntry, TokenizerSettings, Trunk,
-                             adapter_text, write_manifest)
+from export.manifest import (IO, MANIFEST_FILE, RUNTIMES, AllTasksMethod, BundleError,
+                             ExecuTorchSection, FileEntry, Manifest, OnnxRuntimeSection, TaskEntry,
+                             TokenizerSettings, Trunk, adapter_text, write_manifest)
 from export.executorch_export import adapter_of, export_order
 from export.programs import PAD_OUTPUTS
 from export.runtime import load_bundle
@@ -88,7 +88,7 @@ def runtimes_for(target: str, onnx: bool) -> list[str]:
         return ["executorch"]
     if target == "onnx":
         return ["onnxruntime"]
-    return ["executorch", "onnxruntime"] if onnx else ["executorch"]
+    return list(RUNTIMES) if onnx else ["executorch"]
 
 
 def default_max_len(model) -> int:
@@ -138,7 +138,7 @@ def check_export_target(out: Path, target: str, quant: str, overwrite: bool) -> 
         raise ExportError(f"unknown target '{target}'; use one of {', '.join(TARGETS)}")
     if quant not in ("int8", "fp32"):
         raise ExportError(f"unknown quantization '{quant}'; use int8 or fp32")
-    if out.exists() and not (out / "manifest.json").is_file():
+    if out.exists() and not (out / MANIFEST_FILE).is_file():
         raise ExportError(f"{out} exists and is not a bundle; pick another --out")
     if out.exists() and not overwrite:
         raise ExportError(f"{out} exists; pass --overwrite to replace it")
@@ -314,12 +314,22 @@ def add_adapter(run: Path, task: str, bundle_dir: Path, replace: bool = False,
     model_dir = resolve_model_dir(run)
     run_sha = check_adapter_source(run, model_dir, task, old, replace)
     model, tokenizer, _ = load_model(model_dir, [task])
-    max_len, int8 = old.manifest.tokenizer.max_length, old.manifest.int8
+    publish_task(model, tokenizer, task, bundle_dir, old.manifest, run_sha, data_dir, gate, log,
+                 sign_key)
+    log(f"added task '{task}' to {bundle_dir}")
+    return bundle_dir
+
+
+def publish_task(model, tokenizer, task: str, bundle_dir: Path, manifest: Manifest, run_sha: str,
+                 data_dir: Path | None, gate: Gate, log: Log,
+                 sign_key: Path | None = None) -> dict[str, Any]:
+    """Stage `task` of the in-memory `model` beside the bundle (stage_task), verify it, re-sign
+    when asked, and swap the stage in; returns the verification report."""
     build = staging_dir(bundle_dir)
     try:
-        stage_task(model, tokenizer, task, bundle_dir, old.manifest, run_sha, build, log)
-        report = verify_bundle(build, model, tokenizer, max_len, data_dir, int8, gate, [task],
-                               log=log)
+        stage_task(model, tokenizer, task, bundle_dir, manifest, run_sha, build, log)
+        report = verify_bundle(build, model, tokenizer, manifest.tokenizer.max_length, data_dir,
+                               manifest.int8, gate, [task], log=log)
         if not report["passed"]:
             raise ExportError(f"{summary(report)} (the shared trunk cannot change here: "
                               "re-export the bundle to let the fallback keep layers in float)")
@@ -331,8 +341,7 @@ def add_adapter(run: Path, task: str, bundle_dir: Path, replace: bool = False,
         replace_dir(build, bundle_dir)
     finally:
         remove_tree(build)
-    log(f"added task '{task}' to {bundle_dir}")
-    return bundle_dir
+    return report
 
 
 def stage_task(model, tokenizer, task: str, bundle_dir: Path, manifest: Manifest, run_sha: str,
@@ -433,7 +442,7 @@ def stage_bundle(bundle_dir: Path, build: Path, new: dict[str, str]) -> None:
     for src in sorted(p for p in bundle_dir.rglob("*") if p.is_file()):
         rel = src.relative_to(bundle_dir).as_posix()
         # rewritten for the new bundle (model.sig too: signing must not write through a link)
-        if rel in new or rel in ("manifest.json", "verify.json", SIGNATURE_FILE):
+        if rel in new or rel in (MANIFEST_FILE, "verify.json", SIGNATURE_FILE):
             continue
         dst = build / rel
         dst.parent.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,5 @@
-"""`palkit export`, `predict`, `demo`: the export package's commands (parsing only).
+"""`palkit export`, `predict`, `demo`, `evaluate`, `results`, `verify`, `keygen`: the export
+package's commands (parsing only).
 
 The work is in bundle.py (export) and runtime.py (running a bundle), imported inside each command.
 """
@@ -11,9 +12,10 @@ from typing import TYPE_CHECKING, Annotated, Literal, Optional
 
 import typer
 
+from export.gate_limits import DEFAULT_MAX_DROP, MAX_FLOAT_LAYERS
 from trainer.errors import PalkitError
-from trainer.options import (SCORING, DataDirOption, RuntimeOption, ThreadsOption,
-                             TrustKeyOption)
+from export.options import RuntimeOption, ThreadsOption
+from trainer.options import SCORING, DataDirOption, TrustKeyOption
 
 if TYPE_CHECKING:
     from export.runtime import Bundle, Engine
@@ -41,8 +43,7 @@ def _comma_list(values: list[str] | None) -> list[str] | None:
              "android --out bundles/default")
 def export(
     run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="a run directory or model "
-                                            "folder; a --mode separate run gives one bundle per "
-                                            "model under --out")],
+                                            "folder (a --mode separate run: a bundle per model)")],
     target: Annotated[Literal["android", "executorch", "onnx"], typer.Option(
         help="android: ExecuTorch + ONNX Runtime files; or one runtime")] = "android",
     quant: Annotated[Literal["int8", "fp32"], typer.Option()] = "int8",
@@ -66,9 +67,9 @@ def export(
         help="ExecuTorch, several tasks: also write all_tasks.pte (forward_all: every task "
         "on one input in one call; about a minute more of export)")] = True,
     max_drop: Annotated[float, typer.Option(
-        help="int8: refuse when the 95% interval of a task's metric change (accuracy, or "
-        "Pearson x 100; paired bootstrap over the whole dev split) allows a drop of more than "
-        "this many points, after keeping up to 4 of the worst layers in float")] = 1.0,
+        help="int8: refuse when the 95% interval of a task's metric change (accuracy, or Pearson x "
+        "100; paired bootstrap over the whole dev split) allows a drop of more than this many "
+        f"points, with up to {MAX_FLOAT_LAYERS} worst layers kept in float")] = DEFAULT_MAX_DROP,
     min_agreement: Annotated[Optional[float], typer.Option(
         help="int8: also refuse when even the upper end of the 95% interval of the agreement "
         "with PyTorch fp32 predictions is below this (default: off with dev labels, where "
@@ -140,14 +141,14 @@ def _import_runtime(runtime: str) -> float:
     return (time.perf_counter() - t0) * 1000
 
 
-def _open_bundle(folder: Path, runtime: str | None,
-                 tasks: list[str] | None) -> tuple["Bundle", float]:
+def _open_bundle(folder: Path, runtime: str | None, tasks: list[str] | None,
+                 trust_key: Path | None) -> tuple["Bundle", float]:
     """Check the bundle (signature when a key is trusted, manifest, the files of `runtime` and
     `tasks`) without importing any runtime; returns it and the milliseconds it took."""
     from export.runtime import load_bundle
 
     t0 = time.perf_counter()
-    loaded = load_bundle(folder, runtime=runtime, tasks=tasks)
+    loaded = load_bundle(folder, runtime=runtime, tasks=tasks, trust_key=trust_key)
     return loaded, (time.perf_counter() - t0) * 1000
 
 
@@ -188,7 +189,7 @@ def predict(
     if (task is None) == (not all_):
         raise InputError("give exactly one of --task NAME and --all")
     given = check_texts(texts)
-    loaded, check_ms = _open_bundle(bundle, runtime, None if all_ else [task])
+    loaded, check_ms = _open_bundle(bundle, runtime, None if all_ else [task], trust_key)
     if all_:
         chosen, skipped = tasks_for(loaded.tasks.values(), given)
         if not chosen:
@@ -233,7 +234,7 @@ def demo(
     """
     from export.demo import run_demo
 
-    loaded, check_ms = _open_bundle(bundle, runtime, None)
+    loaded, check_ms = _open_bundle(bundle, runtime, None, trust_key)
     engine, load_ms, import_ms = _start_engine(loaded, runtime, threads)
     run_demo(engine, load_ms + check_ms, import_ms)
 
@@ -265,7 +266,8 @@ def evaluate(
 
     if not target.exists():
         raise PalkitError(f"{target}: not found; give a run directory, a model folder or a bundle")
-    result = score_target(target, resolve_data_dir(data_dir), split, max_len, max_examples, runtime)
+    result = score_target(target, resolve_data_dir(data_dir), split, max_len, max_examples, runtime,
+                          trust_key)
     metrics_table(result, f"{target} · {split}" + (f" · {runtime}" if runtime else ""))
     if out:
         write_json(out, result)
@@ -280,13 +282,14 @@ def results(
     as_out: Annotated[Optional[str], typer.Option(
         help="the --out to quote in the recorded command (default RUN)")] = None,
     data_dir: DataDirOption = None,
-    results_file: Annotated[Path, typer.Option("--results", help="JSON file to update")] =
-        Path("results/accuracy.json"),
+    results_file: Annotated[Path, typer.Option("--results", help="JSON file to update (the "
+                            "committed record: results/accuracy.json)")] =
+        Path("runs/results/accuracy.json"),
     bundle: Annotated[Optional[Path], typer.Option(
         help="an exported bundle holding this run's (single) task: record its adapter blob's "
              "bytes per runtime as adapter_bytes")] = None,
 ) -> None:
-    """Score a finished run on dev and test into results/accuracy.json and its Markdown table."""
+    """Score a finished run on dev and test into a results table (JSON and its Markdown)."""
     from trainer.data import resolve_data_dir
     from export.manifest import read_manifest
     from trainer.results import canonical_command, record, run_facts

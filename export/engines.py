@@ -17,19 +17,27 @@ import types
 import warnings
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from export.manifest import BundleError, TaskEntry
+from export.manifest import BundleError, Manifest, TaskEntry
 from ui.quiet import native_stderr_filtered
 
-if TYPE_CHECKING:
-    from export.runtime import Bundle
+
+class BundleFiles(Protocol):
+    """What a runner needs of a bundle (export/runtime.py's Bundle is one): its folder and
+    manifest, its tasks by name, and each file's path once checked against the manifest."""
+    folder: Path
+    manifest: Manifest
+    tasks: dict[str, TaskEntry]
+    checked: set[str]
+
+    def path(self, rel: str, owner: str = "file") -> Path: ...
 
 
 class TaskRunner(ABC):
-    def __init__(self, bundle: "Bundle", threads: int | None):
+    def __init__(self, bundle: BundleFiles, threads: int | None):
         self.bundle = bundle
         self.threads = threads
 
@@ -105,7 +113,8 @@ def set_executorch_threads(n: int) -> None:
 
 def load_executorch_program(pte: Path, data: Path | None = None) -> Any:
     """A program loaded with InternalConsistency verification: a mutated program is refused
-    instead of crashing the process (docs/runtime-crashes.md); the check costs nothing measurable.
+    instead of crashing the process (docs/records/runtime-crashes.md); the check costs nothing
+    measurable.
     Raises RuntimeError (the pybindings' error, with its code) for a file it cannot load."""
     global _executorch_programs_loaded
     lib = executorch_lib()
@@ -150,7 +159,7 @@ class ExecuTorchRunner(TaskRunner):
     the other. The programs do not plan memory for their inputs: a method reads the tensors
     where they lie, nothing is copied per call (export/executorch_export.py)."""
 
-    def __init__(self, bundle: "Bundle", threads: int | None):
+    def __init__(self, bundle: BundleFiles, threads: int | None):
         super().__init__(bundle, threads)
         with native_stderr_filtered():  # the threadpool's start-up lines
             if threads:
@@ -287,7 +296,7 @@ def _torch_inputs(*arrays: np.ndarray) -> tuple[Any, ...]:
 class OnnxRuntimeRunner(TaskRunner):
     """One session on trunk.onnx; each task is a LoraAdapter applied through RunOptions."""
 
-    def __init__(self, bundle: "Bundle", threads: int | None):
+    def __init__(self, bundle: BundleFiles, threads: int | None):
         import onnxruntime as ort
 
         super().__init__(bundle, threads)

@@ -10,18 +10,21 @@ from ui.progress import track
 
 
 def score_target(target: Path, data_dir: Path, split: str, max_len: int | None,
-                 max_examples: int | None, runtime: str | None) -> dict[str, Any]:
-    """Metrics (fractions) of a bundle folder (run by its runtime) or of a training run."""
+                 max_examples: int | None, runtime: str | None,
+                 trust_key: Path | None = None) -> dict[str, Any]:
+    """Metrics (fractions) of a bundle folder (run by its runtime, its signature checked
+    against `trust_key` when given) or of a training run."""
     from export.manifest import MANIFEST_FILE
     from trainer.scoring import score_run
 
     if (target / MANIFEST_FILE).is_file():
-        return evaluate_bundle(target, data_dir, split, max_examples, runtime)
+        return evaluate_bundle(target, data_dir, split, max_examples, runtime, trust_key)
     return score_run(target, data_dir, split, max_len, max_examples)
 
 
 def evaluate_bundle(bundle: str | Path, data_dir: Path, split: str,
-                    max_examples: int | None = None, runtime: str | None = None) -> dict[str, Any]:
+                    max_examples: int | None = None, runtime: str | None = None,
+                    trust_key: Path | None = None) -> dict[str, Any]:
     """Metrics of the exported artifacts as run by the runtime (same keys as evaluate_model_dir)."""
     import torch
 
@@ -29,7 +32,7 @@ def evaluate_bundle(bundle: str | Path, data_dir: Path, split: str,
     from trainer.metrics import average_score, task_metrics
     from trainer.tasks import TaskSpec
 
-    b = load_bundle(bundle, runtime=runtime)
+    b = load_bundle(bundle, runtime=runtime, trust_key=trust_key)
     engine = Engine(b, runtime or "")
     specs = [TaskSpec.from_dict(t.spec) for t in b.manifest.tasks]
     specs = [s for s in specs if split in s.files]

@@ -27,8 +27,8 @@ from typing import Any
 import torch
 from torch.fx.passes.infra.pass_base import PassResult
 
-from export.programs import TEXT_INPUTS, TaskSlotProgram, task_tensors
-from export.manifest import adapter_record
+from export.manifest import TEXT_INPUTS, adapter_record
+from export.programs import TaskSlotProgram, task_tensors
 from quant.weights import quantize_rows
 from trainer.model import PalBert, PalConfig
 from ui.progress import say
@@ -211,10 +211,31 @@ def infer_sequence_size(gm: torch.fx.GraphModule) -> PassResult:
     return PassResult(gm, changed)
 
 
-def lower_program(program: torch.nn.Module, name: str, out_dir: Path, int8: bool, max_len: int,
-                  calibration: list[tuple[torch.Tensor, ...]]) -> dict[str, Any]:
-    """One program with one method, `forward` (see lower_methods)."""
-    return lower_methods({"forward": (program, calibration)}, name, out_dir, int8, max_len)
+def export_method(program: torch.nn.Module, calibration: list[tuple[torch.Tensor, ...]],
+                  seq: Any, int8: bool) -> tuple[Any, dict[str, str]]:
+    """One method exported with a dynamic sequence length (the text inputs' dim 1; further
+    inputs keep their shapes), int8 embeddings and linears when `int8`, and its trunk
+    constants tagged into trunk.ptd; returns it and its constants' owners."""
+    from quant import xnnpack as q
+
+    program = program.eval()
+    if int8:
+        q.quantize_embeddings(program)
+    example = calibration[0]
+    dynamic: tuple[Any, ...] = tuple({1: seq} for _ in TEXT_INPUTS)
+    if len(example) > len(TEXT_INPUTS):  # a TaskSlotProgram's *tensors: static shapes
+        dynamic += (tuple(None for _ in example[len(TEXT_INPUTS):]),)
+    # the converted module that pt2e re-exports takes its inputs flat
+    flat = tuple({1: seq} if i < len(TEXT_INPUTS) else None for i in range(len(example)))
+    with torch.no_grad():
+        ep = torch.export.export(program, example, dynamic_shapes=dynamic)
+        if int8:
+            ep = q.quantize_linears_pt2e(ep, calibration, flat)
+    owners = _owner_table(ep)
+    for node in ep.graph.nodes:
+        if node.op == "placeholder" and owners.get(node.name) == "trunk":
+            node.meta.setdefault("custom", {})["delegate_constant_tag"] = TRUNK_DATA
+    return ep, owners
 
 
 def lower_methods(methods: dict[str, tuple[torch.nn.Module, list[tuple[torch.Tensor, ...]]]],
@@ -230,29 +251,10 @@ def lower_methods(methods: dict[str, tuple[torch.nn.Module, list[tuple[torch.Ten
                                  to_edge_transform_and_lower)
     from executorch.exir.passes import MemoryPlanningPass
 
-    from quant import xnnpack as q
-
     seq = torch.export.Dim("seq", min=2, max=max_len)
     eps, owners = {}, {}
     for method, (program, calibration) in methods.items():
-        program = program.eval()
-        if int8:
-            q.quantize_embeddings(program)
-        example = calibration[0]
-        dynamic: tuple[Any, ...] = tuple({1: seq} for _ in TEXT_INPUTS)
-        if len(example) > len(TEXT_INPUTS):  # a TaskSlotProgram's *tensors: static shapes
-            dynamic += (tuple(None for _ in example[len(TEXT_INPUTS):]),)
-        # the converted module that pt2e re-exports takes its inputs flat
-        flat = tuple({1: seq} if i < len(TEXT_INPUTS) else None for i in range(len(example)))
-        with torch.no_grad():
-            ep = torch.export.export(program, example, dynamic_shapes=dynamic)
-            if int8:
-                ep = q.quantize_linears_pt2e(ep, calibration, flat)
-        owners[method] = _owner_table(ep)
-        for node in ep.graph.nodes:
-            if node.op == "placeholder" and owners[method].get(node.name) == "trunk":
-                node.meta.setdefault("custom", {})["delegate_constant_tag"] = TRUNK_DATA
-        eps[method] = ep
+        eps[method], owners[method] = export_method(program, calibration, seq, int8)
     owned = {n: o for table in owners.values() for n, o in table.items()}
 
     def external(node: torch.fx.Node) -> str | None:

@@ -31,8 +31,8 @@ RUNTIMES = ("executorch", "onnxruntime")
 TRUNK_PAL = "trunk.pal"
 # The text inputs and the output every program and graph has (a task's result: the first
 # num_outputs columns); ExecuTorch's task weights follow as further inputs (task_inputs).
-IO = {"inputs": [{"name": n, "dtype": "int64", "shape": [1, "seq"]}
-                 for n in ("input_ids", "attention_mask", "token_type_ids")],
+TEXT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+IO = {"inputs": [{"name": n, "dtype": "int64", "shape": [1, "seq"]} for n in TEXT_INPUTS],
       "outputs": [{"name": "logits", "dtype": "float32", "shape": [1, "output_columns"]}]}
 
 

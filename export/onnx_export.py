@@ -25,7 +25,8 @@ import numpy as np
 import torch
 
 from export import onnx_ops
-from export.programs import TEXT_INPUTS, SwappableTrunk, adapter_tensors
+from export.manifest import TEXT_INPUTS
+from export.programs import SwappableTrunk, adapter_tensors
 from trainer.model import PalBert, PalConfig
 
 OPSET = 17

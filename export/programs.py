@@ -3,8 +3,6 @@
 * `TaskSlotProgram`: the bundle's one ExecuTorch program. Every task-specific Linear is a
   `BmmLinear` whose matrix and bias are method inputs (a task's weights file, `task_tensors`),
   so one lowering serves every task; `tasks` > 1 runs that many tasks stacked on one input.
-* `TaskProgram` / `AllTasksProgram`: one task / every task with its weights inside the program
-  (the compute-sharing study lowers these to compare graph variants; bundles do not).
 * `SwappableTrunk`: the ONNX graph. The task's PAL and head are the same modules with each
   nn.Linear replaced by a `GivenLinear` (the same x·W + b) whose matrix and bias come in as graph
   inputs, so one graph serves every task; a PAL attention's query/key/value are one GivenLinear
@@ -30,48 +28,11 @@ from trainer.model import (PalBert, PalConfig, ProjectedAttention, TaskAdapter, 
 # Fixed width of the ONNX output: the trunk file must not depend on which tasks a bundle holds.
 PAD_OUTPUTS = 16
 SLOT = "task"  # the adapter/head name inside the swappable graph
-TEXT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-
-
-def model_with_tasks(model: PalBert, tasks: list[str]) -> PalBert:
-    """A deep copy of `model` holding only `tasks`' adapters and heads (in that order)."""
-    m = copy.copy(model)
-    m._modules = dict(model._modules)
-    m.adapters = nn.ModuleDict({t: model.adapters[t] for t in tasks if t in model.adapters})
-    m.heads = nn.ModuleDict({t: model.heads[t] for t in tasks})
-    m.tasks = {t: model.tasks[t] for t in tasks}
-    return copy.deepcopy(m).eval()
 
 
 def task_outputs(spec, raw: torch.Tensor) -> torch.Tensor:
     """What a program returns for a task: class logits, or the regression score as [B, 1]."""
     return regression_score(spec, raw)[:, None] if spec.is_regression else raw
-
-
-class TaskProgram(nn.Module):
-    def __init__(self, model: PalBert, task: str):
-        super().__init__()
-        self.model = model_with_tasks(model, [task])
-        self.task = task
-        self.spec = model.tasks[task]
-
-    def forward(self, input_ids, attention_mask, token_type_ids):
-        return task_outputs(self.spec, self.model(input_ids, attention_mask, token_type_ids,
-                                                  self.task))
-
-
-class AllTasksProgram(nn.Module):
-    """Every task on one input (PalBert.forward_all): one output per task, in `tasks` order.
-    The trunk is in the program once, so all tasks are resident for about the memory of one."""
-
-    def __init__(self, model: PalBert, tasks: list[str]):
-        super().__init__()
-        self.model = model_with_tasks(model, tasks)
-        self.task_names = list(tasks)
-
-    def forward(self, input_ids, attention_mask, token_type_ids):
-        raw = self.model.forward_all(input_ids, attention_mask, token_type_ids)
-        return tuple(task_outputs(self.model.tasks[t], raw[t]) for t in self.task_names)
 
 
 def reference_outputs(model: PalBert, task: str, input_ids, attention_mask, token_type_ids):

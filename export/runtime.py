@@ -22,7 +22,8 @@ import numpy as np
 
 from export.engines import RUNNERS, TaskRunner
 from export.inputs import InputError, Texts, tasks_for
-from export.manifest import BundleError, Manifest, TaskEntry, read_manifest, safe_path
+from export.manifest import (MANIFEST_FILE, BundleError, Manifest, TaskEntry, read_manifest,
+                             safe_path)
 from export.tokenizer import Tokenizer
 from trainer.fileio import file_digest
 
@@ -55,7 +56,7 @@ class Bundle:
             return full
         want = self.manifest.files.get(rel)
         if want is None:
-            raise BundleError(f"{self.folder / 'manifest.json'}: {owner} names '{rel}', which is "
+            raise BundleError(f"{self.folder / MANIFEST_FILE}: {owner} names '{rel}', which is "
                               "not listed under 'files'; re-export the bundle")
         if not full.is_file():
             raise BundleError(f"{full}: missing ({owner}); copy the whole bundle folder again "

@@ -31,22 +31,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from export.gate_limits import DEFAULT_MAX_DROP, MAX_FLOAT_LAYERS
 from export.programs import reference_outputs
 from export.runtime import Engine, read_bundle
-from quant.weights import is_int8_table
+from quant.weights import is_int8_table, quantize_rows
 from ui.progress import say
 
 Log = Callable[[str], None]
 
 FP32_TOLERANCE = 1e-3      # max |bundle - PyTorch| allowed in fp32 outputs (typically ~1e-6)
-# Points of accuracy (Pearson x 100 for regression). At ~1,000 dev examples the paired change's
-# 95% interval is about +-0.8 point when 2% of the predictions flip, so a bundle with no real
-# loss passes; the reasoning and the measured false refusals: docs/int8-gate.md.
-DEFAULT_MAX_DROP = 1.0
 CONFIDENCE = 0.95
 RESAMPLES = 2000
 SEED = 0
-MAX_FLOAT_LAYERS = 4       # the fallback's limit: layers kept in float per runtime
 SQNR_EXAMPLES = 16         # dev examples per task replayed for the per-layer report
 ALL_TASKS_EXAMPLES = 32    # per task, through the all-tasks program (it runs every task each call)
 CLOSE = 0.5                # print the layer table once the drop bound passes this share of the limit
@@ -254,9 +250,9 @@ def is_close(r: dict[str, Any], gate: Gate) -> bool:
 # ---- where int8 hurts: per-layer SQNR ----------------------------------------------------------
 
 def fake_int8_weight(w: torch.Tensor) -> torch.Tensor:
-    """Symmetric int8 per output row ([-127, 127]): both runtimes' weight recipe."""
-    scale = (w.abs().amax(dim=1, keepdim=True) / 127).clamp(min=1e-12)
-    return (w / scale).round().clamp(-127, 127) * scale
+    """w as both runtimes' weight recipe stores it (quant/weights.py: int8 per output row)."""
+    q, scale = quantize_rows(w)
+    return q.float() * scale[:, None]
 
 
 def fake_int8_activation(x: torch.Tensor, per_token: bool, symmetric: bool = False) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""The minimal reproducers of docs/runtime-crashes.md, runnable: one-byte edits of two tiny
+"""The minimal reproducers of docs/records/runtime-crashes.md, runnable: one-byte edits of two tiny
 ExecuTorch programs (a Linear(8, 4)), each loaded in a fresh process through the public
 `executorch.runtime` API.
 

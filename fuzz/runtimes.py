@@ -19,7 +19,7 @@ export/engines.py uses). Outcomes:
   hang               no answer within --timeout seconds (killed)
 
 Each crash is shrunk to the fewest changed bytes that still crash it (one byte at a time
-restored), and recorded with its offsets so docs/runtime-crashes.md can cite it.
+restored), and recorded with its offsets so docs/records/runtime-crashes.md can cite it.
 """
 from __future__ import annotations
 
@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from export.manifest import TEXT_INPUTS
 from fuzz.parsers import merge_results
 
 STRATEGIES = ("flip8_head", "flip8_any", "truncate", "zero64")
@@ -119,8 +120,7 @@ class Loader:
                                                                          level))
             method = program.load_method(section.method)
             weights = read_task_weights(root / files["executorch"], section.task_inputs)
-            out = method((*(torch.from_numpy(self.inputs[k]) for k in
-                            ("input_ids", "attention_mask", "token_type_ids")), *weights))[0]
+            out = method((*(torch.from_numpy(self.inputs[k]) for k in TEXT_INPUTS), *weights))[0]
             return np.asarray(out).ravel().tolist()
         opts = self.ort.SessionOptions()
         opts.log_severity_level = 4

@@ -105,7 +105,7 @@ class ManifestTarget:
         self.seed = json.loads((SEEDS / "manifest" / "real.json").read_text())
 
     def __call__(self, data: bytes) -> None:
-        (self.folder / "manifest.json").write_bytes(structured_or_raw(data, self.seed))
+        (self.folder / self.m.MANIFEST_FILE).write_bytes(structured_or_raw(data, self.seed))
         m = self.m.read_manifest(self.folder)
         needed = m.files_for()
         for rel, owner in needed.items():

@@ -29,8 +29,7 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO" || exit 1
 PY=$(command -v python3 || command -v python)   # the lent image's python3 holds torch
 OLD_COMMIT=${OLD_COMMIT:-fd92c7a}     # the trainer whose batches were collated on the host
-# studies/carry.py moves to lab/carry.py on another branch: use whichever this tree has
-CARRY=$([ -f lab/carry.py ] && echo lab.carry || echo studies.carry)
+CARRY=lab.carry
 
 # The converged study's cells that have no captured test score yet (results/converged.md), most
 # wanted first: `palkit study` starts them in this order, --parallel at a time.

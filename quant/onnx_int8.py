@@ -35,8 +35,9 @@ import hashlib
 from pathlib import Path
 
 import numpy as np
+import torch
 
-from quant.weights import is_int8_table
+from quant.weights import is_int8_table, quantize_rows
 
 MS = "com.microsoft"
 SCHEME = ("linears (trunk MatMuls and task adapters): int8 weights, symmetric per output column, "
@@ -75,11 +76,13 @@ def float_initializers(model, float_weights: dict[str, np.ndarray]) -> set[str]:
 
 
 def int8_rows(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric int8 ([-127, 127]) with one fp32 scale per slice along `axis` (kept as a
+    """quant/weights.py's per-row int8 with one fp32 scale per slice along `axis` (kept as a
     size-1 dimension elsewhere)."""
-    other = tuple(i for i in range(w.ndim) if i != axis)
-    scale = np.maximum(np.abs(w).max(axis=other, keepdims=True) / 127, 1e-12).astype(np.float32)
-    return np.clip(np.round(w / scale), -127, 127).astype(np.int8), scale
+    rows = np.moveaxis(w, axis, 0)
+    q, scale = quantize_rows(torch.from_numpy(rows.reshape(len(rows), -1).copy()))  # writable
+    shape = [1] * w.ndim
+    shape[axis] = -1
+    return np.moveaxis(q.numpy().reshape(rows.shape), 0, axis), scale.numpy().reshape(shape)
 
 
 class _Rewrite:
@@ -288,7 +291,7 @@ def quantize_trunk(src: Path, dst: Path, adapter_inputs: set[str],
                    symmetric_activations: bool = False) -> None:
     """Write the int8 graph of the fp32 `src` to `dst` (the scheme in this module's docstring;
     `symmetric_activations`: each row's range mirrored around 0 instead, the recipe before
-    asymmetric rows, kept for studies/int8_gate.py's side-by-side measurement)."""
+    asymmetric rows, kept for lab/int8_gate.py's side-by-side measurement)."""
     import onnx
 
     model = onnx.load(str(src))

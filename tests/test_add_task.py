@@ -63,7 +63,7 @@ def test_data_file_of_the_wrong_kind_is_refused(run_copy: Path, tiny_data: Path)
         "label_column": "is_duplicate", "labels": ["no", "yes"],
         "train_file": "sst/ids-sst-train.csv", "dev_file": "sst/ids-sst-dev.csv"})
     with pytest.raises(DataError, match=r"ids-sst-train.csv:1: missing column"):
-        add_task(run_copy, spec, str(tiny_data), {})
+        add_task(run_copy, spec, str(tiny_data))
     assert not (run_copy / "model" / "tasks" / "pairs").exists()
     assert not (run_copy / "added").exists()
 
@@ -256,3 +256,21 @@ def test_add_task_skips_a_malformed_row_as_training_does(run_copy: Path, tiny_da
                      "--epochs", "1", "--steps-per-epoch", "2", "--batch-size", "8"]) == 0
     assert "ids-cfimdb-train.csv:201" in capsys.readouterr().err
     assert (run_copy / "model" / "tasks" / "cfimdb" / "adapter.safetensors").is_file()
+
+
+def test_typed_options_reach_the_new_tasks_config(run_copy: Path, tiny_data: Path):
+    """A later task's placement and training options travel as AddTaskOptions into its run's
+    config; what is left None comes from the run (shape, seed) or add-task's defaults (lr)."""
+    from trainer.add_task import ADD_TASK_DEFAULTS, AddTaskOptions, task_run_config
+    from trainer.checkpoint import read_run_config
+    from trainer.tasks import BUILTIN_TASKS
+
+    run_cfg = read_run_config(run_copy)
+    options = AddTaskOptions(adapter="pal", pal_layers="top-1", epochs=2, batch_size=4)
+    cfg = task_run_config(run_copy, BUILTIN_TASKS["sst"], str(tiny_data), options)
+    assert (cfg.mode, cfg.pal_layers, cfg.epochs, cfg.batch_size) == ("pals", "top-1", 2, 4)
+    assert cfg.lr == ADD_TASK_DEFAULTS["lr"] and cfg.seed == run_cfg["seed"]
+    assert cfg.freeze_trunk and cfg.out == str(run_copy / "added" / "sst")
+    assert options.training() == {"epochs": 2, "batch_size": 4}
+    head = task_run_config(run_copy, BUILTIN_TASKS["sst"], None, AddTaskOptions(adapter="head"))
+    assert head.mode == "shared"

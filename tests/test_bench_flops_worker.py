@@ -94,13 +94,13 @@ def test_worker_runs_a_tiny_ort_peer_in_a_fresh_process(tiny_separate_run: Path,
 def test_bench_end_to_end_on_tiny_peers_writes_a_valid_file(tiny_separate_run: Path,
                                                             tiny_data: Path, tmp_path: Path,
                                                             capsys):
-    from bench.run import BenchOptions, Timing, bench
+    from bench.run import BenchOptions, LatencyBudget, bench
     from bench.schema import load_bench_file
 
     out = tmp_path / "bench.json"
     bench([], [tiny_separate_run], out, BenchOptions(
         runtimes=["onnxruntime"], peers=["ort-int8"], threads=[1], seq_lens=[16],
-        timing=Timing(1, 3, 0.0, 1.0), splits=["dev"], data_dir=tiny_data, max_examples=8,
+        timing=LatencyBudget(1, 3, 0.0, 1.0), splits=["dev"], data_dir=tiny_data, max_examples=8,
         work=tmp_path / "work", ceiling=False, rounds=2))
     data = load_bench_file(out)
     assert data["machine"]["kind"] == "host" and data["machine"]["model"]

@@ -1,5 +1,5 @@
-"""`palkit bench --scale`: both bundle formats exported and measured at T = 1, 2 on the tiny BERT
-(the JSON's shape and that its figures are the bundles' own), and the synthetic tasks."""
+"""`palkit bench --scale`: bundles exported and measured at T = 1, 2 on the tiny BERT (the JSON's
+shape and that its figures are the bundles' own), and the synthetic tasks."""
 from __future__ import annotations
 
 import json
@@ -7,9 +7,8 @@ import json
 import pytest
 import torch
 
-from bench.run import Timing
-from bench.scale import QUANTITIES, ScaleOptions, scale
-from bench.scale_export import add_synthetic_tasks
+from bench.run import LatencyBudget
+from bench.scale import QUANTITIES, ScaleOptions, add_synthetic_tasks, scale
 from trainer.checkpoint import load_model, resolve_model_dir
 
 
@@ -30,36 +29,30 @@ def test_synthetic_tasks_copy_the_runs_tasks_with_different_weights(tiny_pal_run
 
 
 @pytest.mark.slow
-def test_scale_measures_both_formats(tiny_pal_run, tmp_path):
+def test_scale_measures_bundles_of_t_tasks(tiny_pal_run, tmp_path):
     out = tmp_path / "scale.json"
-    opts = ScaleOptions(tasks=[1, 2], format1_tasks=[1], seq_len=16,
-                        timing=Timing(1, 3, 0.0, 0.5, 1), work=tmp_path / "work", timeout_s=600)
+    opts = ScaleOptions(tasks=[2, 1], seq_len=16, timing=LatencyBudget(1, 3, 0.0, 0.5, 1),
+                        work=tmp_path / "work", timeout_s=600)
     scale(tiny_pal_run, out, opts)
     data = json.loads(out.read_text())
-    assert data["schema"] == "palkit-bench-scale"
-    by = {(p["format"], p["tasks"]): p for p in data["points"]}
-    assert sorted(by) == [(1, 1), (1, 2), (2, 1), (2, 2)]
-    for key, p in by.items():
+    assert data["schema"] == "palkit-bench-scale" and data["version"] == 2
+    by = {p["tasks"]: p for p in data["points"]}
+    assert [p["tasks"] for p in data["points"]] == [1, 2]
+    for t, p in by.items():
         for q in QUANTITIES:
-            if q != "swap_p50_ms" or key[1] > 1:  # one task: nothing to swap to
-                assert p[q] is not None and p[q] > 0, (key, q)
-    assert [by[k]["extrapolated"] for k in [(1, 1), (2, 1), (2, 2)]] == [[], [], []]
-    assert set(by[1, 2]["extrapolated"]) == set(QUANTITIES)
-    # the files are the bundles' own: format 2 is the one-task program, the all-tasks program,
-    # trunk data and T task files
-    files2 = by[2, 2]["detail"]["files"]
-    assert sorted(files2) == ["all_tasks.pte", "syn01.safetensors", "syn02.safetensors",
-                              "trunk.ptd", "trunk.pte"]
-    assert by[2, 2]["bundle_bytes"] == sum(files2.values())
-    assert sorted(by[1, 1]["detail"]["files"]) == ["syn01.pte", "trunk.ptd"]
-    # format 1 beyond what was measured: one more task program's lowering and bytes per task
-    assert by[1, 2]["export_s"] == pytest.approx(2 * by[1, 1]["export_s"])
-    assert by[1, 2]["bundle_bytes"] == by[1, 1]["bundle_bytes"] + \
-        by[1, 1]["detail"]["files"]["syn01.pte"]
-    assert by[1, 1]["add_task_s"] == by[1, 1]["export_s"]
-    assert by[2, 2]["detail"]["add_task"]["task"] == "syn03"
-    assert by[2, 2]["add_task_s"] < by[1, 1]["add_task_s"]  # a file and a manifest, no lowering
-    assert [s["tasks"] for s in data["side_by_side"]] == [1]
+            if q != "swap_p50_ms" or t > 1:  # one task: nothing to swap to
+                assert p[q] is not None and p[q] > 0, (t, q)
+    # the files are the bundle's own: the one-task program, the all-tasks program, trunk data
+    # and T task files
+    files = by[2]["detail"]["files"]
+    assert sorted(files) == ["all_tasks.pte", "syn01.safetensors", "syn02.safetensors",
+                             "trunk.ptd", "trunk.pte"]
+    assert by[2]["bundle_bytes"] == sum(files.values())
+    added = by[2]["detail"]["add_task"]
+    assert added["task"] == "syn03" and added["verify_passed"]
+    assert by[2]["add_task_s"] == added["total_s"]
+    assert not (tmp_path / "work" / "T2-add-task").exists()  # the measured bundle keeps T tasks
     assert data["targets"]["memory_all_ready_T2_over_one_plus_task_tensors"] > 0
-    assert out.with_suffix(".md").read_text().startswith("# Tasks as data at scale")
+    md = out.with_suffix(".md").read_text()
+    assert md.startswith("# Tasks as data at scale") and "format 1" not in md
     assert out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"

@@ -275,14 +275,12 @@ def test_export_refuses_an_existing_bundle_without_overwrite(et_bundle, tiny_pal
     assert "nope" in err and all(t in err for t in ("sst", "quora", "sts"))
 
 
-def test_keygen_sign_verify_and_trusted_loading(et_bundle, tmp_path, capsys, monkeypatch):
+def test_keygen_sign_verify_and_trusted_loading(et_bundle, tiny_data, tmp_path, capsys,
+                                                monkeypatch):
     import shutil
 
     from export.signing import TRUST_KEY_ENV, sign_bundle
-    # --trust-key sets the variable for this process; registering it with monkeypatch (set, then
-    # delete) makes pytest remove it again after the test, whatever the CLI set.
-    monkeypatch.setenv(TRUST_KEY_ENV, "none")
-    monkeypatch.delenv(TRUST_KEY_ENV)
+    monkeypatch.delenv(TRUST_KEY_ENV, raising=False)  # the key travels as a value, not by env
     assert cli.main(["keygen", str(tmp_path / "keys")]) == 0
     private, public = tmp_path / "keys" / "palkit.key.pem", tmp_path / "keys" / "palkit.pub.pem"
     assert cli.main(["keygen", str(tmp_path / "keys")]) == 2          # never overwrites a key
@@ -291,9 +289,14 @@ def test_keygen_sign_verify_and_trusted_loading(et_bundle, tmp_path, capsys, mon
     shutil.copytree(et_bundle, bundle)
     assert cli.main(["verify", str(bundle), "--trust-key", str(public)]) == 2
     assert "not signed" in capsys.readouterr().err
+    predict = ["predict", str(bundle), "--task", "sst", "--runtime", "onnxruntime", "--json"]
+    assert cli.main([*predict, "--trust-key", str(public), "a good film"]) == 2
+    assert "not signed" in capsys.readouterr().err                     # predict reads the key
     sign_bundle(bundle, private)
     assert cli.main(["verify", str(bundle), "--trust-key", str(public)]) == 0
     assert "files match the signature" in capsys.readouterr().out
+    assert cli.main([*predict, "--trust-key", str(public), "a good film"]) == 0
+    assert json.loads(capsys.readouterr().out)["predictions"][0]["task"] == "sst"
     with open(bundle / "onnx" / "sst.onnx_adapter", "r+b") as f:   # same size, other bytes
         first = f.read(1)
         f.seek(0)
@@ -301,10 +304,12 @@ def test_keygen_sign_verify_and_trusted_loading(et_bundle, tmp_path, capsys, mon
     assert cli.main(["verify", str(bundle), "--trust-key", str(public)]) == 2
     assert "sst.onnx_adapter" in capsys.readouterr().err
     # the loaders refuse it too, naming the file, before any runtime reads it
-    assert cli.main(["predict", str(bundle), "--task", "sst", "--runtime", "onnxruntime",
-                     "--trust-key", str(public), "a good film"]) == 2
+    assert cli.main([*predict, "--trust-key", str(public), "a good film"]) == 2
     assert "sst.onnx_adapter" in capsys.readouterr().err
-    assert os.environ[TRUST_KEY_ENV] == str(public)   # what the next loaders would check
+    assert cli.main(["evaluate", str(bundle), "--runtime", "onnxruntime", "--data-dir",
+                     str(tiny_data), "--trust-key", str(public)]) == 2
+    assert "sst.onnx_adapter" in capsys.readouterr().err
+    assert TRUST_KEY_ENV not in os.environ                          # nothing set aside
 
 
 def test_help_says_what_options_are_without_type_noise(capsys, monkeypatch):

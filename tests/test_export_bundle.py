@@ -564,12 +564,12 @@ def test_bench_worker_runs_the_all_tasks_program(et_fp32, tiny_pal_run, tmp_path
 @pytest.mark.slow
 def test_bench_and_report_on_a_pal_bundle(et_fp32, tiny_pal_run, tiny_data, tmp_path):
     from bench.report import build_report
-    from bench.run import BenchOptions, Timing, bench
+    from bench.run import BenchOptions, LatencyBudget, bench
     from bench.schema import load_bench_file
 
     out = tmp_path / "bench.json"
     bench([et_fp32], [tiny_pal_run], out, BenchOptions(
-        peers=[], threads=[1], seq_lens=[8], timing=Timing(0, 2, 0.0, 0.5), splits=["dev"],
+        peers=[], threads=[1], seq_lens=[8], timing=LatencyBudget(0, 2, 0.0, 0.5), splits=["dev"],
         data_dir=tiny_data, max_examples=4, work=tmp_path / "w", ceiling=False))
     data = load_bench_file(out)
     et = data["subjects"]["et-fp32/executorch"]

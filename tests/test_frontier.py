@@ -69,14 +69,18 @@ def test_a_configuration_too_far_below_all_layer_pals_is_not_recommended(tmp_pat
 
 def test_headline_all_layer_pals_are_the_ones_with_the_trunks_heads() -> None:
     from bench.headline import pal_groups
-    subs = {"pals-annealed/executorch": {"role": "pal", "precision": "int8", "pal_layers": "all",
+    every, top = {"pal_layers": list(range(6)), "num_layers": 6}, {"pal_layers": [3, 4, 5],
+                                                                    "num_layers": 6}
+    subs = {"pals-annealed/executorch": {"role": "pal", "precision": "int8", **every,
                                          "pal_heads": 12},
-            "pals-heads-4/executorch": {"role": "pal", "precision": "int8", "pal_layers": "all",
+            "pals-heads-4/executorch": {"role": "pal", "precision": "int8", **every,
                                         "pal_heads": 4},
-            "pals-top-3/executorch": {"role": "pal", "precision": "int8", "pal_layers": "top",
+            "pals-top-3/executorch": {"role": "pal", "precision": "int8", **top,
                                       "pal_heads": 12},
-            "shared/executorch": {"role": "pal", "precision": "int8", "pal_layers": "none",
-                                  "pal_heads": None}}
+            "pals-top-1/executorch": {"role": "pal", "precision": "int8", "pal_layers": [5],
+                                      "num_layers": 6, "pal_heads": 12},
+            "shared/executorch": {"role": "pal", "precision": "int8", "pal_layers": [],
+                                  "num_layers": 6, "pal_heads": None}}
     assert pal_groups(subs) == (["pals-annealed/executorch"], ["pals-top-3/executorch"])
 
 
@@ -223,5 +227,5 @@ def test_report_says_the_later_tasks_study_is_missing(tmp_path: Path) -> None:
     report = build_report([bench], [], tmp_path / "r", None,
                           later_tasks_file=tmp_path / "absent.json")
     assert report["add_task"]["adapter"] is None
-    assert any("absent.json is missing; `python -m studies.later_tasks --work DIR` writes it" in n
+    assert any("absent.json is missing; `python -m lab.later_tasks --work DIR` writes it" in n
                for n in report["summary"]["notes"])

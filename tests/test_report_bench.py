@@ -33,10 +33,11 @@ def _rows(subject, runtime, p50_task, p50_all=None, prec="int8"):
     return rows
 
 
-def _subject(role, runtime, prec, label, sizes, mem_one, mem_all, swap, pal_layers="none",
+def _subject(role, runtime, prec, label, sizes, mem_one, mem_all, swap, pal_layers=(),
              model_dirs=None):
+    """A bench file's subject; `pal_layers`: the layer indices of a 6-layer trunk."""
     return {"role": role, "runtime": runtime, "precision": prec, "label": label,
-            "pal_layers": pal_layers, "tasks": list(TASKS), "bundle": sizes,
+            "pal_layers": list(pal_layers), "num_layers": 6, "tasks": list(TASKS), "bundle": sizes,
             "load_ms": {runtime: 50.0}, "first_result_ms": {runtime: 62.0},
             "swap_ms": {runtime: swap}, "fp32_model_dirs": model_dirs or {},
             "memory_rss_bytes": {"after_import": 100, "model_one_task": mem_one,
@@ -50,12 +51,12 @@ def host_bench(tmp: Path) -> dict:
                                    {"trunk_bytes": 22_000_000,
                                     "adapter_bytes": {t: 400_000 for t in TASKS},
                                     "total_bytes": 23_200_000}, 30_000_000, 33_000_000, 4.0,
-                                   "all", {t: str(pal_run / "model") for t in TASKS}),
+                                   range(6), {t: str(pal_run / "model") for t in TASKS}),
         "pal-top/executorch": _subject("pal", "executorch", "int8", "top (executorch, int8)",
                                        {"trunk_bytes": 22_000_000,
                                         "adapter_bytes": {t: 200_000 for t in TASKS},
                                         "total_bytes": 22_600_000}, 30_000_000, 32_000_000, 3.0,
-                                       "top"),
+                                       (3, 4, 5)),
         "separate/executorch/int8": _subject(
             "separate", "executorch", "int8", "separate models (executorch, int8)",
             {"trunk_bytes": {t: 22_000_000 for t in TASKS},
@@ -83,9 +84,9 @@ def host_bench(tmp: Path) -> dict:
         "accuracy": {
             "pal/executorch": {"dev": {"avg": 0.700}, "test": {"avg": 0.690}},
             "fp32:pals": {"dev": {"avg": 0.705}, "test": {"avg": 0.694},
-                          "run": str(pal_run), "kind": "joint"},
+                          "run": str(pal_run), "kind": "joint", "optimizer_steps": 400},
             "fp32:separate": {"dev": {"avg": 0.702}, "test": {"avg": 0.698},
-                              "run": str(sep_run), "kind": "separate"},
+                              "run": str(sep_run), "kind": "separate", "optimizer_steps": 1200},
         },
         "notes": ["a note from bench"],
     }
@@ -216,6 +217,36 @@ def test_size_target_is_checked_not_asserted(inputs, tmp_path: Path):
     report = build_report([host], [], tmp_path / "r3")
     t = report["targets"]["size_ratio_vs_three_separate"]
     assert t["met"] is True and math.isclose(t["value"], 23.2 / 66.3)
+
+
+def test_placements_come_from_layer_indices_and_only_all_layers_is_the_headline(tmp_path: Path):
+    """A bundle with PALs in the top layer only, or in layers 3,4,5, is never the all-layer PAL
+    headline, however it is named; 3,4,5 of a 6-layer trunk is its top half."""
+    data = host_bench(tmp_path)
+    data["subjects"]["pal/executorch"]["pal_layers"] = [5]                 # top-1
+    path = tmp_path / "h.json"
+    path.write_text(json.dumps(data))
+    report = build_report([path], [], tmp_path / "r", tmp_path / "s.json")
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["latency_ratio_pal_vs_plain"] is None
+    assert summary["all_tasks_ratio_all_layers"] is None
+    assert math.isclose(summary["all_tasks_ratio_top_half"], 20.0 / 12.5)
+    assert any(n.startswith("no all-layer PAL bundle") and "pal/executorch (placement top-1)" in n
+               and "pal-top/executorch (placement top)" in n for n in summary["notes"])
+    assert report["targets"]["latency_ratio_pal_vs_plain"]["met"] is None
+
+
+def test_report_says_the_flop_floor_and_unequal_budgets_beside_their_targets(inputs,
+                                                                             tmp_path: Path):
+    host, _ = inputs
+    report = build_report([host], [], tmp_path / "r")
+    gap = report["targets"]["accuracy_gap_pal_int8_vs_separate_fp32"]
+    assert gap["context"] == ("unequal budgets: the joint run took 400 optimizer steps for all "
+                              "its tasks, the separate models 1,200 in all")
+    floor = report["targets"]["latency_ratio_pal_vs_plain"]["context"]
+    assert floor.startswith("its matrix-multiply FLOP floor is ")
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert gap["context"] in md and floor in md
 
 
 def test_missed_target_and_missing_parts_are_said(tmp_path: Path):

@@ -68,3 +68,26 @@ def test_running_a_bundle_imports_neither_transformers_nor_the_compiler():
                          timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def _palkit_imports(path: Path) -> set[str]:
+    """The palkit modules a source file imports, at top level or inside functions."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+    return found
+
+
+@pytest.mark.parametrize("lower, upper", [("export/engines.py", "export.runtime"),
+                                          ("bench/peers.py", "bench.subjects")])
+def test_no_import_circle(lower: str, upper: str):
+    """The runners do not import the bundle loader that imports them, nor the peers the subject
+    finder that imports them: each pair imports one way only."""
+    assert not any(m == upper or m.startswith(f"{upper}.") for m in _palkit_imports(ROOT / lower))
+    upper_file = ROOT / (upper.replace(".", "/") + ".py")
+    assert lower.removesuffix(".py").replace("/", ".") in _palkit_imports(upper_file)

@@ -330,6 +330,23 @@ def test_bench_worker_checks_files_before_the_runtime(tmp_path, runtimes_stubbed
     assert str(folder / "onnx" / "sst-adapter.bin") not in runtimes_stubbed
 
 
+def test_bench_worker_checks_the_signature_with_the_key_in_its_spec(tmp_path, runtimes_stubbed,
+                                                                     monkeypatch):
+    """bench passes --trust-key to its workers in their spec: no environment variable."""
+    from bench.worker import make_runner
+
+    monkeypatch.delenv(TRUST_KEY_ENV, raising=False)
+    folder = runtime_bundle(tmp_path)
+    swap_and_repin(folder, "onnx/sst-adapter.bin", b"another adapter\n")  # hashes agree
+    subject = {"runtime": "onnxruntime", "trust_key": str(TRUSTED)}
+    with pytest.raises(SignatureError, match="manifest.json: not the signed manifest"):
+        make_runner(subject, 1).load("sst", {"format": "bundle", "bundle": str(folder),
+                                              "task": "sst"})
+    make_runner({**subject, "trust_key": None}, 1).load(
+        "sst", {"format": "bundle", "bundle": str(folder), "task": "sst"})
+    assert runtimes_stubbed  # without a key the same bundle reaches the runtime
+
+
 # ---- signing on export and when a task is added (export/bundle.py) ---------------------------
 
 @pytest.fixture(scope="module")

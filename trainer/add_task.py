@@ -8,6 +8,7 @@ one rename; the trunk and the other tasks are not touched.
 from __future__ import annotations
 
 import shutil
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from trainer.fileio import remove_tree, replace_dir, staging_dir
 from trainer.tasks import BUILTIN_TASKS, TaskSpec
 
 # Adapter-only training on a frozen trunk wants a larger step than full fine-tuning: on CFIMDB
-# (README, results) 5e-5 reached 65% dev accuracy in 400 steps, 1e-3 reached 86%.
+# (results/accuracy.md: add-task-cfimdb rows) 5e-5 reached 65% dev accuracy in 400 steps, 1e-3 86%.
 ADD_TASK_DEFAULTS = {"lr": 1e-3}
 
 # Options a new task takes from the run unless told otherwise: its PAL width and heads, so every
@@ -28,15 +29,32 @@ ADD_TASK_DEFAULTS = {"lr": 1e-3}
 SHAPE_OPTIONS = ("mode", "pal_size", "pal_heads", "pal_layers", "pal_share_projections", "max_len")
 
 
-def add_task(run: Path, spec: TaskSpec, data_dir: str | None, overrides: dict[str, Any],
-             resume: bool = False) -> Path:
-    """Train `spec` on the frozen trunk of `run`; return the new task folder. `overrides` may
-    hold "adapter" (head or pal, see adapter_options) besides the training options."""
+@dataclass(frozen=True)
+class AddTaskOptions:
+    """How `palkit add-task` trains the new task; None: the default (see each field)."""
+    adapter: str | None = None          # head | pal; None: what the run's tasks have
+    pal_layers: str | None = None       # with PALs; None: the run's placement, or all
+    epochs: int | None = None           # None: the quick preset's
+    steps_per_epoch: int | None = None  # None: the quick preset's
+    batch_size: int | None = None       # None: the quick preset's
+    lr: float | None = None             # None: ADD_TASK_DEFAULTS
+    max_len: int | None = None          # None: the run's own
+    seed: int | None = None             # None: the run's own
+
+    def training(self) -> dict[str, Any]:
+        """The training options given, as TrainConfig fields."""
+        placement = ("adapter", "pal_layers")
+        return {k: v for k, v in asdict(self).items() if v is not None and k not in placement}
+
+
+def add_task(run: Path, spec: TaskSpec, data_dir: str | None,
+             options: AddTaskOptions = AddTaskOptions(), resume: bool = False) -> Path:
+    """Train `spec` on the frozen trunk of `run`; return the new task folder."""
     from trainer.train import train
 
     run = Path(run)
     target = check_new_task(run, spec)
-    cfg = task_run_config(run, spec, data_dir, overrides)
+    cfg = task_run_config(run, spec, data_dir, options)
     # A data file of the wrong kind stops here, before anything is trained or written; malformed
     # rows are treated as training will treat them (--bad-rows).
     for split in ("train", "dev"):
@@ -94,19 +112,16 @@ def adapter_options(run_cfg: dict[str, Any], adapter: str | None,
 
 
 def task_run_config(run: Path, spec: TaskSpec, data_dir: str | None,
-                    overrides: dict[str, Any]) -> TrainConfig:
+                    options: AddTaskOptions) -> TrainConfig:
     """The small run in RUN/added/<name>: the run's PAL shape and seed, its trunk frozen."""
     run_cfg = read_run_config(run)
     custom = () if BUILTIN_TASKS.get(spec.name) == spec else (spec.to_dict(),)
-    training = {k: v for k, v in overrides.items() if v is not None}
-    placement = adapter_options(run_cfg, training.pop("adapter", None),
-                                training.pop("pal_layers", None))
     return TrainConfig(**{
         **{k: run_cfg[k] for k in SHAPE_OPTIONS},
-        **placement,
+        **adapter_options(run_cfg, options.adapter, options.pal_layers),
         "seed": run_cfg["seed"],
         **ADD_TASK_DEFAULTS,
-        **training,
+        **options.training(),
         "tasks": (spec.name,), "custom_tasks": custom,
         "base_model": str(run / "model" / "trunk"),
         "freeze_trunk": True, "tune_adapters_after": 0, "data_dir": data_dir,

@@ -131,7 +131,7 @@ def first_line(e: Exception) -> str:
 
 def check_bert_folder(folder: Path) -> None:
     """A local --base-model must hold a config and weights (transformers' own error is long)."""
-    weights = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+    weights = (TRUNK_WEIGHTS, f"{TRUNK_WEIGHTS}.index.json", "pytorch_model.bin")
     if not folder.is_dir() or not (folder / "config.json").is_file():
         raise CheckpointError(f"{folder}: not a BERT checkpoint folder (no config.json); point "
                               "--base-model at a folder saved by transformers' save_pretrained")

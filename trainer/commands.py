@@ -1,6 +1,6 @@
-"""`palkit train`, `evaluate`, `results`, `add-task`: the trainer's commands (parsing only).
+"""`palkit train`, `add-task`, `bench-train`: the trainer's commands (parsing only).
 
-The work is in train.py, evaluate.py, results.py and add_task.py, imported inside each command so
+The work is in train.py, add_task.py and profile.py, imported inside each command so
 that `palkit --help` does not load torch. `train`'s flags are built from TrainConfig's fields, so
 every training option is defined once (trainer/config.py) and reachable as a flag and in a file.
 """
@@ -119,7 +119,7 @@ def add_task(
     epochs: Annotated[Optional[int], typer.Option(help="default: the quick preset")] = None,
     steps_per_epoch: Annotated[Optional[int], typer.Option(help="default: the quick preset")] = None,
     batch_size: Annotated[Optional[int], typer.Option(help="default: the quick preset")] = None,
-    lr: Annotated[Optional[float], typer.Option(help="default 1e-3 (measured, see README)")] = None,
+    lr: Annotated[Optional[float], typer.Option(help="default 1e-3 (results/accuracy.md)")] = None,
     max_len: Annotated[Optional[int], typer.Option(help="default: the run's own")] = None,
     seed: Annotated[Optional[int], typer.Option(help="default: the run's own")] = None,
     adapter: Annotated[Optional[Literal[ADAPTERS]], typer.Option(
@@ -136,18 +136,18 @@ def add_task(
     only --task; others are described by --task-file or the description flags. A task may bring
     its own adapter (--adapter, --pal-layers) whatever the run's tasks have.
     """
+    from trainer.add_task import AddTaskOptions, task_from_options
     from trainer.add_task import add_task as run_add_task
-    from trainer.add_task import task_from_options
 
     split = (lambda s: s.split(",") if s else None)
     spec = task_from_options(task, str(task_file) if task_file else None, {
         "kind": kind, "text_columns": split(text_columns), "label_column": label_column,
         "labels": split(labels), "score_range": list(score_range) if score_range else None,
         "train_file": train_file, "dev_file": dev_file})
-    overrides = {"epochs": epochs, "steps_per_epoch": steps_per_epoch, "batch_size": batch_size,
-                 "lr": lr, "max_len": max_len, "seed": seed, "adapter": adapter,
-                 "pal_layers": pal_layers}
-    folder = run_add_task(run_dir, spec, data_dir, overrides, resume=resume)
+    options = AddTaskOptions(adapter=adapter, pal_layers=pal_layers, epochs=epochs,
+                             steps_per_epoch=steps_per_epoch, batch_size=batch_size, lr=lr,
+                             max_len=max_len, seed=seed)
+    folder = run_add_task(run_dir, spec, data_dir, options, resume=resume)
     typer.echo(f"added task '{spec.name}': {folder}")
 
 
@@ -196,7 +196,7 @@ _BENCH_OPTIONS = [
                                     "compilation)")),
     ("repeat", int, 3, typer.Option(metavar="N", help="timed passes; the entry keeps each and "
                                     "reports the median")),
-    ("results", Path, Path("results/train-speed.json"), typer.Option(
+    ("results", Path, Path("runs/results/train-speed.json"), typer.Option(
         metavar="FILE", help="JSON list to append the entry to")),
     ("machine", Optional[str], None, typer.Option(
         metavar="TEXT", help="how to name the machine in the entry (default: the device)")),

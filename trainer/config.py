@@ -16,6 +16,7 @@ from trainer import placement
 from trainer.errors import ConfigError
 
 DATA_DIR_ENV = "PALKIT_DATA_DIR"
+DATA_DIR_HELP = f"(default ${DATA_DIR_ENV}, then ../shared/data beside the repository)"
 TRUST_KEY_ENV = "PALKIT_TRUST_KEY"  # the public key bundle loaders require (export/signing.py)
 MODES = ("pals", "shared", "separate")
 # What a task added later trains on the frozen trunk (add-task --adapter): a head alone (as in
@@ -109,8 +110,8 @@ class TrainConfig:
                            STS_LOSSES)
     seed: int = option(0, "seed for init, data order and dropout", RUN)
     out: str = option("runs/default", "run directory", RUN, metavar="DIR")
-    data_dir: str | None = option(None, f"folder with sst/, quora/, sts/ (default ${DATA_DIR_ENV}, "
-                                  "then ../shared/data)", TASKS, metavar="DIR")
+    data_dir: str | None = option(None, f"folder with sst/, quora/, sts/ {DATA_DIR_HELP}", TASKS,
+                                  metavar="DIR")
     data_source: str = option("files", "files (the tab-separated files in --data-dir) or hub "
                               "(the same tasks via `datasets`: pip install '.[hub]', online)",
                               TASKS, DATA_SOURCES)

@@ -1,6 +1,6 @@
 """Tasks added later to a shipped shared trunk, by leaving each task out: results/later-tasks.*
 
-    python -m studies.later_tasks --work DIR [--data-dir DIR] [--seed 0] [--separate RUN]
+    python -m lab.later_tasks --work DIR [--data-dir DIR] [--seed 0] [--separate RUN]
 
 Every number comes from palkit's own commands, run in child processes (the log beside each run
 folder holds them), all at one budget: the quick preset with --length-buckets 64.
@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.checkpoint import TRUNK_WEIGHTS, read_training_state, separate_models
+from trainer.data import resolve_data_dir
 from trainer.fileio import write_json, write_text
 from trainer.host import machine_name
 from trainer.tasks import BUILTIN_TASKS
@@ -119,7 +120,7 @@ def task_bytes(model_dir: Path, task: str) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--work", type=Path, required=True, help="folder for the runs")
-    parser.add_argument("--data-dir", default=os.environ.get("PALKIT_DATA_DIR", "../shared/data"))
+    parser.add_argument("--data-dir", help="the task data (default: as `palkit train`'s)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--separate", type=Path, help="a finished --mode separate run to reuse")
     parser.add_argument("--results", type=Path, default=Path("results"))
@@ -127,6 +128,7 @@ def main() -> None:
                         help="launch tasks to leave out, in this order (empty: none); a second "
                              "study process on the same --work can take some of the work")
     a = parser.parse_args()
+    a.data_dir = str(resolve_data_dir(a.data_dir))
     work = a.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
 
@@ -141,7 +143,7 @@ def main() -> None:
               "budget": "quick preset (4 x 100 steps, batch 32, max length 64), "
                         "--length-buckets 64; add-task at its defaults (lr 1e-3)",
               "seed": a.seed, "machine": machine_name(), "date": time.strftime("%Y-%m-%d"),
-              "command": "python -m studies.later_tasks " + shlex.join(sys.argv[1:]),
+              "command": "python -m lab.later_tasks " + shlex.join(sys.argv[1:]),
               "trunk_bytes": trunk_bytes, "rows": []}
 
     def add_row(task: str, base: Path, adapter: str) -> None:

@@ -1,6 +1,6 @@
 """The int8 gate on a trained model: results/int8-gate.json and .md.
 
-    python -m studies.int8_gate MODEL_DIR --steps N --work DIR [--data-dir DIR] [--keep 2]
+    python -m lab.int8_gate MODEL_DIR --steps N --work DIR [--data-dir DIR] [--keep 2]
 
 0. PyTorch fp32 outputs for every dev and test example of every task (the reference).
 1. ONNX Runtime's int8 recipes (RECIPES: palkit's and the ones ONNX Runtime's quantizers offer):
@@ -32,11 +32,12 @@ import torch
 
 from export.bundle import export_run
 from export.engines import set_executorch_threads
+from export.manifest import MANIFEST_FILE
 from export.runtime import Engine, load_bundle
 from export.verify import Gate, compare, failure, reference_batched, run_task
 from quant.onnx_int8 import quantize_trunk as palkit_quantize_trunk
 from trainer.checkpoint import load_model
-from trainer.data import read_examples
+from trainer.data import read_examples, resolve_data_dir
 from trainer.fileio import write_json, write_text
 
 OFF = dict(max_drop=None, min_agreement=-1.0)  # no gate (Pearson agreement can be < 0)
@@ -297,7 +298,7 @@ def onnx_recipes(model_dir: Path, work: Path, model, splits, refs, timed) -> dic
     for i, (name, (writer, replay)) in enumerate(RECIPES.items()):
         bundles[name] = work / f"recipe-{i}"
         saved = work / f"recipe-{i}.json"
-        if (REUSE and saved.is_file() and (bundles[name] / "manifest.json").is_file()
+        if (REUSE and saved.is_file() and (bundles[name] / MANIFEST_FILE).is_file()
                 and json.loads(saved.read_text()).get("recipe") == name):  # RECIPES may change
             rows[name] = json.loads(saved.read_text())
             continue
@@ -364,7 +365,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("model_dir", type=Path)
     p.add_argument("--work", type=Path, required=True)
-    p.add_argument("--data-dir", type=Path, default=Path("../shared/data"))
+    p.add_argument("--data-dir", help="the task data (default: as `palkit train`'s)")
     p.add_argument("--keep", type=int, default=2)
     p.add_argument("--steps", type=int, required=True, help="training steps of the model")
     p.add_argument("--results", type=Path, default=Path("results"))
@@ -372,6 +373,7 @@ def main() -> None:
     p.add_argument("--recipes-only", action="store_true",
                    help="only step 1 (printed, not written to --results)")
     a = p.parse_args()
+    a.data_dir = resolve_data_dir(a.data_dir)
     global REUSE
     REUSE = a.reuse
     a.work.mkdir(parents=True, exist_ok=True)
@@ -381,7 +383,7 @@ def main() -> None:
     model, tokenizer, _ = load_model(a.model_dir)
     out: dict[str, Any] = {"model": str(a.model_dir), "training_steps": a.steps,
                            "machine": machine(), "date": time.strftime("%Y-%m-%d"),
-                           "command": "python -m studies.int8_gate " + " ".join(sys.argv[1:])}
+                           "command": "python -m lab.int8_gate " + " ".join(sys.argv[1:])}
     out["embedding_tables"] = embedding_tables(model)
     splits, refs = references(model, tokenizer, a.data_dir, a.work)
     timed = timed_input(tokenizer, splits["dev"])

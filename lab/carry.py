@@ -2,8 +2,8 @@
 `halve` writes its weights as fp16 (half the bytes), `restore` writes them back as fp32 there.
 The fp16 rounding (relative 2^-11) is the only change; training starts from the restored copy.
 
-    python -m studies.carry halve SRC_BERT_FOLDER DST
-    python -m studies.carry restore DST FOLDER_TO_TRAIN_FROM
+    python -m lab.carry halve SRC_BERT_FOLDER DST
+    python -m lab.carry restore DST FOLDER_TO_TRAIN_FROM
 """
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-WEIGHTS = "model.safetensors"
+from trainer.checkpoint import TRUNK_WEIGHTS
+
 KEEP = ("config.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt",
         "special_tokens_map.json")
 
@@ -24,9 +25,9 @@ def convert(src: Path, dst: Path, dtype: torch.dtype) -> None:
     for name in KEEP:
         if (src / name).is_file():
             shutil.copy2(src / name, dst / name)
-    tensors = load_file(src / WEIGHTS)
+    tensors = load_file(src / TRUNK_WEIGHTS)
     save_file({k: v.to(dtype) if v.is_floating_point() else v for k, v in tensors.items()},
-              dst / WEIGHTS, metadata={"format": "pt"})
+              dst / TRUNK_WEIGHTS, metadata={"format": "pt"})
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
 """Memory of the app's native path with T tasks ready: results/tasks-as-data-native-memory.*
 
-    python -m studies.native_memory SCALE_WORK [--out results/tasks-as-data-native-memory.json]
+    python -m lab.native_memory SCALE_WORK [--out results/tasks-as-data-native-memory.json]
 
-SCALE_WORK is the --work folder of `palkit bench --scale 1,3,30`, which keeps its format-2
-bundles (scale/format2-T<T>). Each bundle runs through the app's own Java core and JNI on the
+SCALE_WORK is the --work folder of `palkit bench --scale 1,3,30`, which keeps its
+bundles (scale/T<T>). Each bundle runs through the app's own Java core and JNI on the
 host (bench/native.py: a fresh JVM per bundle, every task bound when the bundle opens, each task
 run in turn). The issue's bound for T tasks is T=1's memory plus T-1 tasks' tensors as the
 runtime holds them (fp32, read from the bundle like bench --scale's `task_tensor_bytes`).
@@ -24,9 +24,10 @@ from trainer.fileio import write_json, write_text
 
 
 def measure(work: Path) -> dict[str, Any]:
-    folders = sorted((work / "scale").glob("format2-T*"), key=lambda p: int(p.name[9:]))
-    if not folders or folders[0].name != "format2-T1":
-        raise SystemExit(f"{work}/scale: no format2-T1 bundle; run `palkit bench --scale 1,...` "
+    folders = sorted((p for p in (work / "scale").glob("T*") if p.name[1:].isdigit()),
+                     key=lambda p: int(p.name[1:]))
+    if not folders or folders[0].name != "T1":
+        raise SystemExit(f"{work}/scale: no T1 bundle; run `palkit bench --scale 1,...` "
                          f"with --work {work} first")
     points = []
     for folder in folders:
@@ -47,7 +48,7 @@ def markdown(data: dict[str, Any]) -> str:
     m = data["machine"]
     lines = ["# The app's native path: memory with T tasks ready", "",
              f"Machine: {m['model']}, {m['affinity']} cores usable; {data['date']}. Command: "
-             f"`python -m {' '.join(['studies.native_memory', *data['command'][1:]])}`.", "",
+             f"`python -m {' '.join(['lab.native_memory', *data['command'][1:]])}`.", "",
              "Resident bytes of the host JVM running the app's Java core and JNI (not a phone): "
              "after the bundle's files are checked, after the first task ran (every task is "
              "bound when the bundle opens) and after each task ran in turn.", "",
