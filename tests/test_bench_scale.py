@@ -10,6 +10,7 @@ import torch
 from bench.run import Timing
 from bench.scale import QUANTITIES, ScaleOptions, scale
 from bench.scale_export import add_synthetic_tasks
+from tests.conftest import HANG_GUARD_S
 from trainer.checkpoint import load_model, resolve_model_dir
 
 
@@ -33,7 +34,8 @@ def test_synthetic_tasks_copy_the_runs_tasks_with_different_weights(tiny_pal_run
 def test_scale_measures_both_formats(tiny_pal_run, tmp_path):
     out = tmp_path / "scale.json"
     opts = ScaleOptions(tasks=[1, 2], format1_tasks=[1], seq_len=16,
-                        timing=Timing(1, 3, 0.0, 0.5, 1), work=tmp_path / "work", timeout_s=600)
+                        timing=Timing(1, 3, 0.0, 0.5, 1), work=tmp_path / "work",
+                        timeout_s=HANG_GUARD_S)
     scale(tiny_pal_run, out, opts)
     data = json.loads(out.read_text())
     assert data["schema"] == "palkit-bench-scale"

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from bench.native import native_host
+from tests.conftest import HANG_GUARD_S
 
 TEXT = "the movie was good"
 PROBE = "io.palkit.host.ThreadPoolProbe"
@@ -35,7 +36,8 @@ def probe(java: str, library_dir: Path, classes: Path, bundle: Path, try_threads
     return subprocess.run(
         [java, "-Xmx256m", "-XX:+UseSerialGC", f"-Djava.library.path={library_dir}", "-cp",
          str(classes), PROBE, str(bundle), str(try_threads), str(bench_threads), TEXT],
-        capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
+        capture_output=True, text=True, timeout=HANG_GUARD_S,
+        env={**os.environ, **(env or {})})
 
 
 def assert_pool_outlives_programs(done: subprocess.CompletedProcess, try_threads: int,
@@ -82,7 +84,7 @@ def test_no_program_runs_on_a_freed_pool_under_address_sanitizer(host_build, et_
     command = native_host().compile_command(tmp_path / "libpalkit_executorch.so")
     command[command.index(str(native_host().JNI_SOURCE))] = str(source)
     command[1:1] = ["-fsanitize=address", "-fno-omit-frame-pointer", "-g"]
-    built = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    built = subprocess.run(command, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert built.returncode == 0, built.stderr[-3000:]
     # The JVM is not built with ASan: its runtime goes first, and the JVM keeps its own signals.
     done = probe(host_build.java, tmp_path, host_build.classes, et_fp32, 2, 1,

@@ -399,7 +399,8 @@ def load_checkpoint(ckpt_dir: Path) -> Checkpoint:
     tensors = load_file(ckpt_dir / "optimizer.safetensors")
     state = TrainingState.from_dict(read_json(ckpt_dir / "state.json"),
                                     str(ckpt_dir / "state.json"))
-    metrics = (ckpt_dir / "metrics.jsonl").read_text().splitlines()
+    metrics_file = ckpt_dir / "metrics.jsonl"   # absent in the old layout (upgrade_legacy_run)
+    metrics = metrics_file.read_text().splitlines() if metrics_file.is_file() else []
     return Checkpoint(state, tensors, tensors.pop(RNG_KEY), metrics)
 
 
