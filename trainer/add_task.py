@@ -41,8 +41,8 @@ def add_task(run: Path, spec: TaskSpec, data_dir: str | None, overrides: dict[st
     if resume:
         if was_added(sub_run, run / "model" / "tasks" / spec.name):
             return run / "model" / "tasks" / spec.name   # killed after its publish: nothing to do
-        for stale in (run / "model" / "tasks").glob(f".{spec.name}.*"):   # a killed publish's
-            remove_tree(stale)
+        for stale in (run / "model" / "tasks").glob(f".{spec.name}.*"):   # a killed publish
+            remove_tree(stale)                                            # left it staged
     target = check_new_task(run, spec)
     # A data file of the wrong kind stops here, before anything is trained or written; malformed
     # rows are treated as training will treat them (--bad-rows).
