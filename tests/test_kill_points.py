@@ -110,3 +110,18 @@ def test_run_killed_in_the_old_layout_resumes_to_the_uninterrupted_run(
     (run / "last" / "best").unlink()
     train(cfg, resume=True)
     assert run_tree(run) == run_tree(uninterrupted)
+
+
+def test_separate_run_killed_in_its_second_task_resumes_to_the_uninterrupted_run(
+        tmp_path_factory, tmp_path, tiny_bert, tiny_data):
+    """--mode separate: one run per task, the second killed half-way through writing its best
+    model (before its first checkpoint), then the whole run resumed."""
+    def config(out: Path) -> TrainConfig:
+        return tiny_config(tiny_bert, tiny_data, out, mode="separate", tasks=("sst", "sts"),
+                           epochs=1, steps_per_epoch=2)
+    straight = train(config(tmp_path_factory.mktemp("separate") / "run"))
+    cfg = config(tmp_path / "run")
+    killed_at("best:2", train, cfg)
+    assert_agrees_with_last(tmp_path / "run" / "models" / "sts")
+    train(cfg, resume=True)
+    assert run_tree(tmp_path / "run") == run_tree(straight)
