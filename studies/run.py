@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -31,7 +32,8 @@ def job_commands(job: Job) -> list[list[str]]:
     """The palkit commands that make a job's results (the run's config is written beforehand)."""
     commands = []
     if job.trains and not _finished(job.out):
-        resume = ["--resume"] if (job.out / "last").exists() else []
+        # A job killed at any point, even before its first checkpoint, continues from its run.
+        resume = ["--resume"] if (job.out / "config.json").is_file() else []
         commands.append([sys.executable, CLI, "train", "--config", str(config_file(job)),
                          "--out", str(job.out), *resume])
     if job.score:
@@ -86,7 +88,8 @@ def run_study(jobs: list[Job], out: Path, parallel: int, threads_per_job: int | 
             if code is None:
                 continue
             if code != 0:
-                status[key] = f"failed ({code}); log {log_file(r.job)}"
+                why = f"killed by {signal.Signals(-code).name}" if code < 0 else str(code)
+                status[key] = f"failed ({why}); log {log_file(r.job)}"
                 say(f"study: {key} {status[key]}")
                 r.log.close()
                 del running[key]

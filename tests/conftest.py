@@ -5,18 +5,25 @@ Nothing here touches the network or ../shared/data.
 from __future__ import annotations
 
 import csv
+import hashlib
+import json
+import multiprocessing
+import os
 import random
 import shutil
 import signal
-import subprocess
-import time
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 import torch
 from transformers import BertConfig, BertModel, BertTokenizerFast
 
 from trainer.config import TrainConfig
+
+# A child process that has run this long has hung: a guard against waiting forever, far above
+# what any test's work takes on a loaded machine, so no outcome depends on speed.
+HANG_GUARD_S = 1800
 
 # Tiny models run fastest on one thread, and the tests then leave a core to whatever else runs.
 torch.set_num_threads(1)
@@ -206,12 +213,63 @@ def host_build():
     return native_host().build()
 
 
-def kill_at_first_checkpoint(victim: subprocess.Popen, run: Path) -> None:
-    """SIGKILL a training process as soon as its run has a mid-run checkpoint (RUN/last),
-    whatever it is doing then."""
-    deadline = time.time() + 240
-    while not (run / "last").exists() and victim.poll() is None:
-        assert time.time() < deadline, "no checkpoint appeared"
-        time.sleep(0.05)
-    victim.send_signal(signal.SIGKILL)
-    victim.wait()
+def killed_at(point: str, target: Callable[..., Any], *args: Any) -> None:
+    """Run target(*args) in a forked process with PALKIT_KILL_AT=point (trainer/fileio.py's
+    kill_point): the process must die there, by SIGKILL, as a `kill -9` would leave it."""
+    from trainer.fileio import KILL_ENV
+
+    def victim() -> None:
+        os.environ[KILL_ENV] = point
+        target(*args)
+
+    proc = multiprocessing.get_context("fork").Process(target=victim)
+    proc.start()
+    proc.join(timeout=HANG_GUARD_S)
+    if proc.is_alive():
+        proc.kill()
+    assert proc.exitcode == -signal.SIGKILL, f"not killed at {point} (exit code {proc.exitcode})"
+
+
+def run_tree(root: Path) -> dict[str, str]:
+    """Every path under `root` -> what it holds: a link's target (links are not followed), a
+    file's SHA-256, or for JSON the content less what differs between two equal runs: wall-clock
+    times and the folder's own path (replaced by "ROOT")."""
+    tree = {}
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = Path(folder) / name
+            key = str(path.relative_to(root))
+            if path.is_symlink():
+                tree[key] = "-> " + os.readlink(path)
+            elif path.is_dir():
+                tree[key] = "folder"
+            elif path.suffix in (".json", ".jsonl"):
+                text = path.read_text().replace(str(root), "ROOT")
+                tree[key] = json.dumps([_untimed(json.loads(line)) for line in text.splitlines()
+                                        if line.strip()] if path.suffix == ".jsonl"
+                                       else _untimed(json.loads(text)), sort_keys=True)
+            else:
+                tree[key] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return tree
+
+
+def _untimed(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _untimed(v) for k, v in value.items() if k not in ("elapsed_s", "wall_time_s")}
+    return value
+
+
+def assert_agrees_with_last(run: Path) -> None:
+    """What a reader of RUN/metrics.jsonl and RUN/model sees is what RUN/last says: one metrics
+    line per finished epoch, and the best model it names (or neither before a checkpoint)."""
+    if not (run / "last").exists():
+        assert not (run / "metrics.jsonl").exists() and not (run / "model").exists()
+        return
+    state = json.loads((run / "last" / "state.json").read_text())
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [x["global_epoch"] for x in lines] == list(range(1, state["global_epoch"] + 1))
+    if state["best"] is None:
+        assert not (run / "model").exists()
+    else:
+        summary = json.loads((run / "model" / "summary.json").read_text())
+        assert (summary["epoch"], summary["avg"]) == (state["best"]["epoch"], state["best"]["avg"])

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import HANG_GUARD_S
+
 ROOT = Path(__file__).resolve().parents[1]
 ANDROID_DEMO = ROOT / "android_demo"
 CORE = ANDROID_DEMO / "core/src/main/java"
@@ -43,10 +45,10 @@ def test_runtime_version_differences_are_worded_for_the_screen(tmp_path):
                str(APP / "src/main/java/io/palkit/demo/runtime/RuntimeVersions.java"),
                str(APP / "src/test/java/io/palkit/demo/runtime/RuntimeVersionsTest.java")]
     compiled = subprocess.run([javac, "-encoding", "UTF-8", "-d", str(tmp_path), *sources],
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert compiled.returncode == 0, compiled.stderr
     run = subprocess.run([java, "-cp", str(tmp_path), "io.palkit.demo.runtime.RuntimeVersionsTest"],
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert run.returncode == 0 and run.stdout.strip().endswith("all passed"), run.stdout
     assert run.stdout.count("PASS ") == 7
 
@@ -63,7 +65,7 @@ def test_version_catalog_follows_the_exporters_pins():
 
 def configure(build: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([_tool("cmake"), "-S", str(CMAKE_SOURCE), "-B", str(build), *args],
-                          capture_output=True, text=True, timeout=900)
+                          capture_output=True, text=True, timeout=HANG_GUARD_S)
 
 
 def test_cmake_asks_for_a_tag_or_a_source_folder(tmp_path):

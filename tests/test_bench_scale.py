@@ -9,6 +9,7 @@ import torch
 
 from bench.run import LatencyBudget
 from bench.scale import QUANTITIES, ScaleOptions, add_synthetic_tasks, scale
+from tests.conftest import HANG_GUARD_S
 from trainer.checkpoint import load_model, resolve_model_dir
 
 
@@ -32,7 +33,7 @@ def test_synthetic_tasks_copy_the_runs_tasks_with_different_weights(tiny_pal_run
 def test_scale_measures_bundles_of_t_tasks(tiny_pal_run, tmp_path):
     out = tmp_path / "scale.json"
     opts = ScaleOptions(tasks=[2, 1], seq_len=16, timing=LatencyBudget(1, 3, 0.0, 0.5, 1),
-                        work=tmp_path / "work", timeout_s=600)
+                        work=tmp_path / "work", timeout_s=HANG_GUARD_S)
     scale(tiny_pal_run, out, opts)
     data = json.loads(out.read_text())
     assert data["schema"] == "palkit-bench-scale" and data["version"] == 2

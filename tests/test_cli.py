@@ -14,6 +14,7 @@ import typer
 
 import cli
 from bench.commands import DEFAULT_BENCH_OUT, DEFAULT_REPORT_OUT
+from tests.conftest import HANG_GUARD_S
 from trainer.config import TrainConfig, config_fields, field_default
 
 REPO = Path(__file__).resolve().parents[1]
@@ -87,7 +88,7 @@ def test_help_and_version_do_not_import_torch():
             "cli.main(['--version']); print(sorted(m for m in ('torch', 'transformers', "
             "'executorch', 'onnxruntime') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
-                          timeout=120)
+                          timeout=HANG_GUARD_S)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "[]"
     assert "palkit 0.1.0" in proc.stdout and "--pal-layers" in proc.stdout
@@ -138,7 +139,7 @@ def et_bundle(et_fp32: Path) -> Path:
 def _palkit(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "PALKIT_VERBOSE"}
     return subprocess.run([sys.executable, str(REPO / "cli.py"), *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=HANG_GUARD_S)
 
 
 def test_predict_prints_a_table_and_nothing_on_stderr(et_bundle):
@@ -200,7 +201,7 @@ def test_input_mistakes_fail_before_any_runtime_is_imported(et_bundle, tmp_path)
             "print(json.dumps([out, sorted(m for m in ('torch', 'executorch', 'onnxruntime') "
             "if m in sys.modules)]))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
-                          timeout=120)
+                          timeout=HANG_GUARD_S)
     assert proc.returncode == 0, proc.stderr
     results, imported = json.loads(proc.stdout.strip().splitlines()[-1])
     for (argv, want), (status, err) in zip(calls, results):

@@ -53,15 +53,12 @@ def test_replace_dir_swaps_an_existing_folder(tmp_path: Path):
     assert os.listdir(tmp_path) == ["final"]
 
 
-def test_publish_snapshot_moves_the_link_and_drops_the_old_target(tmp_path: Path):
-    for tag in ("a", "b", "b"):            # "b" twice: republishing what the link points at
-        build = tmp_path / f".{tag}.tmp"
-        build.mkdir()
-        (build / "tag.txt").write_text(tag)
-        fileio.publish_snapshot(build, tag, "link")
-        assert (tmp_path / "link" / "tag.txt").read_text() == tag
-    assert sorted(os.listdir(tmp_path)) == ["b", "link"]
-    assert os.readlink(tmp_path / "link") == "b"
+def test_point_symlink_replaces_the_link(tmp_path: Path):
+    for tag in ("a", "b", "b"):            # "b" twice: pointing it where it already points
+        (tmp_path / tag).mkdir(exist_ok=True)
+        fileio.point_symlink(tmp_path / "link", tag)
+        assert os.readlink(tmp_path / "link") == tag
+    assert sorted(os.listdir(tmp_path)) == ["a", "b", "link"]
 
 
 def test_write_vocab_refuses_gaps(tmp_path: Path):

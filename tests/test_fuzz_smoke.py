@@ -18,6 +18,7 @@ import pytest
 from fuzz.runtimes import (Loader, Mutation, campaign, classify, in_child, mutations, shrink,
                            STRATEGIES)
 from fuzz.targets import TARGETS
+from tests.conftest import HANG_GUARD_S
 
 ROOT = Path(__file__).parents[1]
 # Crashes the 200k-input campaign found in other modules' parsers (fuzz/README.md) that are still
@@ -37,7 +38,7 @@ def test_parser_fuzzer_finds_no_crash(target, tmp_path):
     out = tmp_path / "counts.json"
     proc = subprocess.run([sys.executable, "-m", "fuzz.parsers", target, "--runs", "300",
                            "--seed", "1", "--out", str(out), "--crash-dir", str(tmp_path)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+                          cwd=ROOT, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert proc.returncode == 0, proc.stderr[-2000:]
     counts = json.loads(out.read_text())
     assert counts["inputs"] == 300
@@ -95,7 +96,10 @@ class StubLoader(Loader):
                                             (4, "loaded_different")])
 def test_child_outcomes(tmp_path, first, outcome):
     (tmp_path / "f.bin").write_bytes(bytes([first, 9, 9]))
-    result = in_child(StubLoader(), tmp_path, "f.bin", None, timeout=1.0)
+    # Only the stub that sleeps a minute may reach its timeout; the others have all the time
+    # they need, so a loaded machine cannot turn them into hangs.
+    timeout = 1.0 if outcome == "hang" else HANG_GUARD_S
+    result = in_child(StubLoader(), tmp_path, "f.bin", None, timeout=timeout)
     assert classify(result, [0.5, -0.5]) == outcome
     if outcome == "crash_signal":
         assert result["signal"] == "SIGSEGV"
@@ -105,7 +109,7 @@ def test_crash_shrinks_to_the_byte_that_matters(tmp_path):
     original = bytes(64)
     m = Mutation("f.bin", "flip8_any", [[0, 2], [7, 1], [20, 5], [63, 9]])
     (tmp_path / "f.bin").write_bytes(m.apply(original))
-    small = shrink(StubLoader(), tmp_path, m, original, None, timeout=5.0)
+    small = shrink(StubLoader(), tmp_path, m, original, None, timeout=HANG_GUARD_S)
     assert small.edits == [[0, 2]]
     assert (tmp_path / "f.bin").read_bytes() == original
 
@@ -134,7 +138,8 @@ def onnx_bundle(tiny_pal_run, tiny_data, tmp_path_factory):
 
 
 def test_onnx_adapter_mutations_are_counted(onnx_bundle):
-    report = campaign(onnx_bundle, ["onnx/sst.onnx_adapter"], n=4, seed=0, timeout=60)
+    report = campaign(onnx_bundle, ["onnx/sst.onnx_adapter"], n=4, seed=0,
+                      timeout=HANG_GUARD_S)
     counts = report["files"]["onnx/sst.onnx_adapter"]
     assert set(counts) == set(STRATEGIES)
     assert all(sum(c.values()) == 1 for c in counts.values())

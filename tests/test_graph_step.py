@@ -8,12 +8,13 @@ of three tasks, and through kill -9 / --resume. Capture itself needs CUDA (last 
 from __future__ import annotations
 
 import json
+import signal
 
 import pytest
 import torch
 
-from tests.conftest import kill_at_first_checkpoint, tiny_config
-from tests.test_train import _train_cli, tensors_of
+from tests.conftest import run_tree, tiny_config
+from tests.test_train import _train_cli, finish, tensors_of
 from trainer.config import TrainConfig, parse_widths
 from trainer.sampling import epoch_task_schedule
 from trainer.train import Run, TrainingError, task_loss, train
@@ -188,11 +189,11 @@ def test_cuda_graphs_run_equals_plain_run_and_survives_kill_minus_nine(tmp_path,
     plain = _train_cli([*common, "--out", str(tmp_path / "plain")])
     static = _train_cli([*common, *every_width, "--out", str(tmp_path / "static")])
     straight = _train_cli([*common, *coarse, "--out", str(tmp_path / "straight")])
-    victim = _train_cli([*common, *coarse, "--out", str(tmp_path / "victim")])
-    kill_at_first_checkpoint(victim, tmp_path / "victim")
+    victim = _train_cli([*common, *coarse, "--out", str(tmp_path / "victim")], kill_at="step:3")
+    assert finish(victim) == -signal.SIGKILL          # mid-epoch, after the step-2 checkpoint
     resumed = _train_cli([*common, *coarse, "--out", str(tmp_path / "victim"), "--resume"])
     for proc in (plain, static, straight, resumed):
-        assert proc.wait(timeout=600) == 0, proc.stderr.read()
+        assert finish(proc) == 0
     a, b = tensors_of(tmp_path / "plain" / "last"), tensors_of(tmp_path / "static" / "last")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     c, d = tensors_of(tmp_path / "straight" / "last"), tensors_of(tmp_path / "victim" / "last")
@@ -201,6 +202,7 @@ def test_cuda_graphs_run_equals_plain_run_and_survives_kill_minus_nine(tmp_path,
     phases = [json.loads(x)["phase"] for x in (tmp_path / "victim" / "metrics.jsonl")
               .read_text().splitlines()]
     assert phases == ["joint", "joint", "tune:sst", "tune:quora", "tune:sts"]
+    assert run_tree(tmp_path / "victim") == run_tree(tmp_path / "straight")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="capture needs a CUDA device")

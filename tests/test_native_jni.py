@@ -31,6 +31,7 @@ import torch
 from bench.native import NativePathError, measure_native, native_host
 from export.runtime import Engine, load_bundle
 from export.signing import SIGNATURE_FILE, TRUST_KEY_ENV, generate_keypair, sign_bundle
+from tests.conftest import HANG_GUARD_S
 
 TEXT, PAIR = "the movie was good", "a man is running"
 TASKS = ["sst", "sts"]  # one single-text classifier, one pair regressor: both input layouts
@@ -112,7 +113,7 @@ def harness(build, *args: str, trust_key: Path | None = None) -> subprocess.Comp
     if trust_key is not None:
         env[TRUST_KEY_ENV] = str(trust_key)
     return subprocess.run(build.command(*map(str, args)), capture_output=True, text=True,
-                          timeout=300, env=env)  # a JVM under qemu starts in seconds, not ms
+                          timeout=HANG_GUARD_S, env=env)
 
 
 def refusal(done: subprocess.CompletedProcess) -> str:

@@ -27,6 +27,7 @@ import pytest
 
 from bench.native import native_host
 from test_native_jni import native_build  # noqa: F401  (a fixture: each architecture's build)
+from tests.conftest import HANG_GUARD_S
 
 TEXT = "the movie was good"
 PROBE = "io.palkit.host.ThreadPoolProbe"
@@ -37,7 +38,7 @@ def probe(build, bundle: Path, try_threads: int, bench_threads: int,
     """ThreadPoolProbe in a child JVM, so a native crash fails the test instead of pytest."""
     return subprocess.run(
         build.java_command(PROBE, str(bundle), str(try_threads), str(bench_threads), TEXT),
-        capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
+        capture_output=True, text=True, timeout=HANG_GUARD_S, env={**os.environ, **(env or {})})
 
 
 def assert_pool_outlives_programs(done: subprocess.CompletedProcess, try_threads: int,
@@ -85,7 +86,7 @@ def test_no_program_runs_on_a_freed_pool_under_address_sanitizer(native_build, e
                                             native_build.arch)
     command[command.index(str(native_host().JNI_SOURCE))] = str(source)
     command[1:1] = ["-fsanitize=address", "-fno-omit-frame-pointer", "-g"]
-    built = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    built = subprocess.run(command, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert built.returncode == 0, built.stderr[-3000:]
     # The JVM is not built with ASan: its runtime goes first, and the JVM keeps its own signals.
     done = probe(replace(native_build, library_dir=tmp_path), et_fp32, 2, 1,

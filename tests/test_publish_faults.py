@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from trainer import fileio
-from trainer.checkpoint import (Checkpoint, CheckpointError, TrainingState, load_model, optimizer_tensors,
-                                save_best, save_checkpoint)
+from trainer.checkpoint import (Checkpoint, CheckpointError, TrainingState, link_run_files,
+                                load_model, optimizer_tensors, save_best, save_checkpoint)
 
 STEPS = ("_rename", "_exchange", "_swap_link", "remove_tree")
 
@@ -50,19 +50,24 @@ def with_steps(monkeypatch, crash_at: int | None) -> dict[str, int]:
 
 
 def check_every_crash(monkeypatch, pristine: Path, work: Path, publish: Callable[[Path], None],
-                      view: Callable[[Path], Path]) -> int:
+                      view: Callable[[Path], Path | dict[str, str]]) -> int:
     """Publish into copies of `pristine`, crashing at each step; `view(folder)` is what a reader
-    opens. Returns the number of steps."""
+    opens (a folder, or its files' hashes). Returns the number of steps."""
+    def seen(folder: Path) -> dict[str, str]:
+        shown = view(folder)
+        return shown if isinstance(shown, dict) else hashes(shown)
+
     def fresh() -> Path:
         shutil.rmtree(work, ignore_errors=True)
         shutil.copytree(pristine, work, symlinks=True)
         return work
 
-    before = hashes(view(fresh()))
+    before = seen(fresh())
     with monkeypatch.context() as m:
         calls = with_steps(m, None)
         publish(fresh())
-    after, n = hashes(view(work)), calls["n"]
+    after, n = seen(work), calls["n"]
+    published = sorted(p.name for p in work.iterdir())
     assert after != before and n >= 3
     for k in range(1, n + 1):
         folder = fresh()
@@ -70,10 +75,10 @@ def check_every_crash(monkeypatch, pristine: Path, work: Path, publish: Callable
             with_steps(m, k)
             with pytest.raises(Crash):
                 publish(folder)
-        seen = hashes(view(folder))
-        assert seen in (before, after), f"crash before step {k}/{n} left a broken snapshot"
+        assert seen(folder) in (before, after), f"crash before step {k}/{n} left a broken snapshot"
         publish(folder)                                   # and a retry goes through
-        assert hashes(view(folder)) == after
+        assert seen(folder) == after
+        assert sorted(p.name for p in folder.iterdir()) == published   # nothing left behind
     return n
 
 
@@ -82,11 +87,14 @@ def model_and_tokenizer(tiny_pal_run: Path):
     return load_model(tiny_pal_run / "model")[:2]
 
 
-def checkpoint_of(model, epoch: int) -> Checkpoint:
+def checkpoint_of(model, epoch: int, best: int | None = None) -> Checkpoint:
+    """A checkpoint at the end of `epoch`, naming best-<best> and holding a line per epoch."""
     names = [n for n, _ in model.named_parameters()]
     opt = torch.optim.AdamW(model.parameters())
-    return Checkpoint(TrainingState(global_epoch=epoch), optimizer_tensors(opt, names),
-                      torch.get_rng_state())
+    state = TrainingState(global_epoch=epoch,
+                          best=None if best is None else {"avg": 0.5, "epoch": best})
+    return Checkpoint(state, optimizer_tensors(opt, names), torch.get_rng_state(),
+                      [f'{{"epoch": {e}}}' for e in range(1, epoch + 1)])
 
 
 def changed(model):
@@ -112,16 +120,36 @@ def test_training_checkpoint_survives_a_crash_at_every_step(tmp_path, monkeypatc
     assert n >= 4
 
 
-@pytest.mark.parametrize("epoch", [1, 2], ids=["same-tag", "new-tag"])
-def test_best_model_survives_a_crash_at_every_step(tmp_path, monkeypatch, model_and_tokenizer,
-                                                   epoch):
+def epoch_view(run: Path) -> dict[str, str]:
+    """What readers of a run open: the checkpoint, the best model and the metrics."""
+    files = {f"last/{k}": v for k, v in hashes(run / "last").items()}
+    files.update({f"model/{k}": v for k, v in hashes(run / "model").items()})
+    files["metrics.jsonl"] = hashlib.sha256((run / "metrics.jsonl").read_bytes()).hexdigest()
+    return files
+
+
+def test_an_epochs_best_model_and_checkpoint_appear_together_at_every_crash(
+        tmp_path, monkeypatch, model_and_tokenizer):
+    """An epoch's publish as training does it: RUN/best-0002, then the checkpoint naming it
+    and its metrics. After a crash at any step, RUN/model, RUN/last and RUN/metrics.jsonl are
+    all still epoch 1's or all epoch 2's."""
     model, tok = model_and_tokenizer
     pristine = tmp_path / "pristine"
-    save_best(pristine, 1, model, tok, None, {"avg": 0.5})
+    pristine.mkdir()
+    link_run_files(pristine)
+    save_best(pristine, 1, model, tok, None, {"avg": 0.5, "epoch": 1})
+    first = checkpoint_of(model, 1, best=1)
+    save_checkpoint(pristine, model, tok, None, first)
     new_model = changed(model)
-    check_every_crash(monkeypatch, pristine, tmp_path / "work",
-                      lambda run: save_best(run, epoch, new_model, tok, None, {"avg": 0.6}),
-                      lambda run: run / "model")
+    second = checkpoint_of(new_model, 2, best=2)
+
+    def publish_epoch_2(run: Path) -> None:
+        save_best(run, 2, new_model, tok, None, {"avg": 0.6, "epoch": 2})
+        save_checkpoint(run, new_model, tok, None, second)
+
+    check_every_crash(monkeypatch, pristine, tmp_path / "work", publish_epoch_2, epoch_view)
+    assert sorted(p.name for p in (tmp_path / "work").iterdir()) == [
+        "best-0002", "ckpt-0002-000000", "last", "metrics.jsonl", "model"]
 
 
 def test_bundle_survives_a_crash_at_every_step(tmp_path, monkeypatch, tiny_pal_run, tiny_data):

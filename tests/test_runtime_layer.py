@@ -9,6 +9,7 @@ import pytest
 
 from export import engines
 from export.manifest import BundleError
+from tests.conftest import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,7 +66,7 @@ def test_running_a_bundle_imports_neither_transformers_nor_the_compiler():
         "heavy = [m for m in ('transformers', 'executorch.exir') if m in sys.modules]\n"
         "print(heavy)\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                         timeout=300)
+                         timeout=HANG_GUARD_S)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[]"
 

@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 
 import cli
+from tests.conftest import assert_agrees_with_last, run_tree
 from studies.plan import StudyError, plan_jobs, read_study
 from trainer.checkpoint import separate_models
 from trainer.config import DATA_DIR_ENV
+from trainer.fileio import KILL_ENV
 
 TINY_STUDY = """
 [base]
@@ -118,3 +120,63 @@ def test_study_trains_scores_and_resumes(tmp_path: Path, tiny_bert: Path, tiny_d
     assert "--mode separate --steps-per-epoch 1 --out" in separate["per_seed"][0]["command"]
     markdown = table.with_suffix(".md").read_text()
     assert "| shared | 2 |" in markdown and "1 + 1 + 1" in markdown
+
+
+KILL_STUDY = """
+[base]
+epochs = 2
+steps_per_epoch = 2
+batch_size = 4
+max_len = 32
+max_eval_examples = 8
+device = "cpu"
+
+[[run]]
+name = "pals"
+options = { mode = "pals", pal_size = 8, pal_heads = 2 }
+"""
+
+
+def study_args(study: Path, out: Path, tiny_bert: Path, tiny_data: Path) -> list[str]:
+    return ["study", str(study), "--out", str(out), "--parallel", "1", "--threads-per-job", "1",
+            "--base-model", str(tiny_bert), "--data-dir", str(tiny_data)]
+
+
+def test_study_whose_job_is_killed_finishes_as_if_never_killed(
+        tmp_path: Path, tiny_bert: Path, tiny_data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job SIGKILLed (PALKIT_KILL_AT, inherited by the study's child processes) first before
+    its first checkpoint, then again between epoch 1's metrics line and its checkpoint; the
+    study started again each time. The run ends equal to an uninterrupted study's (nothing
+    lost, no epoch twice), and each split is scored once."""
+    study = write_study(tmp_path, KILL_STUDY)
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    assert cli.main(study_args(study, straight, tiny_bert, tiny_data)) == 0
+    for point in ("step:1", "metrics:1"):
+        monkeypatch.setenv(KILL_ENV, point)
+        assert cli.main(study_args(study, killed, tiny_bert, tiny_data)) == 2
+        status = json.loads((killed / "study.json").read_text())["jobs"][0]["status"]
+        assert status.startswith("failed (killed by SIGKILL); log "), status
+        assert_agrees_with_last(killed / "pals" / "seed-0")
+    monkeypatch.delenv(KILL_ENV)
+    assert cli.main(study_args(study, killed, tiny_bert, tiny_data)) == 0
+    assert run_tree(killed / "pals" / "seed-0") == run_tree(straight / "pals" / "seed-0")
+    log = (killed / "pals" / "seed-0.log").read_text().splitlines()
+    commands = [line.split()[3:] for line in log if line.startswith("$ ")]  # "$ python cli.py"
+    assert [(c[0], "--resume" in c) for c in commands] == [("train", False), ("train", True),
+                                                           ("train", True), ("evaluate", False),
+                                                           ("evaluate", False)]
+    assert [c[c.index("--split") + 1] for c in commands[3:]] == ["dev", "test"]
+    straight_row, killed_row = (study_table(out, tmp_path) for out in (straight, killed))
+    for row in (straight_row, killed_row):
+        for seed in row["per_seed"]:
+            del seed["train_s"], seed["command"]      # wall-clock time; the folder's own path
+        del row["train_min"]
+    assert killed_row == straight_row
+    assert len(killed_row["per_seed"][0]["dev_curve"]) == 2   # one point per epoch
+
+
+def study_table(out: Path, tmp_path: Path) -> dict:
+    table = tmp_path / f"{out.name}-table"
+    assert cli.main(["study-results", str(out), "--out", str(table), "--machine", "tiny"]) == 0
+    (row,) = json.loads(table.with_suffix(".json").read_text())["rows"]
+    return row

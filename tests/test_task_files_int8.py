@@ -21,6 +21,7 @@ from export.manifest import BundleError
 from export.programs import task_tensors
 from export.runtime import Engine, load_bundle
 from quant.weights import quantize_rows
+from tests.conftest import HANG_GUARD_S
 from trainer.checkpoint import load_model, resolve_model_dir
 
 TEXT, PAIR = "the movie was good", "a man is running"
@@ -155,7 +156,7 @@ def test_each_output_column_has_its_own_scale(tmp_path):
 
 def harness(build, *args) -> subprocess.CompletedProcess:
     return subprocess.run(build.command(*map(str, args)), capture_output=True, text=True,
-                          timeout=120)
+                          timeout=HANG_GUARD_S)
 
 
 def test_jni_logits_equal_the_python_runtime_for_an_int8_bundle(host_build, et_int8):

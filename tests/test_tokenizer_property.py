@@ -11,6 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from transformers import AutoTokenizer
 
+from tests.conftest import HANG_GUARD_S
+
 CORE = Path(__file__).resolve().parents[1] / "android_demo" / "core"
 TRICKY = ["", "   ", "\t\n", "naïve café", "Ünïcödé ÅÇÉ", "😀👍🏽 fine", "日本語のテキスト", "한국어",
           "a\u0000b\u200bc", "[CLS] [SEP] [MASK]", "x" * 150, "don't!!! ...?", "\u0301e",
@@ -33,7 +35,7 @@ def java_tokenizer(tmp_path_factory) -> list[str]:
     classes = tmp_path_factory.mktemp("classes")
     sources = sorted(str(p) for p in CORE.glob("src/*/java/**/*.java"))
     subprocess.run([javac, "-encoding", "UTF-8", "-d", str(classes), *sources], check=True,
-                   capture_output=True, timeout=180)
+                   capture_output=True, timeout=HANG_GUARD_S)
     return [java, "-cp", str(classes), "io.palkit.core.TokenizeFile"]
 
 
@@ -51,7 +53,8 @@ def test_java_tokenizer_matches_hugging_face(java_tokenizer, reference, tmp_path
     src, out = tmp_path / "in.json", tmp_path / "out.json"
     src.write_text(json.dumps({"cases": [{"text": a, "text_pair": b, "max_length": n}
                                          for a, b, n in cases]}), encoding="utf-8")
-    subprocess.run([*java_tokenizer, str(vocab), str(src), str(out)], check=True, timeout=120)
+    subprocess.run([*java_tokenizer, str(vocab), str(src), str(out)], check=True,
+                   timeout=HANG_GUARD_S)
     results = json.loads(out.read_text(encoding="utf-8"))["results"]
     for (a, b, n), got in zip(cases, results):
         want = hf(a, b, truncation="longest_first", max_length=n, return_token_type_ids=True)

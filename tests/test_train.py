@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -13,9 +14,11 @@ from safetensors.torch import load_file
 from transformers import BertModel
 
 import cli
-from tests.conftest import kill_at_first_checkpoint, poison_loss_at_call, tiny_config
+from tests.conftest import (HANG_GUARD_S, assert_agrees_with_last, poison_loss_at_call, run_tree,
+                            tiny_config)
 from trainer.checkpoint import load_model, sha256_file
 from trainer.config import TrainConfig, build_config
+from trainer.fileio import KILL_ENV
 from trainer.train import TrainingError, train
 
 REPO = Path(__file__).resolve().parents[1]
@@ -124,28 +127,44 @@ def test_existing_run_needs_resume_and_same_options(tmp_path, tiny_bert, tiny_da
     assert train(cfg, resume=True) == tiny_pal_run      # finished: nothing to do
 
 
-def _train_cli(args: list[str]) -> subprocess.Popen:
+def _train_cli(args: list[str], kill_at: str | None = None) -> subprocess.Popen:
+    """`palkit train ARGS` in a child process; with `kill_at`, PALKIT_KILL_AT names where it dies."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    if kill_at:
+        env[KILL_ENV] = kill_at
     return subprocess.Popen([sys.executable, str(REPO / "cli.py"), "train", *args], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
-def test_kill_minus_nine_then_resume_matches_uninterrupted_run(tmp_path, tiny_bert, tiny_data):
+def finish(proc: subprocess.Popen) -> int:
+    """Wait for a _train_cli process (reading its stderr, so a full pipe cannot stall it); its
+    exit code, with stderr shown when the test fails."""
+    _, err = proc.communicate(timeout=HANG_GUARD_S)
+    print(err[-3000:])
+    return proc.returncode
+
+
+def test_train_command_killed_between_metrics_line_and_checkpoint_resumes_exactly(
+        tmp_path, tiny_bert, tiny_data):
+    """`palkit train` end to end: SIGKILLed (PALKIT_KILL_AT) after epoch 2's metrics line was
+    made but before its checkpoint, then `--resume`d, it ends with the folder of a run never
+    killed: bitwise weights, one metrics line per epoch, the same `model` link and summary.
+    Every named kill point is covered in tests/test_kill_points.py."""
     common = ["--base-model", str(tiny_bert), "--data-dir", str(tiny_data), "--epochs", "2",
               "--steps-per-epoch", "6", "--save-every", "2", "--batch-size", "8", "--max-len",
               "32", "--pal-size", "8", "--pal-heads", "2", "--lr", "1e-3", "--device", "cpu"]
-    straight = _train_cli([*common, "--out", str(tmp_path / "straight")])
-    victim = _train_cli([*common, "--out", str(tmp_path / "victim")])
-    # Kill as soon as a mid-run checkpoint exists, whatever the process is doing then.
-    kill_at_first_checkpoint(victim, tmp_path / "victim")
-    resumed = _train_cli([*common, "--out", str(tmp_path / "victim"), "--resume"])
-    assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
-    assert straight.wait(timeout=300) == 0, straight.stderr.read()
-    a, b = tensors_of(tmp_path / "straight" / "last"), tensors_of(tmp_path / "victim" / "last")
+    straight = _train_cli([*common, "--out", str(tmp_path / "straight" / "run")])
+    victim = _train_cli([*common, "--out", str(tmp_path / "victim" / "run")], kill_at="metrics:2")
+    assert finish(victim) == -signal.SIGKILL
+    assert_agrees_with_last(tmp_path / "victim" / "run")
+    assert finish(_train_cli([*common, "--out", str(tmp_path / "victim" / "run"), "--resume"])) == 0
+    assert finish(straight) == 0
+    a, b = (tensors_of(tmp_path / run / "run" / "last") for run in ("straight", "victim"))
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ from uninterrupted"
-    lines = (tmp_path / "victim" / "metrics.jsonl").read_text().splitlines()
+    lines = (tmp_path / "victim" / "run" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["epoch"] for x in lines] == [1, 2]   # no lost or repeated epochs
+    assert run_tree(tmp_path / "victim" / "run") == run_tree(tmp_path / "straight" / "run")
 
 
 def test_nan_loss_stops_with_message_and_keeps_last_checkpoint(tmp_path, tiny_bert, tiny_data,
@@ -215,7 +234,7 @@ def test_ddp_two_processes_see_different_data_and_end_identical(tmp_path, tiny_b
          "--master_port", "29517", str(REPO / "cli.py"), "train", "--base-model", str(tiny_bert),
          "--data-dir", str(tiny_data), "--epochs", "1", "--steps-per-epoch", "3", "--batch-size",
          "4", "--max-len", "32", "--pal-size", "8", "--pal-heads", "2", "--device", "cpu",
-         "--out", str(out)], env=env, capture_output=True, text=True, timeout=300)
+         "--out", str(out)], env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert proc.returncode == 0, proc.stderr[-2000:]
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0]["world"] == 2

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from trainer.checkpoint import (CheckpointError, TRUNK_WEIGHTS, read_json, read_run_config,
-                                resolve_model_dir, separate_models, sha256_file)
+                                read_training_state, resolve_model_dir, separate_models,
+                                sha256_file)
 from trainer.config import ADAPTERS, TrainConfig
 from trainer.data import read_examples, resolve_data_dir
 from trainer.errors import ConfigError
-from trainer.fileio import remove_tree, replace_dir, staging_dir
+from trainer.fileio import kill_point, remove_tree, replace_dir, staging_dir
 from trainer.tasks import BUILTIN_TASKS, TaskSpec
 
 # Adapter-only training on a frozen trunk wants a larger step than full fine-tuning: on CFIMDB
@@ -53,15 +54,22 @@ def add_task(run: Path, spec: TaskSpec, data_dir: str | None,
     from trainer.train import train
 
     run = Path(run)
-    target = check_new_task(run, spec)
     cfg = task_run_config(run, spec, data_dir, options)
+    sub_run = Path(cfg.out)
+    if resume:
+        if was_added(sub_run, run / "model" / "tasks" / spec.name):
+            return run / "model" / "tasks" / spec.name   # killed after its publish: nothing to do
+        for stale in (run / "model" / "tasks").glob(f".{spec.name}.*"):   # a killed publish
+            remove_tree(stale)                                            # left it staged
+    target = check_new_task(run, spec)
     # A data file of the wrong kind stops here, before anything is trained or written; malformed
     # rows are treated as training will treat them (--bad-rows).
     for split in ("train", "dev"):
         read_examples(spec, resolve_data_dir(data_dir), split, cfg.bad_rows)
     trunk_file = run / "model" / "trunk" / TRUNK_WEIGHTS
     trunk_sha = sha256_file(trunk_file)
-    sub = train(cfg, resume=resume)
+    # A sub-run killed before it wrote its config is started afresh.
+    sub = train(cfg, resume=resume and (sub_run / "config.json").is_file())
     new_task = sub / "model" / "tasks" / spec.name
     if read_json(new_task / "adapter_config.json")["trunk_sha256"] != trunk_sha \
             or sha256_file(trunk_file) != trunk_sha:
@@ -70,13 +78,25 @@ def add_task(run: Path, spec: TaskSpec, data_dir: str | None,
     build = staging_dir(target)
     try:
         shutil.copytree(new_task, build, dirs_exist_ok=True)
+        kill_point("add-task")
         if target.exists():  # a concurrent add of the same name won the race
             raise CheckpointError(f"{target}: task '{spec.name}' appeared meanwhile; nothing "
                                   "was added")
         replace_dir(build, target)
     finally:
         remove_tree(build)
+    kill_point("add-task-placed")
     return target
+
+
+def was_added(sub_run: Path, target: Path) -> bool:
+    """True when `target` is the finished sub-run's task, published by an earlier add-task."""
+    new_task = sub_run / "model" / "tasks" / target.name
+    finished = (sub_run / "last").exists() and read_training_state(sub_run).finished
+    if not (target.is_dir() and finished):
+        return False
+    return all((target / f.name).is_file() and sha256_file(target / f.name) == sha256_file(f)
+               for f in new_task.iterdir())
 
 
 def check_new_task(run: Path, spec: TaskSpec) -> Path:

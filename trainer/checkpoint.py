@@ -2,30 +2,41 @@
 
     RUN/
       config.json              the resolved training config
-      metrics.jsonl            one JSON line per finished epoch
-      model -> best-NNNN/      the best checkpoint so far (a relative symlink, swapped atomically)
-        trunk/                 config.json + model.safetensors + tokenizer files (transformers loads it)
-        tasks/<name>/          adapter.safetensors (PAL + head) + adapter_config.json
-        summary.json           epoch, dev metrics, parameter counts
-      last -> ckpt-NNNN-SSSSSS/  the newest resumable checkpoint: model files plus
+      last -> ckpt-EEEE-SSSSSS/  the newest resumable checkpoint:
+        trunk/ tasks/          the model at that step
         optimizer.safetensors  AdamW's state (its state_dict, keyed by parameter name) and the
                                torch RNG state (`__rng_state__`)
         state.json             the loop's position (TrainingState)
+        metrics.jsonl          one JSON line per epoch finished by then
+        best -> ../best-EEEE   the best model by then
+      metrics.jsonl -> last/metrics.jsonl
+      model -> last/best       the best model so far:
+        trunk/                 config.json + model.safetensors + tokenizer files
+        tasks/<name>/          adapter.safetensors (PAL + head) + adapter_config.json
+        summary.json           epoch, dev metrics, parameter counts
       models/<task>/           (--mode separate) one complete single-task run per task
+
+RUN/metrics.jsonl and RUN/model are fixed links through RUN/last, so moving `last` (one rename)
+moves every file a reader opens from one checkpoint to the next together: whatever the instant of
+a crash or kill, the metrics, the best model and the checkpoint agree, and `--resume` redoes
+exactly the work the checkpoint does not hold. A best model is written as RUN/best-EEEE before
+the checkpoint that names it; folders no link reaches are deleted after each checkpoint and on
+resume.
 
 This module writes and reads every one of these files. Only safetensors and JSON are written or
 read: nothing here can execute code on load. Every file and folder is written under a temporary
-name and published with trainer/fileio.py, so a crash or a full disk never leaves a half
-checkpoint where a reader looks, and the links always resolve.
+name and put in place with trainer/fileio.py, so a full disk never leaves a half checkpoint where
+a reader looks.
 """
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from safetensors import SafetensorError
@@ -33,8 +44,8 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoTokenizer, BertConfig, BertModel
 
 from trainer.errors import ConfigError, PalkitError
-from trainer.fileio import (append_jsonl, publish_snapshot, remove_tree, sha256_file,
-                            write_json, write_vocab)
+from trainer.fileio import (kill_point, point_symlink, remove_tree, replace_dir, sha256_file,
+                            write_json, write_text, write_vocab)
 from trainer.model import PalBert, PalConfig
 from trainer.tasks import TaskSpec
 
@@ -43,6 +54,10 @@ TRUNK_WEIGHTS = "model.safetensors"
 RNG_KEY = "__rng_state__"
 # A hub id ("org/name" or "name"); anything else that does not exist is a missing folder.
 HUB_ID = r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?"
+# The run's files that resolve through RUN/last (see above).
+RUN_LINKS = {"metrics.jsonl": "last/metrics.jsonl", "model": "last/best"}
+# What tidy_run may delete: snapshots and the temporary names they are written under.
+SNAPSHOT = r"(ckpt|best)-[\d-]+|\..+\.tmp"
 
 
 class CheckpointError(PalkitError, ValueError):
@@ -70,6 +85,10 @@ def save_model(model: PalBert, tokenizer, out: Path, trunk_file: Path | None = N
     trunk_dir = out / "trunk"
     trunk_dir.mkdir(parents=True, exist_ok=True)
     model.trunk.config.save_pretrained(trunk_dir)
+    # Saved as loaded: encoding leaves its truncation in tokenizer.json (and a tokenizer loaded
+    # from that writes it into tokenizer_config.json), so a resumed run's files would differ.
+    # Every encode call sets its own truncation, so dropping it here changes nothing else.
+    tokenizer.backend_tokenizer.no_truncation()
     tokenizer.save_pretrained(trunk_dir)
     write_vocab(tokenizer, trunk_dir / "vocab.txt")
     weights = trunk_dir / TRUNK_WEIGHTS
@@ -150,7 +169,9 @@ def load_model(model_dir: Path, tasks: list[str] | None = None) -> tuple[PalBert
                               "model folder (RUN/model)?")
     trunk_sha = sha256_file(trunk_dir / TRUNK_WEIGHTS)
     trunk, tokenizer = load_trunk(trunk_dir)
-    saved = sorted(p.name for p in (model_dir / "tasks").iterdir() if p.is_dir())
+    # A hidden folder is a task still being added (trainer/add_task.py stages it there).
+    saved = sorted(p.name for p in (model_dir / "tasks").iterdir()
+                   if p.is_dir() and not p.name.startswith("."))
     unknown = [t for t in tasks or [] if t not in saved]
     if unknown:
         raise CheckpointError(f"{model_dir}: has no task {', '.join(map(repr, unknown))} (it has: "
@@ -296,50 +317,106 @@ def restore_optimizer(opt: torch.optim.Optimizer, names: list[str],
 
 @dataclass
 class Checkpoint:
-    """What RUN/last holds besides the model: the loop position, optimizer tensors, RNG state."""
+    """What RUN/last holds besides the model: the loop position, optimizer tensors, RNG state and
+    the metrics line of every epoch finished so far."""
     state: TrainingState
     optimizer: dict[str, torch.Tensor]
     rng_state: torch.Tensor
+    metrics: list[str] = field(default_factory=list)
 
 
-def save_snapshot(run: Path, tag: str, link: str, model: PalBert, tokenizer,
-                  trunk_file: Path | None, write_extra) -> None:
-    """Write the model and `write_extra(folder)` into a temporary folder, then publish it as
-    RUN/<tag> with RUN/<link> pointing at it (trainer/fileio.py: crash-safe at every step)."""
+def best_tag(epoch: int) -> str:
+    return f"best-{epoch:04d}"
+
+
+def save_snapshot(run: Path, tag: str, kind: str, model: PalBert, tokenizer,
+                  trunk_file: Path | None, write_extra: Callable[[Path], None]) -> None:
+    """Write the model and `write_extra(folder)` into a temporary folder, then put it in place as
+    RUN/<tag> (an existing RUN/<tag> is swapped for it in one step). `kind` names its kill
+    points."""
     build = run / f".{tag}.tmp"
     remove_tree(build)
     try:
         save_model(model, tokenizer, build, trunk_file)
+        kill_point(kind)
         write_extra(build)
-        publish_snapshot(build, tag, link)
+        replace_dir(build, run / tag)
     except BaseException:
         remove_tree(build)
         raise
+    kill_point(f"{kind}-placed")
 
 
 def save_checkpoint(run: Path, model: PalBert, tokenizer, trunk_file: Path | None,
                     ckpt: Checkpoint) -> None:
-    """RUN/last -> ckpt-EEEE-SSSSSS: the model, optimizer.safetensors and state.json."""
+    """RUN/last -> ckpt-EEEE-SSSSSS: the model, optimizer.safetensors, state.json, metrics.jsonl
+    and a link to the best model. Moving `last` commits all of it at once."""
     def extra(folder: Path) -> None:
         save_file({**ckpt.optimizer, RNG_KEY: ckpt.rng_state}, folder / "optimizer.safetensors")
         write_json(folder / "state.json", asdict(ckpt.state))
+        write_text(folder / "metrics.jsonl", "".join(f"{line}\n" for line in ckpt.metrics))
+        if ckpt.state.best is not None:
+            os.symlink(f"../{best_tag(ckpt.state.best['epoch'])}", folder / "best")
 
     tag = f"ckpt-{ckpt.state.global_epoch:04d}-{ckpt.state.step:06d}"
-    save_snapshot(run, tag, "last", model, tokenizer, trunk_file, extra)
+    save_snapshot(run, tag, "checkpoint", model, tokenizer, trunk_file, extra)
+    point_symlink(run / "last", tag)
+    kill_point("checkpoint-linked")
+    tidy_run(run)
 
 
 def save_best(run: Path, epoch: int, model: PalBert, tokenizer, trunk_file: Path | None,
               summary: dict[str, Any]) -> None:
-    """RUN/model -> best-EEEE: the best model so far and its summary.json."""
-    save_snapshot(run, f"best-{epoch:04d}", "model", model, tokenizer, trunk_file,
+    """RUN/best-EEEE: the best model so far and its summary.json. RUN/model reaches it once the
+    epoch's checkpoint is saved."""
+    save_snapshot(run, best_tag(epoch), "best", model, tokenizer, trunk_file,
                   lambda folder: write_json(folder / "summary.json", summary))
+
+
+def link_run_files(run: Path) -> None:
+    """RUN/metrics.jsonl and RUN/model as links through RUN/last (they dangle until the first
+    checkpoint, like files not written yet)."""
+    for name, target in RUN_LINKS.items():
+        link = run / name
+        if not link.is_symlink() or os.readlink(link) != target:
+            point_symlink(link, target)
+
+
+def tidy_run(run: Path) -> None:
+    """Delete the snapshots no link reaches (those a newer checkpoint replaced, or a kill left
+    behind) and half-written temporary folders."""
+    keep = {(run / name).resolve().name for name in ("last", "model") if (run / name).exists()}
+    for path in run.iterdir():
+        if path.name in keep or not re.fullmatch(SNAPSHOT, path.name):
+            continue
+        if path.is_symlink():
+            path.unlink()
+        else:
+            remove_tree(path)
 
 
 def load_checkpoint(ckpt_dir: Path) -> Checkpoint:
     tensors = load_file(ckpt_dir / "optimizer.safetensors")
     state = TrainingState.from_dict(read_json(ckpt_dir / "state.json"),
                                     str(ckpt_dir / "state.json"))
-    return Checkpoint(state, tensors, tensors.pop(RNG_KEY))
+    metrics_file = ckpt_dir / "metrics.jsonl"   # absent in the old layout (upgrade_legacy_run)
+    metrics = metrics_file.read_text().splitlines() if metrics_file.is_file() else []
+    return Checkpoint(state, tensors, tensors.pop(RNG_KEY), metrics)
+
+
+def upgrade_legacy_run(run: Path) -> None:
+    """A run written when RUN/metrics.jsonl was a file and RUN/model a link to best-EEEE: give its
+    checkpoint the metrics lines and best-model link it stands for (link_run_files then makes
+    the run's links)."""
+    last = run / "last"
+    if (last / "metrics.jsonl").is_file():
+        return
+    state = read_training_state(run)
+    old = run / "metrics.jsonl"
+    lines = old.read_text().splitlines()[:state.global_epoch] if old.is_file() else []
+    if state.best is not None and not (last / "best").is_symlink():
+        os.symlink(f"../{best_tag(state.best['epoch'])}", last / "best")
+    write_text(last / "metrics.jsonl", "".join(f"{line}\n" for line in lines))
 
 
 def mark_finished(run: Path, state: TrainingState) -> None:
@@ -351,10 +428,6 @@ def mark_finished(run: Path, state: TrainingState) -> None:
 def read_training_state(run: Path) -> TrainingState:
     return TrainingState.from_dict(read_json(run / "last" / "state.json"),
                                    str(run / "last" / "state.json"))
-
-
-def append_metrics(run: Path, record: dict[str, Any]) -> None:
-    append_jsonl(run / "metrics.jsonl", record)
 
 
 def read_metrics(run: Path) -> list[dict[str, Any]]:

@@ -9,9 +9,8 @@ One implementation each, used by training, add-task and export:
 * `replace_dir`: put a fully written folder at its final name in one step. An existing folder is
   swapped with it atomically (Linux renameat2 RENAME_EXCHANGE), so a symlink or a reader that
   names the final folder never sees it missing; the old contents are deleted afterwards.
-* `publish_snapshot`: `replace_dir` under a tag, then point a symlink at the tag, then delete
-  what the link pointed to before. A crash between any two steps leaves the link resolving to a
-  whole snapshot.
+* `point_symlink`: make a symlink point elsewhere in one rename.
+* `kill_point`: a test hook that SIGKILLs the process at a named point (PALKIT_KILL_AT).
 
 Every rename goes through `_rename`, `_exchange` or `_swap_link`, and every delete through
 `remove_tree`, so tests/test_publish_faults.py can crash between any two of them.
@@ -23,6 +22,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -32,6 +32,21 @@ from trainer.errors import PalkitError
 
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
+KILL_ENV = "PALKIT_KILL_AT"
+_kill_passes: dict[str, int] = {}
+
+
+def kill_point(name: str) -> None:
+    """Test hook: SIGKILL this process here when PALKIT_KILL_AT is `name` or `name:N` (the N-th
+    time the process passes this point; default the first). Unset, it costs one environment
+    look-up. The points are listed in docs/reliability.md; tests/test_kill_points.py kills a
+    real run at each of them and resumes it."""
+    wanted = os.environ.get(KILL_ENV)
+    if not wanted or wanted.partition(":")[0] != name:
+        return
+    _kill_passes[name] = _kill_passes.get(name, 0) + 1
+    if _kill_passes[name] == int(wanted.partition(":")[2] or 1):
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def file_digest(path: Path) -> tuple[str, int]:
@@ -145,14 +160,3 @@ def point_symlink(link: Path, target_name: str) -> None:
     tmp.unlink(missing_ok=True)
     os.symlink(target_name, tmp)
     _swap_link(tmp, link)
-
-
-def publish_snapshot(build: Path, tag: str, link: str) -> None:
-    """Publish `build` as the sibling folder `tag`, point the sibling symlink `link` at it, then
-    delete the folder the link pointed to before (unless that was `tag` itself)."""
-    folder = build.parent
-    old = os.readlink(folder / link) if (folder / link).is_symlink() else None
-    replace_dir(build, folder / tag)
-    point_symlink(folder / link, tag)
-    if old is not None and old != tag:
-        remove_tree(folder / old)

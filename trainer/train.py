@@ -8,11 +8,14 @@ number of steps. The step itself lives in trainer/step.py, written so that `--cu
 record it whole.
 
 Resumption is exact: the data order is a pure function of the seed (trainer/sampling.py), and a
-checkpoint holds the weights, AdamW's moments, the torch RNG state and the stream positions.
+checkpoint holds the weights, AdamW's moments, the torch RNG state, the stream positions and the
+metrics so far; the run's other files resolve through RUN/last (trainer/checkpoint.py), so a kill
+at any instant resumes to the same final folder as an uninterrupted run.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import time
@@ -24,15 +27,16 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from trainer.checkpoint import (TRUNK_WEIGHTS, Checkpoint, TrainingState, append_metrics,
+from trainer.checkpoint import (TRUNK_WEIGHTS, Checkpoint, TrainingState, link_run_files,
                                 load_checkpoint, load_model, load_task_weights, load_trunk,
                                 mark_finished, read_json, runs_beside, save_best, save_checkpoint,
-                                write_rank_report, write_run_config)
+                                tidy_run, upgrade_legacy_run, write_rank_report, write_run_config)
 from trainer.config import TrainConfig, resolve_step
 from trainer.data import EncodedSplit, TrainingSplit, encode, read_examples, resolve_data_dir
 from trainer.distill import Teachers, distill_loss, teacher_weight
 from trainer.errors import PalkitError
 from trainer.evaluate import evaluate_model
+from trainer.fileio import kill_point
 from trainer.metrics import average_score, primary_score
 from trainer.model import PalBert, PalConfig, default_pal_size, regression_score
 from trainer.placement import pal_layer_indices
@@ -180,6 +184,7 @@ class Run:
         self.phases = plan_phases(cfg, self.specs)
         self.state = TrainingState()
         self.optimizer_state: dict[str, torch.Tensor] = {}
+        self.metrics: list[str] = []         # metrics.jsonl's lines, saved with each checkpoint
         self._examples_seen: list[str] = []  # filled under DDP only, for the rank report
         self.bar: StepBar | None = None
         self.last_dev = ""                   # the latest dev score, shown on the bar
@@ -190,6 +195,8 @@ class Run:
         self.graphs = Graphs()               # every phase's CUDA graphs share one memory pool
         torch.manual_seed(cfg.seed)
         last = self.out / "last"
+        if resume and self.dist.main and self.out.is_dir():
+            tidy_run(self.out)               # what a kill left half-written or unreferenced
         if resume and last.exists():
             self._load_checkpoint(last)
         else:
@@ -225,11 +232,14 @@ class Run:
                                 "resume with the run's own config.json or start a new --out")
         self.model, self.tokenizer, _ = load_model(ckpt, [s.name for s in self.specs])
         self.model.to(self.dist.device).train()
-        # A frozen trunk is copied byte for byte from the run's best model (last/ gets replaced).
-        self.frozen_trunk_file = (self.out / "model" / "trunk" / TRUNK_WEIGHTS
-                                  if self.cfg.freeze_trunk else None)
+        # A frozen trunk is copied byte for byte from whatever checkpoint `last` names when a
+        # snapshot is written (it resolves to a whole one at every instant).
+        self.frozen_trunk_file = ckpt / "trunk" / TRUNK_WEIGHTS if self.cfg.freeze_trunk else None
+        if self.dist.main:
+            upgrade_legacy_run(self.out)
         saved_ckpt = load_checkpoint(ckpt)
         self.state, self.optimizer_state = saved_ckpt.state, saved_ckpt.optimizer
+        self.metrics = saved_ckpt.metrics
         torch.set_rng_state(saved_ckpt.rng_state)
         if not self.state.finished:
             self.log(f"resuming {self.out} at phase {self.phases[self.state.phase].name}, "
@@ -264,11 +274,12 @@ class Run:
         """RUN/last: the model plus the optimiser's state, the RNG state and the loop's position."""
         self._sync_losses(ctx)
         if self.dist.main:
-            ckpt = Checkpoint(self.state, ctx.opts.state_tensors(), torch.get_rng_state())
+            ckpt = Checkpoint(self.state, ctx.opts.state_tensors(), torch.get_rng_state(),
+                              self.metrics)
             save_checkpoint(self.out, self.model, self.tokenizer, self.frozen_trunk_file, ckpt)
 
     def save_best(self, summary: dict[str, Any]) -> None:
-        """RUN/model: the best model so far and its summary."""
+        """RUN/best-EEEE: the best model so far and its summary (RUN/model once checkpointed)."""
         if self.dist.main:
             save_best(self.out, self.state.global_epoch + 1, self.model, self.tokenizer,
                       self.frozen_trunk_file, summary)
@@ -283,6 +294,7 @@ class Run:
         if self.dist.main:
             self.out.mkdir(parents=True, exist_ok=True)
             write_run_config(self.out, self.options.to_dict())
+            link_run_files(self.out)
         counts = self.model.param_counts()
         self.log(f"mode={self.cfg.mode} tasks={','.join(self.cfg.tasks)} params: trunk "
                  f"{counts['params_trunk']:,}, task-specific {counts['params_task_specific']:,} "
@@ -357,6 +369,7 @@ class Run:
         st = self.state
         if phase.name.startswith("tune:") and st.epoch == 0 and st.step == 0:
             self._restore_best_weights()
+            kill_point("tune")
         ctx = self.phase_context(phase)
         while st.epoch < phase.epochs:
             self._run_epoch(ctx)
@@ -377,6 +390,7 @@ class Run:
             else:
                 spec = ctx.specs[schedule[st.step]]
                 loss = ctx.step(spec, self.batch(spec, ctx.streams[spec.name]), position)
+            kill_point("step")
             self._count_step(ctx, loss, epoch)
             if cfg.save_every and st.step % cfg.save_every == 0 and st.step < cfg.steps_per_epoch:
                 st.elapsed_s += time.time() - started
@@ -484,12 +498,14 @@ class Run:
         return torch.stack(losses).mean()
 
     def _end_epoch(self, ctx: PhaseContext, epoch: int) -> None:
-        """Score dev, append metrics.jsonl, publish RUN/model when this epoch is the best."""
+        """Score dev, add the epoch's metrics line, write RUN/best-EEEE when this epoch is the
+        best; the checkpoint that follows publishes both."""
         st = self.state
         if not self.dist.main:
             return
         dev = evaluate_model(self.model, ctx.specs, self.dev_data, self.pad_id,
                              self.cfg.eval_batch_size, self.dist.device)
+        kill_point("dev")
         score, best = self._judge(ctx, dev)
         improved = best is not st.best
         alpha = (sampling_alpha(self.cfg.sampling, epoch, ctx.phase.epochs)
@@ -500,7 +516,8 @@ class Run:
                                          task_probabilities(ctx.sizes, alpha))),
                   "dev": dev, "score": score, "is_best": improved,
                   "elapsed_s": round(st.elapsed_s, 1)}
-        append_metrics(self.out, record)
+        self.metrics.append(json.dumps(record, sort_keys=True))
+        kill_point("metrics")
         shown = " ".join(f"{k}={100 * v:.2f}" for k, v in dev.items())  # points, as evaluate
         self.log(f"[{ctx.phase.name} epoch {epoch}] loss={record['train_loss']:.4f} dev: {shown}"
                  f"{'  (best)' if improved else ''}")
