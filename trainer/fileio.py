@@ -4,7 +4,6 @@ One implementation each, used by training, add-task and export:
 
 * `sha256_file` / `file_digest`: a file's SHA-256 (and size), read in 1 MiB chunks.
 * `write_bytes`, `write_text`, `write_json`: written under a temporary name, fsync'd, renamed.
-* `append_jsonl`: one fsync'd line per record (metrics.jsonl).
 * `write_vocab`: a tokenizer's vocab.txt (id = line number).
 * `replace_dir`: put a fully written folder at its final name in one step. An existing folder is
   swapped with it atomically (Linux renameat2 RENAME_EXCHANGE), so a symlink or a reader that
@@ -111,13 +110,6 @@ def write_text(path: Path, text: str) -> None:
 def write_json(path: Path, data: Any) -> None:
     """Indented, keys sorted, newline-terminated: the same data always gives the same bytes."""
     write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
-
-
-def append_jsonl(path: Path, record: dict[str, Any]) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps(record, sort_keys=True) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def write_vocab(tokenizer, path: Path) -> None:

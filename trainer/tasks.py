@@ -154,9 +154,6 @@ BUILTIN_TASKS: dict[str, TaskSpec] = {
     )
 }
 
-DEFAULT_TASKS = ("sst", "quora", "sts")
-
-
 def resolve_tasks(names: list[str] | tuple[str, ...],
                   custom: list[dict[str, Any]] | None = None) -> list[TaskSpec]:
     """Look task names up among the config's custom tasks, then the built-in ones."""
