@@ -43,7 +43,7 @@ def _changed_value(f, tmp_path: Path, data: Path):
                 "label_column": "label", "labels": ["a", "b"], "files": {"train": "t.tsv"}}
         (tmp_path / "toy.json").write_text(json.dumps(task))
         return [str(tmp_path / "toy.json")], (task,)
-    if f.type == "bool":
+    if f.type in ("bool", "bool | None"):   # None: decided per device; the flag sets True
         return [], not default
     if f.type in ("int", "int | None"):
         return ["7"], 7
@@ -68,7 +68,7 @@ def test_every_training_field_is_a_flag_and_a_config_key(captured_config, tiny_d
         flag = "--" + f.name.replace("_", "-")
         assert flag in flags, f"TrainConfig.{f.name} has no {flag}"
         words, expected = _changed_value(f, tmp_path, tiny_data)
-        if f.type == "bool":
+        if f.type in ("bool", "bool | None"):
             words = [flag if expected else f"--no-{flag[2:]}"]
         else:
             words = [flag, *words]
