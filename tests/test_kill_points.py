@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import assert_agrees_with_last, killed_at, run_tree, tiny_config
-from trainer.add_task import add_task
+from trainer.add_task import AddTaskOptions, add_task
 from trainer.config import TrainConfig
 from trainer.tasks import BUILTIN_TASKS
 from trainer.train import train
@@ -63,7 +63,7 @@ def test_training_killed_at_a_point_resumes_to_the_uninterrupted_run(
 
 # ---- add-task --------------------------------------------------------------------------------
 
-ADD_OPTIONS = {"epochs": 1, "steps_per_epoch": 4, "batch_size": 8, "save_every": 2}
+ADD_OPTIONS = AddTaskOptions(epochs=1, steps_per_epoch=4, batch_size=8, save_every=2)
 
 
 @pytest.fixture(scope="module")

@@ -41,6 +41,7 @@ class AddTaskOptions:
     lr: float | None = None             # None: ADD_TASK_DEFAULTS
     max_len: int | None = None          # None: the run's own
     seed: int | None = None             # None: the run's own
+    save_every: int | None = None       # also checkpoint every N steps; None: at epoch ends
 
     def training(self) -> dict[str, Any]:
         """The training options given, as TrainConfig fields."""

@@ -122,6 +122,9 @@ def add_task(
     lr: Annotated[Optional[float], typer.Option(help="default 1e-3 (results/accuracy.md)")] = None,
     max_len: Annotated[Optional[int], typer.Option(help="default: the run's own")] = None,
     seed: Annotated[Optional[int], typer.Option(help="default: the run's own")] = None,
+    save_every: Annotated[Optional[int], typer.Option(
+        metavar="N", help="also checkpoint every N steps, for --resume (default: at epoch ends)")
+    ] = None,
     adapter: Annotated[Optional[Literal[ADAPTERS]], typer.Option(
         help="what the task trains on the frozen trunk: head (a classifier on the trunk's "
              "output) or pal (PALs and a head); default: what the run's tasks have")] = None,
@@ -146,7 +149,7 @@ def add_task(
         "train_file": train_file, "dev_file": dev_file})
     options = AddTaskOptions(adapter=adapter, pal_layers=pal_layers, epochs=epochs,
                              steps_per_epoch=steps_per_epoch, batch_size=batch_size, lr=lr,
-                             max_len=max_len, seed=seed)
+                             max_len=max_len, seed=seed, save_every=save_every)
     folder = run_add_task(run_dir, spec, data_dir, options, resume=resume)
     typer.echo(f"added task '{spec.name}': {folder}")
 
