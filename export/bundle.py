@@ -321,8 +321,9 @@ def add_adapter(run: Path, task: str, bundle_dir: Path, replace: bool = False,
         report = verify_bundle(build, model, tokenizer, max_len, data_dir, int8, gate, [task],
                                log=log)
         if not report["passed"]:
-            raise ExportError(f"{summary(report)} (the shared trunk cannot change here: "
-                              "re-export the bundle to let the fallback keep layers in float)")
+            raise ExportError(f"{summary(report)} (the shared trunk cannot change here: a "
+                              "full re-export keeps layers in float for a loss the SQNR table "
+                              "points at; see --max-drop)")
         if (bundle_dir / "verify.json").is_file():
             write_json(build / "verify.json", merged_report(bundle_dir / "verify.json", report))
         remove_tree(build / ".new")
