@@ -67,8 +67,8 @@ def export(
         "on one input in one call; about a minute more of export)")] = True,
     max_drop: Annotated[Optional[float], typer.Option(
         help="int8: refuse when a task's measured metric change (accuracy, or Pearson x 100, "
-        "over the whole dev split) is a drop of more than this many points (default 1); a split too small "
-        "to resolve it is named in one line with the resolution it has (docs/int8-gate.md). "
+        "over the whole dev split) is a drop of more than this many points (default 1); a "
+        "split too small to resolve it is named in one line with the resolution it has (docs/int8-gate.md). "
         "Layers are kept in float (up to 4) only for a loss the split resolves and the "
         "per-layer SQNR points at")] = None,
     strict_gate: Annotated[bool, typer.Option(

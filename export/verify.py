@@ -62,7 +62,7 @@ SEED = 0
 MAX_FLOAT_LAYERS = 4       # the fallback's limit: layers kept in float per runtime
 SQNR_EXAMPLES = 16         # dev examples per task replayed for the per-layer report
 ALL_TASKS_EXAMPLES = 32    # per task, through the all-tasks program (it runs every task each call)
-CLOSE = 0.5                # print the layer table once the drop bound passes this share of the limit
+CLOSE = 0.5                # print the layer table once the gated drop passes this share of the limit
 BUILTIN_SENTENCES = [
     ("a gripping, beautifully acted film", "the movie was great"),
     ("the plot was thin and the jokes fell flat", "a boring and tired story"),
@@ -79,9 +79,9 @@ BUILTIN_SENTENCES = [
 class Gate:
     """What int8 must keep. `max_drop`: points of the task metric the measured change may lose
     (None: no metric gate); `strict`: the 95% interval may not allow such a loss either (refuses
-    whenever the split cannot resolve `max_drop`). `min_agreement`: also refuse when even the interval's upper end of
-    the prediction agreement is below this (None: 0 with dev labels, 0.9 on built-in sentences,
-    where the metric cannot be scored). `max_examples`: dev examples per task (None: all).
+    whenever the split cannot resolve `max_drop`). `min_agreement`: also refuse when even the
+    interval's upper end of the prediction agreement is below this (None: 0 with dev labels,
+    0.9 on built-in sentences, where the metric cannot be scored). `max_examples`: dev examples per task (None: all).
     `keep_float`: Linears each runtime keeps in float from the start ({runtime: [module path]}),
     the fallback adding to them."""
     max_drop: float | None = DEFAULT_MAX_DROP
@@ -250,8 +250,9 @@ def verdict(r: dict[str, Any], gate: Gate) -> str | None:
     'within'; None without labels or a metric gate."""
     if gate.max_drop is None or "metric_change" not in r:
         return None
-    beyond = r["metric_change"] < -gate.max_drop
-    if beyond and (r["resolution"] <= gate.max_drop or r["metric_change_interval"][1] < -gate.max_drop):
+    limit = gate.max_drop
+    beyond = r["metric_change"] < -limit
+    if beyond and (r["resolution"] <= limit or r["metric_change_interval"][1] < -limit):
         return "loss"
     return "unresolved" if r["resolution"] > gate.max_drop else "within"
 
