@@ -622,3 +622,19 @@ def test_a_refusal_on_the_interval_alone_lowers_nothing_again(planted, tmp_path,
     export_run(model_dir, tmp_path / "measured", target="onnx", quant="int8", data_dir=planted[1],
                gate=Gate(max_drop=limit), **QUIET)
     assert lowered == [[]]
+
+
+def test_export_passes_the_gate_options_through(monkeypatch, tmp_path):
+    """`palkit export`: the default gate is the measured-change rule at DEFAULT_MAX_DROP;
+    --strict-gate and --max-drop reach the Gate that export_run gets."""
+    import cli
+    import export.bundle
+    from export.verify import DEFAULT_MAX_DROP
+
+    seen: list[Gate] = []
+    monkeypatch.setattr(export.bundle, "export_run", lambda run, out, **o: seen.append(o["gate"])
+                        or [])
+    args = ["export", str(tmp_path), "--out", str(tmp_path / "b"), "--data-dir", str(tmp_path)]
+    assert cli.main(args) == 0
+    assert cli.main(args + ["--strict-gate", "--max-drop", "2.5"]) == 0
+    assert seen == [Gate(max_drop=DEFAULT_MAX_DROP), Gate(max_drop=2.5, strict=True)]
