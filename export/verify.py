@@ -567,7 +567,7 @@ def gated_export(write: Callable[[str, list[str]], None], folder: Path, model, t
     loss, fall back (`fall_back`). Returns verify.json's body, with the per-layer SQNR and the
     fallback's steps and costs, or why it was not tried."""
     v = Verifier(folder, model, tokenizer, max_len, data_dir, int8, gate, tasks, log)
-    sections, layers, fallback = {}, {}, {}
+    sections, layers, fallback, skipped = {}, {}, {}, {}
     for runtime in runtimes:
         t0 = time.time()
         section = v.check(runtime)
@@ -582,9 +582,16 @@ def gated_export(write: Callable[[str, list[str]], None], folder: Path, model, t
                     f"worst int8 layers (output SQNR on dev inputs):\n"
                     + layer_table(layers[runtime]))
         if section["failures"] and int8:
-            section, fallback[runtime] = fall_back(v, write, runtime, section, layers[runtime])
+            section, entry = fall_back(v, write, runtime, section, layers[runtime])
+            if "skipped" in entry:
+                skipped[runtime] = entry["skipped"]
+            else:
+                fallback[runtime] = entry
         sections[runtime] = section
-    return assemble(v, sections, layers, fallback)
+    report = assemble(v, sections, layers, fallback)
+    if skipped:  # why no layer was kept in float, per runtime
+        report["fallback_skipped"] = skipped
+    return report
 
 
 def fall_back(v: Verifier, write: Callable[[str, list[str]], None], runtime: str,
@@ -594,7 +601,8 @@ def fall_back(v: Verifier, write: Callable[[str, list[str]], None], runtime: str
     `gate.max_float_layers` are kept; only when every failure is a measured loss. A step
     checks the failing tasks first (a float trunk layer changes every task, so all of them
     are checked once those pass; a refusal's report names the tasks its last step did not
-    check again). Returns the last section and verify.json's fallback entry."""
+    check again). Returns the last section and verify.json's fallback entry, or {"skipped":
+    why} when no layer was tried."""
     gate, log = v.gate, v.log
     failing = [t for t, r in section["tasks"].items() if failure(r, t, True, gate)]
     unresolved = [t for t in failing if refuses(section["tasks"][t], gate)
