@@ -181,8 +181,8 @@ def markdown(result: dict[str, Any]) -> str:
              "Refused: trials in which the runtime was refused (any task), by the default rule "
              "(the measured change beyond --max-drop 1) and by --strict-gate (the 95% interval "
              "allows a drop beyond it). Planted 0: the bundle as exported (false refusals); "
-             "planted 1.5 and 3: a loss of that many points planted on the full split "
-             "(passes are misses). Resolution: the mean ± points the task's split resolves.", ""]
+             "planted 1.5 and 3: a loss of that many points planted on the full split, on top "
+             "of the bundle's own change, before the subset is drawn (passes are misses). Resolution: the mean ± points the task's split resolves.", ""]
     for name, source in result["sources"].items():
         lines += [f"## {source['what']}", "", f"{source['machine']}; {source['date']}; commit "
                   f"{source['commit']}. Command: `{source['command']}`.", "", source["note"], "",
