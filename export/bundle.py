@@ -331,8 +331,9 @@ def publish_task(model, tokenizer, task: str, bundle_dir: Path, manifest: Manife
         report = verify_bundle(build, model, tokenizer, manifest.tokenizer.max_length, data_dir,
                                manifest.int8, gate, [task], log=log)
         if not report["passed"]:
-            raise ExportError(f"{summary(report)} (the shared trunk cannot change here: "
-                              "re-export the bundle to let the fallback keep layers in float)")
+            raise ExportError(f"{summary(report)} (the shared trunk cannot change here: a "
+                              "full re-export keeps layers in float for a loss the SQNR table "
+                              "points at; see --max-drop)")
         if (bundle_dir / "verify.json").is_file():
             write_json(build / "verify.json", merged_report(bundle_dir / "verify.json", report))
         remove_tree(build / ".new")

@@ -67,9 +67,15 @@ def export(
         help="ExecuTorch, several tasks: also write all_tasks.pte (forward_all: every task "
         "on one input in one call; about a minute more of export)")] = True,
     max_drop: Annotated[float, typer.Option(
-        help="int8: refuse when the 95% interval of a task's metric change (accuracy, or Pearson x "
-        "100; paired bootstrap over the whole dev split) allows a drop of more than this many "
-        f"points, with up to {MAX_FLOAT_LAYERS} worst layers kept in float")] = DEFAULT_MAX_DROP,
+        help="int8: refuse when a task's measured metric change (accuracy, or Pearson x 100, "
+        "over the whole dev split) is a drop of more than this many points; a split too small "
+        "to resolve it is named in one line with the resolution it has (docs/int8-gate.md). "
+        f"Layers are kept in float (up to {MAX_FLOAT_LAYERS}) only for a loss the split resolves "
+        "and the per-layer SQNR points at")] = DEFAULT_MAX_DROP,
+    strict_gate: Annotated[bool, typer.Option(
+        help="int8: refuse whenever the 95% interval of the change allows a drop beyond "
+        "--max-drop: on a small dev split this refuses any int8 model that loses a single "
+        "example")] = False,
     min_agreement: Annotated[Optional[float], typer.Option(
         help="int8: also refuse when even the upper end of the 95% interval of the agreement "
         "with PyTorch fp32 predictions is below this (default: off with dev labels, where "
@@ -87,7 +93,8 @@ def export(
     from export.verify import Gate
     from ui.progress import say
 
-    data, gate = _data_dir(data_dir), Gate(max_drop=max_drop, min_agreement=min_agreement)
+    data = _data_dir(data_dir)
+    gate = Gate(max_drop=max_drop, strict=strict_gate, min_agreement=min_agreement)
     if data is None:
         say("note: no data directory found; verifying on built-in sentences")
     if adapter:
@@ -125,8 +132,9 @@ def verified_change(checked: dict) -> str:
     if "metric_change" not in checked:
         return f"{agreement}, max |diff| {checked['max_abs_diff']:.2e}"
     low, high = checked["metric_change_interval"]
+    resolves = f", resolves ±{checked['resolution']:.2f}" if "resolution" in checked else ""
     return (f"{checked['metric']} {checked['metric_change']:+.2f} points "
-            f"[{low:+.2f}, {high:+.2f}], {agreement}")
+            f"[{low:+.2f}, {high:+.2f}]{resolves}, {agreement}")
 
 
 def _import_runtime(runtime: str) -> float:

@@ -7,21 +7,28 @@ is no data), and PyTorch fp32 runs the same inputs (batched). Then, per runtime 
 * fp32 bundles: max |bundle - PyTorch| must stay within FP32_TOLERANCE.
 * int8 bundles: the gate is the task metric (accuracy, or Pearson for regression) of the bundle
   against the fp32 model's, on the same examples. A paired bootstrap (resample the examples, the
-  same resample for both) gives the change's 95% interval; export refuses when the interval
-  allows a drop of more than `max_drop` points. Also recorded: agreement of the predictions with
-  its interval, flips against gold (gained: int8 right where fp32 was wrong; lost: the reverse),
-  and KL(fp32 || int8) of the output distributions, mean and 99th percentile.
+  same resample for both) gives the change's 95% interval, and its half-width is the split's
+  resolution (for accuracy at least 300/n points: n examples with no flip still allow a 3/n
+  flip rate). Export refuses when the measured change is a drop of more than `max_drop` points;
+  a split whose resolution is coarser than `max_drop` is named in one line, passed or refused
+  by that same rule (`verdict`: within, loss or unresolved). `strict`: refuse whenever the
+  interval allows such a drop. Also recorded: agreement of the predictions with its interval,
+  flips against gold (gained: int8 right where fp32 was wrong; lost: the reverse), and
+  KL(fp32 || int8) of the output distributions, mean and 99th percentile.
 * where int8 hurts: `layer_sqnr` replays the runtimes' int8 recipe on every quantized Linear
   (trunk, PAL, head) with the fp32 model's own inputs, and reports its output's
   signal-to-quantization-noise ratio in dB.
-* `gated_export`: when the gate refuses, the worst layer by SQNR is kept in float and that
-  runtime written and checked again, one layer at a time, up to `max_float_layers`.
+* `gated_export`: when the gate refuses on a measured loss (verdict `loss`) and the SQNR table
+  points at layers (POINTED_DB below the median), the worst of them is kept in float and that
+  runtime written and checked again (the failing tasks first), one layer at a time, up to
+  `max_float_layers`. A refusal the split cannot resolve goes straight to the message.
 
 The bootstrap's seed is fixed, so export stays deterministic. verify.json keeps everything.
 """
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -40,12 +47,18 @@ from ui.progress import say
 Log = Callable[[str], None]
 
 FP32_TOLERANCE = 1e-3      # max |bundle - PyTorch| allowed in fp32 outputs (typically ~1e-6)
+# With no flip among n examples the flip rate's 95% upper bound is still about 3/n (the rule of
+# three), so an accuracy split never resolves finer than 300/n points, however few flips it saw.
+RULE_OF_THREE = 3.0
+# The fallback keeps a layer in float only when its SQNR is this far below the median layer's
+# (4x the typical quantization noise): below that, no one layer explains a loss.
+POINTED_DB = 6.0
 CONFIDENCE = 0.95
 RESAMPLES = 2000
 SEED = 0
 SQNR_EXAMPLES = 16         # dev examples per task replayed for the per-layer report
 ALL_TASKS_EXAMPLES = 32    # per task, through the all-tasks program (it runs every task each call)
-CLOSE = 0.5                # print the layer table once the drop bound passes this share of the limit
+CLOSE = 0.5                # print the layer table once the gated drop passes this share of the limit
 BUILTIN_SENTENCES = [
     ("a gripping, beautifully acted film", "the movie was great"),
     ("the plot was thin and the jokes fell flat", "a boring and tired story"),
@@ -60,13 +73,15 @@ BUILTIN_SENTENCES = [
 
 @dataclass(frozen=True)
 class Gate:
-    """What int8 must keep. `max_drop`: points of the task metric the 95% interval may lose
-    (None: no metric gate). `min_agreement`: also refuse when even the interval's upper end of
-    the prediction agreement is below this (None: 0 with dev labels, 0.9 on built-in sentences,
-    where the metric cannot be scored). `max_examples`: dev examples per task (None: all).
+    """What int8 must keep. `max_drop`: points of the task metric the measured change may lose
+    (None: no metric gate); `strict`: the 95% interval may not allow such a loss either (refuses
+    whenever the split cannot resolve `max_drop`). `min_agreement`: also refuse when even the
+    interval's upper end of the prediction agreement is below this (None: 0 with dev labels,
+    0.9 on built-in sentences, where the metric cannot be scored). `max_examples`: dev examples per task (None: all).
     `keep_float`: Linears each runtime keeps in float from the start ({runtime: [module path]}),
     the fallback adding to them."""
     max_drop: float | None = DEFAULT_MAX_DROP
+    strict: bool = False
     min_agreement: float | None = None
     max_examples: int | None = None
     seed: int = SEED
@@ -212,12 +227,52 @@ def compare(spec, ref: torch.Tensor, got: torch.Tensor, gold: list[float] | None
         right_ref, right_got = pred_ref == truth, pred_got == truth
         r["flips"] = {"gained": int((right_got & ~right_ref).sum()),
                       "lost": int((right_ref & ~right_got).sum())}
+    r["resolution"] = resolution(r["metric_change_interval"], n, spec.is_regression)
+    r["verdict"] = verdict(r, gate)
     return r
+
+
+def resolution(change_interval: list[float], n: int, regression: bool) -> float:
+    """Points of the metric a split of n examples resolves: its 95% interval's half-width, and
+    for accuracy at least the rule of three's 300/n."""
+    low, high = change_interval
+    floor = 0.0 if regression else 100 * RULE_OF_THREE / n
+    return max((high - low) / 2, floor)
+
+
+def verdict(r: dict[str, Any], gate: Gate) -> str | None:
+    """'loss' (a drop beyond max_drop that the split resolves, or whose whole interval lies
+    beyond it), 'unresolved' (the split is coarser than max_drop and shows no such loss) or
+    'within'; None without labels or a metric gate."""
+    if gate.max_drop is None or "metric_change" not in r:
+        return None
+    limit = gate.max_drop
+    beyond = r["metric_change"] < -limit
+    if beyond and (r["resolution"] <= limit or r["metric_change_interval"][1] < -limit):
+        return "loss"
+    return "unresolved" if r["resolution"] > gate.max_drop else "within"
 
 
 def drop_bound(r: dict[str, Any]) -> float | None:
     """The largest metric drop (points) the record's 95% interval allows; None without labels."""
     return -r["metric_change_interval"][0] if "metric_change_interval" in r else None
+
+
+def refuses(r: dict[str, Any], gate: Gate) -> bool:
+    """Whether the metric gate refuses the record: the measured change is a drop beyond
+    max_drop, or with `strict` the interval allows one."""
+    if gate.max_drop is None or "metric_change" not in r:
+        return False
+    if gate.strict:
+        return drop_bound(r) > gate.max_drop
+    return r["metric_change"] < -gate.max_drop
+
+
+def change_text(r: dict[str, Any]) -> str:
+    lo, hi = r["metric_change_interval"]
+    return (f"change {r['metric_change']:+.2f}, 95% interval [{lo:+.2f}, {hi:+.2f}] on "
+            f"{r['examples']} examples, which resolve ±{r['resolution']:.2f}; "
+            f"agreement {r['agreement']:.3f}")
 
 
 def failure(r: dict[str, Any], where: str, int8: bool, gate: Gate) -> str | None:
@@ -227,13 +282,18 @@ def failure(r: dict[str, Any], where: str, int8: bool, gate: Gate) -> str | None
             return (f"{where}: fp32 outputs differ from PyTorch by {r['max_abs_diff']:.2e} "
                     f"(> {FP32_TOLERANCE:g})")
         return None
-    bound = drop_bound(r)
-    if gate.max_drop is not None and bound is not None and bound > gate.max_drop:
-        lo, hi = r["metric_change_interval"]
-        return (f"{where}: int8 may lose up to {bound:.2f} points of {r['metric']} (change "
-                f"{r['metric_change']:+.2f}, 95% interval [{lo:+.2f}, {hi:+.2f}] on "
-                f"{r['examples']} examples; agreement {r['agreement']:.3f}) > --max-drop "
-                f"{gate.max_drop:g}")
+    if refuses(r, gate):
+        limit = f"--max-drop {gate.max_drop:g}"
+        if gate.strict:
+            return (f"{where}: int8 may lose up to {drop_bound(r):.2f} points of {r['metric']} "
+                    f"({change_text(r)}) > {limit} (--strict-gate)")
+        if r["verdict"] == "loss":
+            return (f"{where}: int8 loses {-r['metric_change']:.2f} points of {r['metric']} "
+                    f"({change_text(r)}) > {limit}")
+        return (f"{where}: int8 changes {r['metric']} by {r['metric_change']:+.2f} points, beyond "
+                f"{limit}, on {r['examples']} examples that resolve only ±{r['resolution']:.2f} "
+                f"(95% interval [{r['metric_change_interval'][0]:+.2f}, "
+                f"{r['metric_change_interval'][1]:+.2f}]): more dev examples would tell")
     floor = gate.agreement_floor("metric" in r)
     if r["agreement_interval"][1] < floor:
         lo, hi = r["agreement_interval"]
@@ -242,9 +302,23 @@ def failure(r: dict[str, Any], where: str, int8: bool, gate: Gate) -> str | None
     return None
 
 
+def unresolved_note(r: dict[str, Any], where: str, gate: Gate) -> str | None:
+    """The one line for a split coarser than max_drop that passed; None otherwise."""
+    if r.get("verdict") != "unresolved" or refuses(r, gate):
+        return None
+    strict = " (--strict-gate would refuse)" if drop_bound(r) > gate.max_drop else ""
+    lo, hi = r["metric_change_interval"]
+    return (f"{where}: {r['examples']} examples resolve ±{r['resolution']:.2f} points of "
+            f"{r['metric']}, coarser than --max-drop {gate.max_drop:g}; passed on the measured "
+            f"change {r['metric_change']:+.2f} (95% interval [{lo:+.2f}, {hi:+.2f}]){strict}")
+
+
 def is_close(r: dict[str, Any], gate: Gate) -> bool:
-    bound = drop_bound(r)
-    return gate.max_drop is not None and bound is not None and bound > CLOSE * gate.max_drop
+    """Whether the record's gated quantity is past CLOSE of the limit (the layer table is shown)."""
+    if gate.max_drop is None or "metric_change" not in r:
+        return False
+    drop = drop_bound(r) if gate.strict else -r["metric_change"]
+    return drop > CLOSE * gate.max_drop
 
 
 # ---- where int8 hurts: per-layer SQNR ----------------------------------------------------------
@@ -328,6 +402,16 @@ def fallback_candidates(runtime: str, layers: list[dict[str, Any]]) -> list[str]
     return [r["layer"] for r in layers if r["layer"].startswith("trunk.") and r["kind"] == "linear"]
 
 
+def pointed_layers(runtime: str, layers: list[dict[str, Any]]) -> list[str]:
+    """The fallback candidates the SQNR table points at: POINTED_DB or more below the median of
+    the runtime's layers, worst first."""
+    if not layers:
+        return []
+    median = statistics.median(r["sqnr_db"] for r in layers)
+    low = {r["layer"] for r in layers if r["sqnr_db"] <= median - POINTED_DB}
+    return [c for c in fallback_candidates(runtime, layers) if c in low]
+
+
 def layer_table(layers: list[dict[str, Any]], rows: int = 8) -> str:
     lines = [f"    {'layer':52s} SQNR dB"]
     lines += [f"    {r['layer']:52s} {r['sqnr_db']:7.1f}" for r in layers[:rows]]
@@ -373,28 +457,35 @@ class Verifier:
         log(f"fp32 reference for {sum(len(r) for r in self.refs.values())} examples in "
             f"{time.time() - t0:.1f} s ({torch.get_num_threads()} threads)")
 
-    def check(self, runtime: str) -> dict[str, Any]:
+    def check(self, runtime: str, tasks: list[str] | None = None) -> dict[str, Any]:
         """The runtime's records (per task, and its all-tasks program's when it has one for
-        exactly these tasks), failures, bytes and mean latency per call."""
+        exactly these tasks), failures, bytes and mean latency per call; `tasks`: only these
+        (the fallback's first look at a step), the all-tasks program left out."""
+        tasks = tasks or self.tasks
         bundle = read_bundle(self.folder)
         engine = Engine(bundle, runtime)
-        self.log(f"verifying {runtime}: {', '.join(self.tasks)} "
-                 f"({sum(len(self.inputs[t][0]) for t in self.tasks)} examples)")
+        self.log(f"verifying {runtime}: {', '.join(tasks)} "
+                 f"({sum(len(self.inputs[t][0]) for t in tasks)} examples)")
         # mean_ms: kept only where the fallback reports its cost, so verify.json is otherwise
         # the same bytes on every export of the same model
-        section: dict[str, Any] = {"tasks": {}, "failures": [], "mean_ms": {}}
+        section: dict[str, Any] = {"tasks": {}, "failures": [], "notes": [], "mean_ms": {}}
         outputs = {}
-        for t in self.tasks:
+        for t in tasks:
             encoded, gold, source = self.inputs[t]
             got, ms = run_task(engine, t, encoded)
             outputs[t] = got
             r = compare(self.model.tasks[t], self.refs[t], got, gold, source, self.gate)
             section["mean_ms"][t] = ms
             section["tasks"][t] = r
-            section["failures"] += [f for f in [failure(r, f"{runtime}/{t}", self.int8,
-                                                        self.gate)] if f]
+            where = f"{runtime}/{t}"
+            section["failures"] += [f for f in [failure(r, where, self.int8, self.gate)] if f]
+            section["notes"] += [n for n in [self.int8 and unresolved_note(r, where, self.gate)]
+                                 if n]
+        for note in section["notes"]:
+            self.log(f"note: {note}")
         program = engine.all_tasks_program()
-        if program and set(program) <= set(self.tasks):  # add_adapter leaves it unchanged
+        if tasks == self.tasks and program and set(program) <= set(tasks):
+            # add_adapter leaves the program unchanged; its tasks are then not all checked here
             section["all_tasks_program"] = self.check_all_tasks(engine, program, outputs)
             section["failures"] += section["all_tasks_program"].pop("failures")
         section["bytes"] = runtime_bytes(self.folder, runtime)
@@ -452,6 +543,7 @@ def assemble(v: Verifier, sections: dict[str, dict[str, Any]], layers: dict[str,
     for s in sections.values():
         del s["mean_ms"]
     failures = [f for s in sections.values() for f in s["failures"]]
+    notes = [n for s in sections.values() for n in s.pop("notes")]
     report: dict[str, Any] = {"tolerance_fp32": FP32_TOLERANCE, "gate": asdict(v.gate),
                               "confidence": CONFIDENCE, "runtimes": sections}
     if layers:
@@ -460,18 +552,18 @@ def assemble(v: Verifier, sections: dict[str, dict[str, Any]], layers: dict[str,
         report["fallback"] = fallback
     report["passed"] = not failures
     report["failures"] = failures
+    report["notes"] = notes
     return report
 
 
 def gated_export(write: Callable[[str, list[str]], None], folder: Path, model, tokenizer,
                  max_len: int, data_dir: Path | None, int8: bool, gate: Gate, tasks: list[str],
                  runtimes: list[str], log: Log = say) -> dict[str, Any]:
-    """Check each runtime of the bundle in `folder`; where int8 fails the gate, keep the worst
-    layer (by SQNR) in float, `write(runtime, float_layers)` that runtime's files again and
-    check again, until it passes or `gate.max_float_layers` are kept. Returns verify.json's
-    body, with the per-layer SQNR and the fallback's steps and costs."""
+    """Check each runtime of the bundle in `folder`; where int8 fails the gate on a measured
+    loss, fall back (`fall_back`). Returns verify.json's body, with the per-layer SQNR and the
+    fallback's steps and costs, or why it was not tried."""
     v = Verifier(folder, model, tokenizer, max_len, data_dir, int8, gate, tasks, log)
-    sections, layers, fallback = {}, {}, {}
+    sections, layers, fallback, skipped = {}, {}, {}, {}
     for runtime in runtimes:
         t0 = time.time()
         section = v.check(runtime)
@@ -485,22 +577,66 @@ def gated_export(write: Callable[[str, list[str]], None], folder: Path, model, t
                 log(f"{runtime}: {'gate failed' if section['failures'] else 'gate close'}; "
                     f"worst int8 layers (output SQNR on dev inputs):\n"
                     + layer_table(layers[runtime]))
-        kept = list(gate.keep_float.get(runtime, []))
-        first, steps = section, []
-        candidates = [c for c in fallback_candidates(runtime, layers.get(runtime, []))
-                      if c not in kept]
-        while section["failures"] and len(steps) < min(gate.max_float_layers, len(candidates)):
-            kept.append(candidates[len(steps)])
-            log(f"{runtime}: keeping {kept[-1]} in float ({len(kept)}/{gate.max_float_layers}) "
-                f"after: {section['failures'][0]}")
-            write(runtime, list(kept))
-            section = v.check(runtime)
-            steps.append({"float_layers": list(kept), "failures": section["failures"],
-                          "drop_bounds": {t: drop_bound(r) for t, r in section["tasks"].items()}})
-        if steps:
-            fallback[runtime] = fallback_costs(first, section, steps)
+        if section["failures"] and int8:
+            section, entry = fall_back(v, write, runtime, section, layers[runtime])
+            if "skipped" in entry:
+                skipped[runtime] = entry["skipped"]
+            else:
+                fallback[runtime] = entry
         sections[runtime] = section
-    return assemble(v, sections, layers, fallback)
+    report = assemble(v, sections, layers, fallback)
+    if skipped:  # why no layer was kept in float, per runtime
+        report["fallback_skipped"] = skipped
+    return report
+
+
+def fall_back(v: Verifier, write: Callable[[str, list[str]], None], runtime: str,
+              section: dict[str, Any], layers: list[dict[str, Any]]) -> tuple[dict, dict]:
+    """Keep the layers the SQNR table points at in float, worst first, `write(runtime,
+    float_layers)` that runtime again and check it, until it passes or
+    `gate.max_float_layers` are kept; only when every failure is a measured loss. A step
+    checks the failing tasks first (a float trunk layer changes every task, so all of them
+    are checked once those pass; a refusal's report names the tasks its last step did not
+    check again). Returns the last section and verify.json's fallback entry, or {"skipped":
+    why} when no layer was tried."""
+    gate, log = v.gate, v.log
+    failing = [t for t, r in section["tasks"].items() if failure(r, t, True, gate)]
+    unresolved = [t for t in failing if refuses(section["tasks"][t], gate)
+                  and section["tasks"][t]["verdict"] != "loss"]
+    kept = list(gate.keep_float.get(runtime, []))
+    candidates = [c for c in pointed_layers(runtime, layers) if c not in kept]
+    reason = skip_reason(gate, unresolved, candidates, layers)
+    if reason:
+        log(f"{runtime}: no layer kept in float: {reason}")
+        return section, {"skipped": reason}
+    first, steps = section, []
+    while section["failures"] and len(steps) < min(gate.max_float_layers, len(candidates)):
+        kept.append(candidates[len(steps)])
+        log(f"{runtime}: keeping {kept[-1]} in float ({len(kept)}/{gate.max_float_layers}) "
+            f"after: {section['failures'][0]}")
+        write(runtime, list(kept))
+        section = v.check(runtime, failing or None)
+        if not section["failures"] and failing:
+            section = v.check(runtime)
+        steps.append({"float_layers": list(kept), "failures": section["failures"],
+                      "drop_bounds": {t: drop_bound(r) for t, r in section["tasks"].items()}})
+    section["not_rechecked"] = [t for t in v.tasks if t not in section["tasks"]]
+    return section, fallback_costs(first, section, steps)
+
+
+def skip_reason(gate: Gate, unresolved: list[str], candidates: list[str],
+                layers: list[dict[str, Any]]) -> str | None:
+    """Why keeping layers in float cannot help this failure; None when it may."""
+    if gate.max_float_layers == 0:
+        return "the fallback is off (max_float_layers 0)"
+    if unresolved:
+        return (f"{', '.join(unresolved)}: not a loss the dev split resolves, so no layer can be "
+                "blamed (more dev examples, or --max-drop, decide it)")
+    if not candidates:
+        median = statistics.median(r["sqnr_db"] for r in layers)
+        return (f"no layer's SQNR stands out (worst {layers[0]['sqnr_db']:.1f} dB, median "
+                f"{median:.1f}; the fallback needs {POINTED_DB:g} dB below the median)")
+    return None
 
 
 def fallback_costs(first: dict[str, Any], last: dict[str, Any],
