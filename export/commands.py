@@ -39,6 +39,22 @@ def _comma_list(values: list[str] | None) -> list[str] | None:
     return [v for item in values for v in item.split(",") if v] if values else None
 
 
+# The int8 gate's options (export and export --adapter), defined once.
+MaxDropOption = Annotated[float, typer.Option(
+    help="int8: refuse when a task's measured metric change (accuracy, or Pearson x 100, over the "
+    "whole dev split) is a drop of more than this many points; a split too small to resolve it "
+    "is named in one line with the resolution it has (docs/int8-gate.md). Layers are kept in "
+    f"float (up to {MAX_FLOAT_LAYERS}) only for a loss the split resolves and the per-layer SQNR "
+    "points at")]
+StrictGateOption = Annotated[bool, typer.Option(
+    help="int8: refuse whenever the 95% interval of the change allows a drop beyond --max-drop: "
+    "on a small dev split this refuses any int8 model that loses a single example")]
+MinAgreementOption = Annotated[Optional[float], typer.Option(
+    help="int8: also refuse when even the upper end of the 95% interval of the agreement with "
+    "PyTorch fp32 predictions is below this (default: off with dev labels, where --max-drop "
+    "judges; 0.9 on built-in sentences)")]
+
+
 @app.command(rich_help_panel=EXPORT, epilog="Example: palkit export runs/default --target "
              "android --out bundles/default")
 def export(
@@ -66,20 +82,9 @@ def export(
     all_tasks: Annotated[bool, typer.Option(
         help="ExecuTorch, several tasks: also write all_tasks.pte (forward_all: every task "
         "on one input in one call; about a minute more of export)")] = True,
-    max_drop: Annotated[float, typer.Option(
-        help="int8: refuse when a task's measured metric change (accuracy, or Pearson x 100, "
-        "over the whole dev split) is a drop of more than this many points; a split too small "
-        "to resolve it is named in one line with the resolution it has (docs/int8-gate.md). "
-        f"Layers are kept in float (up to {MAX_FLOAT_LAYERS}) only for a loss the split resolves "
-        "and the per-layer SQNR points at")] = DEFAULT_MAX_DROP,
-    strict_gate: Annotated[bool, typer.Option(
-        help="int8: refuse whenever the 95% interval of the change allows a drop beyond "
-        "--max-drop: on a small dev split this refuses any int8 model that loses a single "
-        "example")] = False,
-    min_agreement: Annotated[Optional[float], typer.Option(
-        help="int8: also refuse when even the upper end of the 95% interval of the agreement "
-        "with PyTorch fp32 predictions is below this (default: off with dev labels, where "
-        "--max-drop judges; 0.9 on built-in sentences)")] = None,
+    max_drop: MaxDropOption = DEFAULT_MAX_DROP,
+    strict_gate: StrictGateOption = False,
+    min_agreement: MinAgreementOption = None,
     sign_key: Annotated[Optional[Path], typer.Option(
         metavar="KEY", help="sign the bundle (model.sig, OpenSSF Model Signing) with this "
         "ECDSA P-256 private key (PEM); with --adapter, re-sign it")] = None,
