@@ -34,8 +34,8 @@ def verify_arch(
         "tenth of the scores, keeps its share); 0: the whole dev split. 300 takes about 4 "
         "minutes for three MiniLM tasks under qemu")] = 300,
     max_drop: Annotated[float, typer.Option(
-        help="the gate export applies: a task fails when the 95% interval of its metric change "
-        "against fp32 allows a drop of more than this many points")] = 1.0,
+        help="export's gate on the phone's kernels: the points of its metric a task may lose "
+        "against fp32, judged by export's rule (export/verify.py) on the sample")] = 1.0,
     data_dir: DataDirOption = None,
     write: Annotated[bool, typer.Option(
         help="record the result in the bundle's verify.json under architectures.ARCH")] = True,
