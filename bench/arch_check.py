@@ -96,13 +96,10 @@ def task_record(spec, fp32: torch.Tensor, host: torch.Tensor, phone: torch.Tenso
                 gold: list[float], source: str, gate: Gate) -> dict[str, Any]:
     """One task's record: the phone's outputs against the host's int8 and against fp32, and the
     host's int8 against fp32 on the same examples (export/verify.py's `compare` each)."""
-    def trimmed(r: dict[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in r.items() if k not in ("examples", "source")}
-
     return {"examples": len(fp32), "source": source,
-            "vs_host_int8": trimmed(compare(spec, host, phone, None, source, gate)),
-            "vs_fp32": trimmed(compare(spec, fp32, phone, gold, source, gate)),
-            "host_int8_vs_fp32": trimmed(compare(spec, fp32, host, gold, source, gate))}
+            "vs_host_int8": compare(spec, host, phone, None, source, gate),
+            "vs_fp32": compare(spec, fp32, phone, gold, source, gate),
+            "host_int8_vs_fp32": compare(spec, fp32, host, gold, source, gate)}
 
 
 def dev_sample(spec, tokenizer, max_len: int, data_dir: Path,

@@ -50,7 +50,8 @@ def verify_arch(
 
     Per task: agreement with this host's int8 and the largest logit difference from it,
     agreement with fp32, and the metric change against fp32 with export's paired-bootstrap
-    interval and gate. Emulated: says nothing about a phone's speed.
+    interval and gate; exit status 1 when a task fails the gate. Emulated: says nothing about
+    a phone's speed.
     """
     from bench.arch_check import (architecture_table, check_architecture, is_signed,
                                   record_architecture)

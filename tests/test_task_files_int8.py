@@ -217,8 +217,7 @@ def test_verify_arch_records_the_phone_int8_check_in_verify_json(et_int8, tiny_p
     from bench.arch_check import dev_sample, native_logits
     from bench.native import native_host
     from cli import main
-    from export.verify import reference_batched, run_task
-    from trainer.metrics import task_metrics
+    from export.verify import Gate, failure, reference_batched, run_task
 
     reason = native_host().missing_toolchain("aarch64")
     if reason:
@@ -256,6 +255,9 @@ def test_verify_arch_records_the_phone_int8_check_in_verify_json(et_int8, tiny_p
         assert r["host_int8_vs_fp32"]["metric_change"] == pytest.approx(points[2] - points[1])
         low, high = r["vs_fp32"]["metric_change_interval"]
         assert low <= r["vs_fp32"]["metric_change"] <= high
+        # the record is what export's gate reads: a limit it cannot meet names the task
+        assert failure(r["vs_fp32"], f"aarch64/{name}", True, Gate(max_drop=-101)).startswith(
+            f"aarch64/{name}: int8 ")
 
 
 def test_verify_arch_without_the_cross_tools_says_what_to_fetch(et_int8, tiny_pal_run,
