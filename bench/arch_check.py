@@ -40,9 +40,6 @@ from trainer.fileio import write_json
 
 Log = Callable[[str], None]
 SECTION = "architectures"
-# Per task: about 4 minutes for the three Quickstart tasks of a MiniLM bundle under qemu here
-# (about 0.25 s an example on the loaded 2-core host); the whole split with --max-examples 0.
-DEFAULT_EXAMPLES = 300
 STRATA = 10                     # score bins of a regression task's sample
 SEED = 0
 JVM_TIMEOUT_S = 3600.0
@@ -136,8 +133,8 @@ def prepare(bundle: Path, run: Path, arch: str):
     return loaded, model, tokenizer
 
 
-def check_architecture(bundle: Path, run: Path, data_dir: Path, arch: str = "aarch64",
-                       max_examples: int | None = DEFAULT_EXAMPLES, gate: Gate = Gate(),
+def check_architecture(bundle: Path, run: Path, data_dir: Path, arch: str,
+                       max_examples: int | None, gate: Gate = Gate(),
                        log: Log = print) -> dict[str, Any]:
     """verify.json's `architectures.<arch>` record of the bundle (record_architecture writes
     it): every task's dev sample through the app's native path, the host's int8, and fp32."""

@@ -15,6 +15,9 @@ from trainer.options import DataDirOption
 
 app = typer.Typer()
 PANEL = "Measure and report"
+# Per task: about 8 minutes for the three tasks of a MiniLM bundle under qemu on the loaded
+# 2-core host (about 1 s an example, 2026-11-26); the whole split with --max-examples 0.
+DEFAULT_EXAMPLES = 150
 
 
 @app.command("verify-arch", rich_help_panel=PANEL, epilog="Example: palkit verify-arch "
@@ -31,8 +34,8 @@ def verify_arch(
         "--arch aarch64` and Debian's cross tools)")] = "aarch64",
     max_examples: Annotated[int, typer.Option(
         metavar="N", help="per task, a stratified sample of N dev examples (each label, or each "
-        "tenth of the scores, keeps its share); 0: the whole dev split. 300 takes about 4 "
-        "minutes for three MiniLM tasks under qemu")] = 300,
+        "tenth of the scores, keeps its share); 0: the whole dev split. 150 took about 8 "
+        "minutes for three MiniLM tasks under qemu on a busy 2-core host")] = DEFAULT_EXAMPLES,
     max_drop: Annotated[float, typer.Option(
         help="export's gate on the phone's kernels: the points of its metric a task may lose "
         "against fp32, judged by export's rule (export/verify.py) on the sample")] = 1.0,
