@@ -306,3 +306,19 @@ def test_stratified_sample_keeps_each_label_share():
     bins = [int(scores[i] * 10) // 10 for i in stratified_sample(scores, 30, regression=True)]
     assert [bins.count(b) for b in range(10)] == [3] * 10
     assert stratified_sample(gold, None, regression=False) == list(range(100))
+
+
+def test_verify_arch_refuses_to_change_a_signed_bundle_without_its_key(et_int8, tiny_pal_run,
+                                                                       tmp_path, capsys):
+    import shutil
+
+    from cli import main
+
+    bundle = shutil.copytree(et_int8, tmp_path / "bundle")
+    (bundle / "model.sig").write_text("{}")  # refused before the signature is even read
+    before = (bundle / "verify.json").read_bytes()
+    assert main(["verify-arch", str(bundle), "--run", str(tiny_pal_run)]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: {bundle}: signed (model.sig), and verify.json is a signed file: give "
+        "--sign-key KEY to re-sign it, or --no-write")
+    assert (bundle / "verify.json").read_bytes() == before
