@@ -61,8 +61,6 @@ def verify_arch(
     from export.signing import check_signing_key, sign_bundle
     from export.verify import Gate
     from trainer.data import resolve_data_dir
-    from trainer.fileio import write_json, write_text
-    from trainer.host import cpu_model
 
     if write and is_signed(bundle) and sign_key is None:
         raise PalkitError(f"{bundle}: signed (model.sig), and verify.json is a signed file: give "
@@ -81,12 +79,20 @@ def verify_arch(
             sign_bundle(bundle, sign_key)
             typer.echo(f"re-signed {bundle}")
     if out:
-        command = "palkit " + shlex.join(sys.argv[1:])
-        machine = f"{cpu_model()} ({platform.machine()})"
-        write_json(out, {"command": command, "machine": machine, "bundle": str(bundle), **record})
-        write_text(out.with_suffix(".md"), f"# The int8 check on {arch}: {bundle}\n\n"
-                   f"`{command}`, {record['date']}, on {machine}; {record['launcher']} "
-                   f"(qemu {record['qemu']}).\n\n{table}\n")
-        typer.echo(f"wrote {out} and {out.with_suffix('.md')}")
+        write_results(out, bundle, record, table)
     if not record["passed"]:
         raise typer.Exit(1)
+
+
+def write_results(out: Path, bundle: Path, record: dict, table: str) -> None:
+    """The record with the command and machine as JSON at `out`, its table as Markdown beside."""
+    from trainer.fileio import write_json, write_text
+    from trainer.host import cpu_model
+
+    command = "palkit " + shlex.join(sys.argv[1:])
+    machine = f"{cpu_model()} ({platform.machine()})"
+    write_json(out, {"command": command, "machine": machine, "bundle": str(bundle), **record})
+    write_text(out.with_suffix(".md"), f"# The int8 check on {record['arch']}: {bundle}\n\n"
+               f"`{command}`, {record['date']}, on {machine}; {record['launcher']} "
+               f"(qemu {record['qemu']}).\n\n{table}\n")
+    typer.echo(f"wrote {out} and {out.with_suffix('.md')}")
