@@ -12,6 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from bench.arch_commands import app as arch_app
 from bench.commands import app as bench_app
 from export.commands import app as export_app
 from studies.commands import app as studies_app
@@ -31,6 +32,7 @@ app = typer.Typer(name="palkit", help=__doc__.splitlines()[0], no_args_is_help=T
 app.add_typer(trainer_app)
 app.add_typer(export_app)
 app.add_typer(bench_app)
+app.add_typer(arch_app)
 app.add_typer(studies_app)
 
 

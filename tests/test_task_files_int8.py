@@ -206,3 +206,120 @@ def test_jni_int8_logits_on_aarch64_stay_within_the_bound(et_int8):
               f"{np.abs(np.float32(row['logits']) - expected).max():.3g}, "
               f"largest |logit| {np.abs(expected).max():.3g}")
         assert_logits_match(build, row["logits"], expected, quant="int8")
+
+
+def test_verify_arch_records_the_phone_int8_check_in_verify_json(et_int8, tiny_pal_run,
+                                                                  tiny_data, tmp_path):
+    """`palkit verify-arch --arch aarch64` (issue 34): every task's stratified dev sample
+    through the app's native path under qemu; verify.json's new section holds what a Python
+    computation over the same logits (the JNI's, the host's int8, fp32) gives."""
+    import shutil
+
+    from bench.arch_check import dev_sample, native_logits
+    from bench.native import native_host
+    from cli import main
+    from export.verify import Gate, failure, reference_batched, run_task
+
+    reason = native_host().missing_toolchain("aarch64")
+    if reason:
+        pytest.skip(reason)
+    bundle = shutil.copytree(et_int8, tmp_path / "bundle")
+    before = json.loads((bundle / "verify.json").read_text())
+    # --max-drop 100: the tiny random model's sts scores barely vary (the fixture's note)
+    assert main(["verify-arch", str(bundle), "--run", str(tiny_pal_run), "--data-dir",
+                 str(tiny_data), "--max-examples", "10", "--max-drop", "100"]) == 0
+    after = json.loads((bundle / "verify.json").read_text())
+    record = after.pop("architectures")["aarch64"]
+    assert after == before  # the export's own records are kept as they were
+    assert record["launcher"].split()[-3:-1] == ["-cpu", native_host().QEMU_CPU]
+    assert record["passed"] and sorted(record["tasks"]) == TASKS
+    build = native_host().build("aarch64")
+    model, tokenizer, _ = load_model(resolve_model_dir(tiny_pal_run), TASKS)
+    engine = Engine(load_bundle(bundle), "executorch")
+    max_len = engine.bundle.manifest.tokenizer.max_length
+    for name, r in record["tasks"].items():
+        spec = model.tasks[name]
+        encoded, gold, source = dev_sample(spec, tokenizer, max_len, tiny_data, 10)
+        assert r["examples"] == len(encoded) == 10 and r["source"] == source
+        phone = native_logits(build, bundle, name, encoded).numpy()
+        host = run_task(engine, name, encoded)[0].numpy()
+        fp32 = reference_batched(model, name, encoded).numpy()
+        assert r["vs_host_int8"]["max_abs_diff"] == pytest.approx(np.abs(phone - host).max())
+        if spec.is_regression:
+            pearson = np.corrcoef(phone[:, 0], fp32[:, 0])[0, 1]
+            assert r["vs_fp32"]["agreement"] == pytest.approx(pearson, abs=1e-6)
+            continue
+        assert r["vs_host_int8"]["agreement"] == np.mean(phone.argmax(1) == host.argmax(1))
+        assert r["vs_fp32"]["agreement"] == np.mean(phone.argmax(1) == fp32.argmax(1))
+        points = [100 * np.mean(x.argmax(1) == np.array(gold)) for x in (phone, fp32, host)]
+        assert r["vs_fp32"]["metric_change"] == pytest.approx(points[0] - points[1])
+        assert r["host_int8_vs_fp32"]["metric_change"] == pytest.approx(points[2] - points[1])
+        low, high = r["vs_fp32"]["metric_change_interval"]
+        assert low <= r["vs_fp32"]["metric_change"] <= high
+        # the record is what export's gate reads: a limit it cannot meet names the task
+        assert failure(r["vs_fp32"], f"aarch64/{name}", True, Gate(max_drop=-101)).startswith(
+            f"aarch64/{name}: int8 ")
+
+
+def test_verify_arch_without_the_cross_tools_says_what_to_fetch(et_int8, tiny_pal_run,
+                                                                tiny_data, tmp_path,
+                                                                monkeypatch, capsys):
+    from bench.native import native_host
+    from cli import main
+
+    monkeypatch.setenv(native_host().CROSS_CACHE_ENV, str(tmp_path / "empty"))
+    reason = native_host().missing_toolchain("aarch64")
+    assert reason is not None
+    assert main(["verify-arch", str(et_int8), "--run", str(tiny_pal_run),
+                 "--data-dir", str(tiny_data)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == f"error: cannot run the app's native path on aarch64: {reason}"
+
+
+def test_verify_arch_refuses_a_task_without_dev_data(et_int8, tiny_pal_run, tiny_data,
+                                                     tmp_path, capsys):
+    import shutil
+
+    from bench.native import native_host
+    from cli import main
+
+    if native_host().missing_toolchain("aarch64"):
+        pytest.skip(native_host().missing_toolchain("aarch64"))
+    data = shutil.copytree(tiny_data, tmp_path / "data")
+    (dev,) = (data / "sts").glob("*dev*")
+    dev.unlink()
+    assert main(["verify-arch", str(et_int8), "--run", str(tiny_pal_run),
+                 "--data-dir", str(data)]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: task 'sts': {dev} not found; give --data-dir the folder holding every task's "
+        "dev split")
+
+
+def test_stratified_sample_keeps_each_label_share():
+    from bench.arch_check import stratified_sample
+
+    gold = [0] * 60 + [1] * 30 + [2] * 10
+    chosen = stratified_sample(gold, 20, regression=False)
+    assert len(chosen) == len(set(chosen)) == 20 and chosen == sorted(chosen)
+    assert [sum(gold[i] == k for i in chosen) for k in range(3)] == [12, 6, 2]
+    assert chosen == stratified_sample(gold, 20, regression=False)  # fixed seed
+    scores = [i / 10 for i in range(100)]
+    bins = [int(scores[i] * 10) // 10 for i in stratified_sample(scores, 30, regression=True)]
+    assert [bins.count(b) for b in range(10)] == [3] * 10
+    assert stratified_sample(gold, None, regression=False) == list(range(100))
+
+
+def test_verify_arch_refuses_to_change_a_signed_bundle_without_its_key(et_int8, tiny_pal_run,
+                                                                       tmp_path, capsys):
+    import shutil
+
+    from cli import main
+
+    bundle = shutil.copytree(et_int8, tmp_path / "bundle")
+    (bundle / "model.sig").write_text("{}")  # refused before the signature is even read
+    before = (bundle / "verify.json").read_bytes()
+    assert main(["verify-arch", str(bundle), "--run", str(tiny_pal_run)]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: {bundle}: signed (model.sig), and verify.json is a signed file: give "
+        "--sign-key KEY to re-sign it, or --no-write")
+    assert (bundle / "verify.json").read_bytes() == before

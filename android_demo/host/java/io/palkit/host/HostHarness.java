@@ -45,6 +45,9 @@ import java.util.Map;
  * program PTE PTD WEIGHTS NAME...           load the program with that data file and one task's
  *                                           weights (tensors NAME... in input order), run once
  * bench BUNDLE THREADS INPUT_JSON WARMUP RUNS   latency and resident memory of every task
+ * score BUNDLE THREADS INPUTS_JSONL         logits of every line's input, in order; a line is
+ *                                           {"task": NAME, "input_ids": [...],
+ *                                           "token_type_ids": [...]} (many examples, one JVM)
  * </pre>
  */
 public final class HostHarness {
@@ -69,8 +72,11 @@ public final class HostHarness {
                 case "bench":
                     System.out.print(Json.write(bench(args, trustedKey)));
                     break;
+                case "score":
+                    System.out.print(Json.write(score(args, trustedKey)));
+                    break;
                 default:
-                    System.err.println("usage: run|program|bench ... (see HostHarness.java)");
+                    System.err.println("usage: run|program|bench|score ... (see HostHarness.java)");
                     System.exit(2);
             }
             System.err.println(nativeStatus());
@@ -118,6 +124,25 @@ public final class HostHarness {
                 row.put("token_type_ids", longs(input.tokenTypeIds));
                 row.put("logits", floats(tasks.run(task, input)));
                 out.add(row);
+            }
+        }
+        return out;
+    }
+
+    /** score BUNDLE THREADS INPUTS_JSONL: the logits of each line's already tokenized input. */
+    private static List<Object> score(String[] args, PublicKey trustedKey)
+            throws BundleException, IOException, JsonException {
+        Bundle bundle = Bundle.open(new File(args[1]), trustedKey);
+        List<Object> out = new ArrayList<>();
+        try (ExecuTorchTasks tasks = new ExecuTorchTasks(bundle, Integer.parseInt(args[2]))) {
+            for (String line : Files.readAllLines(Paths.get(args[3]), StandardCharsets.UTF_8)) {
+                if (line.isBlank()) {
+                    continue;
+                }
+                Map<?, ?> json = (Map<?, ?>) Json.parse(line);
+                Encoding input = new Encoding(toLongs(json.get("input_ids")),
+                        toLongs(json.get("token_type_ids")));
+                out.add(floats(tasks.run(task(bundle, (String) json.get("task")), input)));
             }
         }
         return out;

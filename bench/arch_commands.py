@@ -1,0 +1,98 @@
+"""`palkit verify-arch`: the int8 check on the phone's arithmetic (parsing only; the work is in
+bench/arch_check.py)."""
+from __future__ import annotations
+
+import platform
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated, Literal, Optional
+
+import typer
+
+from trainer.errors import PalkitError
+from trainer.options import DataDirOption
+
+app = typer.Typer()
+PANEL = "Measure and report"
+# Per task: about 8 minutes for the three tasks of a MiniLM bundle under qemu on the loaded
+# 2-core host (about 1 s an example, 2026-11-26); the whole split with --max-examples 0.
+DEFAULT_EXAMPLES = 150
+
+
+@app.command("verify-arch", rich_help_panel=PANEL, epilog="Example: palkit verify-arch "
+             "bundles/default-int8 --run runs/default --arch aarch64")
+def verify_arch(
+    bundle: Annotated[Path, typer.Argument(metavar="BUNDLE", help="an int8 (or fp32) bundle "
+                                           "with ExecuTorch files")],
+    run: Annotated[Path, typer.Option(
+        metavar="RUN", help="the run (or model folder) the bundle was exported from: the fp32 "
+        "reference")],
+    arch: Annotated[Literal["aarch64", "x86_64"], typer.Option(
+        help="the instruction set to run the app's native path on (aarch64: under qemu on a "
+        "pinned phone-class CPU model; needs `python android_demo/host/native_host.py fetch "
+        "--arch aarch64` and Debian's cross tools)")] = "aarch64",
+    max_examples: Annotated[int, typer.Option(
+        metavar="N", help="per task, a stratified sample of N dev examples (each label, or each "
+        "tenth of the scores, keeps its share); 0: the whole dev split. 150 took about 8 "
+        "minutes for three MiniLM tasks under qemu on a busy 2-core host")] = DEFAULT_EXAMPLES,
+    max_drop: Annotated[float, typer.Option(
+        help="export's gate on the phone's kernels: the points of its metric a task may lose "
+        "against fp32, judged by export's rule (export/verify.py) on the sample")] = 1.0,
+    data_dir: DataDirOption = None,
+    write: Annotated[bool, typer.Option(
+        help="record the result in the bundle's verify.json under architectures.ARCH")] = True,
+    sign_key: Annotated[Optional[Path], typer.Option(
+        metavar="KEY", help="a signed bundle: re-sign it with this private key after "
+        "verify.json changes (without it a signed bundle is refused, or use --no-write)")] = None,
+    out: Annotated[Optional[Path], typer.Option(
+        metavar="FILE.json", help="also write the record, with machine and command, to this "
+        "JSON file and a Markdown table beside it (.md)")] = None,
+) -> None:
+    """Run a bundle's tasks through the Android app's native path on another architecture.
+
+    Per task: agreement with this host's int8 and the largest logit difference from it,
+    agreement with fp32, and the metric change against fp32 with export's paired-bootstrap
+    interval and gate; exit status 1 when a task fails the gate. Emulated: says nothing about
+    a phone's speed.
+    """
+    from bench.arch_check import (architecture_table, check_architecture, is_signed,
+                                  record_architecture)
+    from export.signing import check_signing_key, sign_bundle
+    from export.verify import Gate
+    from trainer.data import resolve_data_dir
+
+    if write and is_signed(bundle) and sign_key is None:
+        raise PalkitError(f"{bundle}: signed (model.sig), and verify.json is a signed file: give "
+                          "--sign-key KEY to re-sign it, or --no-write")
+    if sign_key is not None:
+        check_signing_key(sign_key)
+    record = check_architecture(bundle, run, resolve_data_dir(data_dir), arch,
+                                max_examples or None, Gate(max_drop=max_drop), typer.echo)
+    table = architecture_table(record)
+    typer.echo(table)
+    for line in record["failures"]:
+        typer.echo(f"fails the gate: {line}", err=True)
+    if write:
+        typer.echo(f"recorded in {record_architecture(bundle, record)}")
+        if sign_key is not None:
+            sign_bundle(bundle, sign_key)
+            typer.echo(f"re-signed {bundle}")
+    if out:
+        write_results(out, bundle, record, table)
+    if not record["passed"]:
+        raise typer.Exit(1)
+
+
+def write_results(out: Path, bundle: Path, record: dict, table: str) -> None:
+    """The record with the command and machine as JSON at `out`, its table as Markdown beside."""
+    from trainer.fileio import write_json, write_text
+    from trainer.host import cpu_model
+
+    command = "palkit " + shlex.join(sys.argv[1:])
+    machine = f"{cpu_model()} ({platform.machine()})"
+    write_json(out, {"command": command, "machine": machine, "bundle": str(bundle), **record})
+    write_text(out.with_suffix(".md"), f"# The int8 check on {record['arch']}: {bundle}\n\n"
+               f"`{command}`, {record['date']}, on {machine}; {record['launcher']} "
+               f"(qemu {record['qemu']}).\n\n{table}\n")
+    typer.echo(f"wrote {out} and {out.with_suffix('.md')}")
