@@ -29,6 +29,7 @@ from typing import Any, Callable
 import torch
 
 from bench.native import native_host
+from export.manifest import VERIFY_FILE
 from export.runtime import Engine, load_bundle
 from export.signing import SIGNATURE_FILE
 from export.verify import (CONFIDENCE, Encoded, Gate, compare, encode_texts, failure,
@@ -177,7 +178,7 @@ def _qemu_version(launcher: str) -> str | None:
 def record_architecture(bundle: Path, record: dict[str, Any]) -> Path:
     """Put `record` into the bundle's verify.json under architectures.<arch> (atomic; the
     other keys kept). A signed bundle's verify.json is signed too: the caller re-signs."""
-    path = Path(bundle) / "verify.json"
+    path = Path(bundle) / VERIFY_FILE
     report = read_json(path) if path.is_file() else {}
     report.setdefault(SECTION, {})[record["arch"]] = record
     write_json(path, report)
@@ -186,23 +187,3 @@ def record_architecture(bundle: Path, record: dict[str, Any]) -> Path:
 
 def is_signed(bundle: Path) -> bool:
     return (Path(bundle) / SIGNATURE_FILE).is_file()
-
-
-def architecture_table(record: dict[str, Any]) -> str:
-    """A Markdown table of one architecture's record: a row per task."""
-    arch = record["arch"]
-    lines = [f"| task | examples | agreement with host int8 [95%] | largest logit diff vs host "
-             f"| agreement with fp32 | metric change vs fp32 [95%] ({arch}) "
-             f"| host int8's change [95%] |", "|---|---:|---|---:|---:|---|---|"]
-    for name, r in record["tasks"].items():
-        host, fp32, own = r["vs_host_int8"], r["vs_fp32"], r["host_int8_vs_fp32"]
-        lo, hi = host["agreement_interval"]
-        lines.append(f"| {name} | {r['examples']} | {host['agreement']:.4f} [{lo:.4f}, {hi:.4f}] "
-                     f"| {host['max_abs_diff']:.2e} | {fp32['agreement']:.4f} "
-                     f"| {_change(fp32)} | {_change(own)} |")
-    return "\n".join(lines)
-
-
-def _change(r: dict[str, Any]) -> str:
-    low, high = r["metric_change_interval"]
-    return f"{r['metric']} {r['metric_change']:+.2f} [{low:+.2f}, {high:+.2f}]"

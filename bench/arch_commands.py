@@ -56,8 +56,8 @@ def verify_arch(
     interval and gate; exit status 1 when a task fails the gate. Emulated: says nothing about
     a phone's speed.
     """
-    from bench.arch_check import (architecture_table, check_architecture, is_signed,
-                                  record_architecture)
+    from bench.arch_check import check_architecture, is_signed, record_architecture
+    from bench.markdown import architecture_table
     from export.signing import check_signing_key, sign_bundle
     from export.verify import Gate
     from trainer.data import resolve_data_dir

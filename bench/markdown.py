@@ -84,7 +84,7 @@ def _headline(report: dict[str, Any]) -> list[str]:
 def _host_sections(report: dict[str, Any], host: BenchInput) -> list[str]:
     label = machine_label(host.data["machine"])
     return (_sizes(host.data, label) + _latency(host.data, label) + _load(host.data, label)
-            + _ceiling(report, host, label) + _accuracy(host.data))
+            + _ceiling(report, host, label) + _accuracy(host.data) + _architectures(host.data))
 
 
 def _sizes(data: dict[str, Any], label: str) -> list[str]:
@@ -178,6 +178,37 @@ def _accuracy(data: dict[str, Any]) -> list[str]:
             avg = metrics.get("avg")
             lines.append(f"| {name} | {split} | {fmt(avg * 100 if avg is not None else None)} | {detail} |")
     return lines
+
+
+def _architectures(data: dict[str, Any]) -> list[str]:
+    """`palkit verify-arch`'s records that bench found in its bundles' verify.json."""
+    lines: list[str] = []
+    for name, sub in host_subjects(data).items():
+        for arch, record in (sub.get("architectures") or {}).items():
+            lines += ["", f"## int8 on {arch}: {sub.get('label', name)} (`palkit verify-arch`, "
+                      f"{record.get('launcher')}, {record.get('date')}; accuracy, not speed)", "",
+                      architecture_table(record)]
+    return lines
+
+
+def architecture_table(record: dict[str, Any]) -> str:
+    """A Markdown table of one architecture's record: a row per task."""
+    arch = record["arch"]
+    lines = [f"| task | examples | agreement with host int8 [95%] | largest logit diff vs host "
+             f"| agreement with fp32 | metric change vs fp32 [95%] ({arch}) "
+             f"| host int8's change [95%] |", "|---|---:|---|---:|---:|---|---|"]
+    for name, r in record["tasks"].items():
+        host, fp32, own = r["vs_host_int8"], r["vs_fp32"], r["host_int8_vs_fp32"]
+        lo, hi = host["agreement_interval"]
+        lines.append(f"| {name} | {r['examples']} | {host['agreement']:.4f} [{lo:.4f}, {hi:.4f}] "
+                     f"| {host['max_abs_diff']:.2e} | {fp32['agreement']:.4f} "
+                     f"| {_arch_change(fp32)} | {_arch_change(own)} |")
+    return "\n".join(lines)
+
+
+def _arch_change(r: dict[str, Any]) -> str:
+    low, high = r["metric_change_interval"]
+    return f"{r['metric']} {r['metric_change']:+.2f} [{low:+.2f}, {high:+.2f}]"
 
 
 def _pairwise(report: dict[str, Any]) -> list[str]:

@@ -14,7 +14,7 @@ from typing import Any
 
 from bench.errors import BenchError
 from bench.schema import ALL_TASKS
-from export.manifest import Manifest, read_manifest
+from export.manifest import VERIFY_FILE, Manifest, read_manifest
 from trainer.checkpoint import TRUNK_WEIGHTS, read_json, resolve_model_dir, separate_models
 from trainer.fileio import sha256_file, write_json
 from ui.progress import say
@@ -172,8 +172,15 @@ def _bundle_subjects(bundle: Path, m: Manifest, info: ModelInfo | None, runtimes
             all_tasks=all_tasks, pal_layers=tuple(sorted(pal["layers"])) if pal else (),
             num_layers=m.trunk.num_layers,
             extra={"bundle_dir": str(bundle), "quantization": m.quantization,
-                   "pal_heads": int(pal["heads"]) if pal else None}))
+                   "pal_heads": int(pal["heads"]) if pal else None,
+                   "architectures": phone_checks(bundle) if rt == "executorch" else {}}))
     return out
+
+
+def phone_checks(bundle: Path) -> dict[str, Any]:
+    """The bundle's `palkit verify-arch` records (verify.json's architectures), for the report."""
+    path = Path(bundle) / VERIFY_FILE
+    return read_json(path).get("architectures", {}) if path.is_file() else {}
 
 
 def _separate_subject(rt: str, prec: str, group: dict[str, _Single]) -> Subject:

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import torch
 
-from export.manifest import (IO, MANIFEST_FILE, RUNTIMES, AllTasksMethod, BundleError,
+from export.manifest import (IO, MANIFEST_FILE, RUNTIMES, VERIFY_FILE, AllTasksMethod, BundleError,
                              ExecuTorchSection, FileEntry, Manifest, OnnxRuntimeSection, TaskEntry,
                              TokenizerSettings, Trunk, adapter_text, write_manifest)
 from export.executorch_export import adapter_of, export_order
@@ -188,7 +188,7 @@ def export_bundle(model_dir: Path, out: Path, opts: ExportOptions, log: Log = sa
             write_json(refused, report)
             raise ExportError(f"{summary(report)} (nothing written to {out}; the whole report, "
                               f"per-layer SQNR included: {refused}; see --max-drop)")
-        write_json(build / "verify.json", report)
+        write_json(build / VERIFY_FILE, report)
         refused.unlink(missing_ok=True)  # a refusal's report from an earlier try
         if sign_key is not None:
             sign_bundle(build, sign_key)
@@ -334,8 +334,8 @@ def publish_task(model, tokenizer, task: str, bundle_dir: Path, manifest: Manife
             raise ExportError(f"{summary(report)} (the shared trunk cannot change here: a "
                               "full re-export keeps layers in float for a loss the SQNR table "
                               "points at; see --max-drop)")
-        if (bundle_dir / "verify.json").is_file():
-            write_json(build / "verify.json", merged_report(bundle_dir / "verify.json", report))
+        if (bundle_dir / VERIFY_FILE).is_file():
+            write_json(build / VERIFY_FILE, merged_report(bundle_dir / VERIFY_FILE, report))
         remove_tree(build / ".new")
         if sign_key is not None:
             sign_bundle(build, sign_key)
@@ -443,7 +443,7 @@ def stage_bundle(bundle_dir: Path, build: Path, new: dict[str, str]) -> None:
     for src in sorted(p for p in bundle_dir.rglob("*") if p.is_file()):
         rel = src.relative_to(bundle_dir).as_posix()
         # rewritten for the new bundle (model.sig too: signing must not write through a link)
-        if rel in new or rel in (MANIFEST_FILE, "verify.json", SIGNATURE_FILE):
+        if rel in new or rel in (MANIFEST_FILE, VERIFY_FILE, SIGNATURE_FILE):
             continue
         dst = build / rel
         dst.parent.mkdir(parents=True, exist_ok=True)

@@ -117,12 +117,12 @@ def export(
 
 def summarize(path: Path) -> None:
     """The bundle's files and its verification, as written to manifest.json / verify.json."""
-    from export.manifest import read_manifest
+    from export.manifest import VERIFY_FILE, read_manifest
 
     manifest = read_manifest(path)
     for rel, f in sorted(manifest.files.items()):
         typer.echo(f"  {rel:36s} {f.bytes / 1024:10.1f} KiB")
-    verified = json.loads((path / "verify.json").read_text())
+    verified = json.loads((path / VERIFY_FILE).read_text())
     for rt, r in verified["runtimes"].items():
         for part, checked in (("", r["tasks"]), ("all tasks on one input/", r.get(
                 "all_tasks_program", {}).get("tasks", {}))):

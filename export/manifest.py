@@ -26,6 +26,7 @@ FORMAT = "palkit-bundle"
 # 2: ExecuTorch tasks are weights files bound to one trunk program (1: a program per task)
 VERSION = 2
 MANIFEST_FILE = "manifest.json"
+VERIFY_FILE = "verify.json"       # what export measured (export/verify.py); not in the manifest
 RUNTIMES = ("executorch", "onnxruntime")
 # OnnxRuntimeSection.pal of a bundle written before that field: its graph has trunk.pal
 TRUNK_PAL = "trunk.pal"
