@@ -117,8 +117,7 @@ def export_timed(model_dir: Path, tasks: int, opts: ScaleOptions) -> dict[str, A
     calib = calibration_inputs(model, opts.seq_len, tokenizer)
     out.mkdir(parents=True)
     t0, c0 = time.perf_counter(), cpu_seconds()
-    details = write_executorch(model, exported, out, opts.int8, opts.seq_len, calib, True,
-                               lambda line: print(line, file=sys.stderr, flush=True))
+    details = write_executorch(model, exported, out, opts.int8, opts.seq_len, calib, True, say)
     result: dict[str, Any] = {"export_s": time.perf_counter() - t0,
                               "export_cpu_s": cpu_seconds() - c0, "tasks": exported,
                               "files": folder_bytes(out / "executorch"), "bundle": str(out)}
