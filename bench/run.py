@@ -251,7 +251,8 @@ def evaluate_accuracy(subjects: list[Subject], runs: list[Path], data_dir: Path,
     for s, run, split in track(jobs, "bench: accuracy", total=len(jobs)):
         try:
             if s is not None:
-                acc.setdefault(s.name, {})[split] = bundle_accuracy(s, data_dir, split, max_examples)
+                acc.setdefault(s.name, {})[split] = bundle_accuracy(s, data_dir, split,
+                                                                    max_examples, notes)
             else:
                 scores = run_accuracy(run, subjects, data_dir, split, max_examples, notes)
                 acc.setdefault(f"fp32:{Path(run).name}", {}).update(
@@ -263,9 +264,10 @@ def evaluate_accuracy(subjects: list[Subject], runs: list[Path], data_dir: Path,
     return acc, notes
 
 
-def bundle_accuracy(s: Subject, data_dir: Path, split: str,
-                    max_examples: int | None) -> dict[str, Any]:
-    """A subject's tasks scored from its bundle(s) as its runtime runs them, and their average."""
+def bundle_accuracy(s: Subject, data_dir: Path, split: str, max_examples: int | None,
+                    notes: list[str]) -> dict[str, Any]:
+    """A subject's tasks scored from its bundle(s) as its runtime runs them, and their average
+    over the tasks that have `split` (CFIMDB has no test split), said in a note when not all."""
     from trainer.metrics import average_score
     from export.evaluate import evaluate_bundle
     from trainer.tasks import BUILTIN_TASKS
@@ -274,9 +276,14 @@ def bundle_accuracy(s: Subject, data_dir: Path, split: str,
     for b in sorted({src["bundle"] for src in s.tasks.values()}):
         r = evaluate_bundle(Path(b), data_dir, split, max_examples, s.runtime, s.trust_key)
         merged.update({k: v for k, v in r.items() if isinstance(v, (int, float)) and k != "avg"})
-    specs = [BUILTIN_TASKS[t] for t in s.tasks if t in BUILTIN_TASKS]
-    if len(specs) == len(s.tasks):
-        merged["avg"] = average_score(specs, merged)
+    if not all(t in BUILTIN_TASKS for t in s.tasks):
+        return merged
+    scored = [t for t in s.tasks if any(k.startswith(f"{t}_") for k in merged)]
+    if scored:
+        merged["avg"] = average_score([BUILTIN_TASKS[t] for t in scored], merged)
+    if len(scored) < len(s.tasks):
+        notes.append(f"accuracy of {s.name} on {split}: avg over {sorted(scored)}; "
+                     f"{sorted(set(s.tasks) - set(scored))} have no {split} split")
     return merged
 
 

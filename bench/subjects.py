@@ -158,7 +158,8 @@ def _bundle_subjects(bundle: Path, m: Manifest, info: ModelInfo | None, runtimes
             continue
         program = m.all_tasks(rt)
         all_tasks = None
-        if program is not None and list(program.tasks) == names:
+        # the program's tasks are grouped by placement; the manifest lists them as added
+        if program is not None and sorted(program.tasks) == sorted(names):
             all_tasks = {"format": "bundle", "bundle": str(bundle), "task": ALL_TASKS}
         elif program is not None:
             notes.append(f"{bundle}: its all-tasks program covers {program.tasks}, "

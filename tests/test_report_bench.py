@@ -434,3 +434,43 @@ def test_report_shows_the_phone_int8_check_that_bench_found_in_a_bundle(tmp_path
     assert ("| sst | 150 | 0.9933 [0.9800, 1.0000] | 4.52e-03 | 0.9867 | sst_acc -0.67 "
             "[-2.00, +0.67] | sst_acc -0.33 [-1.33, +0.67] |") in md
     assert md.count("## int8 on aarch64") == 1              # the other subjects have none
+
+
+def test_a_bundle_task_without_the_split_is_left_out_of_the_average_and_said(monkeypatch):
+    """CFIMDB has no test split: a bundle holding it is averaged over its other tasks on test
+    (as the separate models are), not refused after the timing."""
+    import export.evaluate
+    from bench.run import bundle_accuracy
+    from bench.subjects import Subject
+
+    scores = {"dev": {"sst_acc": 0.4, "cfimdb_acc": 0.8, "sts_pearson": 0.6},
+              "test": {"sst_acc": 0.5, "sts_pearson": 0.8}}
+    monkeypatch.setattr(export.evaluate, "evaluate_bundle",
+                        lambda bundle, data, split, *rest: dict(scores[split], avg=0.0))
+    tasks = {t: {"bundle": "bundles/shared"} for t in ("sst", "sts", "cfimdb")}
+    s = Subject("shared/executorch", "pal", "executorch", "int8", "shared", tasks, {}, {}, 30522)
+    notes: list[str] = []
+    dev = bundle_accuracy(s, Path("data"), "dev", None, notes)
+    assert dev["avg"] == pytest.approx((0.4 + 0.8 + 0.8) / 3) and notes == []
+    test = bundle_accuracy(s, Path("data"), "test", None, notes)
+    assert test["avg"] == pytest.approx((0.5 + 0.9) / 2) and "cfimdb_acc" not in test
+    assert notes == ["accuracy of shared/executorch on test: avg over ['sst', 'sts']; "
+                     "['cfimdb'] have no test split"]
+
+
+def test_a_bundle_whose_tasks_were_added_in_another_order_is_timed_by_its_program(
+        et_fp32: Path, tmp_path: Path):
+    """The all-tasks program lists its tasks grouped by placement; the manifest as they were
+    added (export --adapter appends): either way one program runs them all."""
+    import shutil
+    from bench.schema import ALL_TASKS
+    from bench.subjects import discover
+
+    bundle = tmp_path / "reordered"
+    shutil.copytree(et_fp32, bundle)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["tasks"].reverse()
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    subjects, _, notes = discover([bundle], [], ["executorch"], [], tmp_path / "work")
+    assert [s.all_tasks for s in subjects] == [
+        {"format": "bundle", "bundle": str(bundle), "task": ALL_TASKS}], notes
