@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from dataclasses import fields
 from pathlib import Path
 
@@ -375,3 +376,20 @@ def test_report_prints_the_comparison_with_separate_models(capsys):
     assert [cell.strip() for cell in row.split("│")[1:5]] == \
         ["separate/executorch/int8", "0.39x", "1.30x", "0.70x"]
     assert "default/onnxruntime" not in out
+
+
+def test_quiet_silences_the_peers_tracer_notes_and_keeps_other_warnings(monkeypatch):
+    from ui import quiet
+
+    for key in (quiet.VERBOSE_ENV, *quiet.QUIET_ENVIRONMENT):  # restored afterwards
+        monkeypatch.setenv(key, "")
+        monkeypatch.delenv(key)
+    notes = ["Converting a tensor to a Python boolean might cause the trace to be incorrect.",
+             "Exporting aten::index operator of advanced indexing in opset 17 is achieved by"]
+    for verbose, shown in [(True, [*notes, "a warning of palkit's own"]),
+                           (False, ["a warning of palkit's own"])]:  # quiet last: the default
+        with warnings.catch_warnings(record=True) as seen:
+            quiet.configure(verbose)
+            for message in [*notes, "a warning of palkit's own"]:
+                warnings.warn(message, UserWarning)
+        assert [str(w.message) for w in seen] == shown

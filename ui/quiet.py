@@ -4,7 +4,8 @@ What is silenced (measured on export / predict / evaluate / bench, torch 2.13, t
 executorch 1.5.1): torchao's "Failed to load .../_C_mxfp8...so" warnings (CUDA kernels absent on
 a CPU build), torch's `_pytree` Enum-registration warnings, FutureWarning / DeprecationWarning
 from export internals, onnxruntime quantization's "consider pre-processing" root-logger warning,
-transformers' info chatter, and ExecuTorch's native `[cpuinfo_utils.cpp:..]` /
+the tracer's notes on bench's legacy ONNX export of transformers' BertModel (the peers; their
+graphs are scored like every subject), transformers' info chatter, and ExecuTorch's native `[cpuinfo_utils.cpp:..]` /
 `[threadpool.cpp:..]` lines (printed by its C++ runtime on the stderr file descriptor, so they are
 filtered at the descriptor). Errors are never hidden: logging at ERROR and above stays on, and
 native output captured around a call that fails is printed in full.
@@ -25,6 +26,8 @@ VERBOSE_ENV = "PALKIT_VERBOSE"
 NATIVE_NOISE = re.compile(rb"^\[(cpuinfo_utils|threadpool)\.cpp:\d+\] ")
 NOISY_LOGGERS = ("torchao", "torch.utils._pytree", "torch._export", "torch.export",
                  "executorch", "onnxruntime", "onnxscript", "transformers", "huggingface_hub")
+TRACER_NOTES = ("Converting a tensor to a Python boolean might cause the trace",
+                "Exporting aten::index operator of advanced indexing")
 # Inherited by worker processes (bench runs every configuration in a fresh one).
 QUIET_ENVIRONMENT = {"PYTHONWARNINGS": "ignore::FutureWarning,ignore::DeprecationWarning",
                      "TRANSFORMERS_VERBOSITY": "error", "TORCH_CPP_LOG_LEVEL": "ERROR",
@@ -52,6 +55,8 @@ def configure(verbose: bool) -> None:
         os.environ.setdefault(key, value)
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
+    for message in TRACER_NOTES:
+        warnings.filterwarnings("ignore", message=message)
     logging.getLogger().setLevel(logging.ERROR)
     for name in NOISY_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
