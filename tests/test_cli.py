@@ -378,6 +378,17 @@ def test_report_prints_the_comparison_with_separate_models(capsys):
     assert "default/onnxruntime" not in out
 
 
+def test_report_prints_every_bundle_on_the_phones_runtime_against_the_separate_models(capsys):
+    from ui.tables import comparison_table
+    latency = {"task:sst t1 s128": 0.9, "all_tasks t1 s128": 0.3}
+    comparison_table({"pairwise": [
+        {"pal": p, "other": "separate/executorch/int8", "other_role": "separate",
+         "size_ratio": 0.34, "latency": latency}
+        for p in ("pals/executorch", "pals/onnxruntime", "shared/executorch")]})
+    titles = [line for line in capsys.readouterr().out.splitlines() if "each other model" in line]
+    assert [t.split(" / ")[0] for t in titles] == ["pals/executorch", "shared/executorch"]
+
+
 def test_quiet_silences_the_peers_tracer_notes_and_keeps_other_warnings(monkeypatch):
     from ui import quiet
 
