@@ -5,9 +5,9 @@ executorch 1.5.1): torchao's "Failed to load .../_C_mxfp8...so" warnings (CUDA k
 a CPU build), torch's `_pytree` Enum-registration warnings, FutureWarning / DeprecationWarning
 from export internals, onnxruntime quantization's "consider pre-processing" root-logger warning,
 the tracer's notes on bench's legacy ONNX export of transformers' BertModel (the peers; their
-graphs are scored like every subject), transformers' info chatter, and ExecuTorch's native `[cpuinfo_utils.cpp:..]` /
-`[threadpool.cpp:..]` lines (printed by its C++ runtime on the stderr file descriptor, so they are
-filtered at the descriptor). Errors are never hidden: logging at ERROR and above stays on, and
+graphs are scored like every subject), transformers' info chatter, and ExecuTorch's native
+`[cpuinfo_utils.cpp:..]` / `[threadpool.cpp:..]` lines (printed by its C++ runtime on the stderr
+file descriptor, so they are filtered at the descriptor). Errors are never hidden: logging at ERROR and above stays on, and
 native output captured around a call that fails is printed in full.
 """
 from __future__ import annotations
