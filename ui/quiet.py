@@ -7,8 +7,8 @@ from export internals, onnxruntime quantization's "consider pre-processing" root
 the tracer's notes on bench's legacy ONNX export of transformers' BertModel (the peers; their
 graphs are scored like every subject), transformers' info chatter, and ExecuTorch's native
 `[cpuinfo_utils.cpp:..]` / `[threadpool.cpp:..]` lines (printed by its C++ runtime on the stderr
-file descriptor, so they are filtered at the descriptor). Errors are never hidden: logging at ERROR and above stays on, and
-native output captured around a call that fails is printed in full.
+file descriptor, so they are filtered at the descriptor). Errors are never hidden: logging at
+ERROR and above stays on, and native output captured around a call that fails is printed in full.
 """
 from __future__ import annotations
 
