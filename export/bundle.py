@@ -45,11 +45,6 @@ class ExportError(PalkitError, RuntimeError):
     """Export produced a bundle that failed verification, or cannot run as asked."""
 
 
-def runtime_versions() -> dict[str, str]:
-    return {"executorch": version("executorch"), "onnxruntime": version("onnxruntime"),
-            "torch": torch.__version__.split("+")[0]}
-
-
 def file_entries(folder: Path, rels: list[str]) -> dict[str, FileEntry]:
     return {rel: FileEntry(*file_digest(folder / rel)) for rel in sorted(set(rels))}
 
@@ -69,11 +64,9 @@ def tokenizer_settings(trunk_dir: Path, tokenizer, max_length: int) -> Tokenizer
 
 
 def task_entry(spec, trunk_sha: str, runtimes: list[str], adapter: dict[str, Any]) -> TaskEntry:
-    files = {}
-    if "executorch" in runtimes:
-        files["executorch"] = f"executorch/{spec.name}.safetensors"
-    if "onnxruntime" in runtimes:
-        files["onnxruntime"] = f"onnx/{spec.name}.onnx_adapter"
+    paths = {"executorch": f"executorch/{spec.name}.safetensors",
+             "onnxruntime": f"onnx/{spec.name}.onnx_adapter"}
+    files = {r: paths[r] for r in runtimes}
     return TaskEntry(name=spec.name, kind=spec.kind,
                      labels=list(spec.labels) if spec.labels else None,
                      score_range=list(spec.score_range) if spec.score_range else None,
@@ -147,16 +140,14 @@ def check_export_target(out: Path, target: str, quant: str, overwrite: bool) -> 
 def export_bundle(model_dir: Path, out: Path, opts: ExportOptions, log: Log = say) -> Path:
     """Write, verify and publish one bundle of the model folder `model_dir`."""
     out = Path(out)
-    target, quant, tasks, max_len = opts.target, opts.quant, opts.tasks, opts.max_len
-    data_dir, gate, all_tasks, sign_key = opts.data_dir, opts.gate, opts.all_tasks, opts.sign_key
-    check_export_target(out, target, quant, opts.overwrite)
-    model, tokenizer, trunk_sha = load_model(model_dir, tasks)
+    check_export_target(out, opts.target, opts.quant, opts.overwrite)
+    model, tokenizer, trunk_sha = load_model(model_dir, opts.tasks)
     limit = int(model.trunk.config.max_position_embeddings)
-    max_len = max_len or default_max_len(model)
+    max_len = opts.max_len or default_max_len(model)
     if not 2 <= max_len <= limit:
         raise ExportError(f"--max-len {max_len} must be between 2 and {limit} (the trunk's "
                           "position table)")
-    int8, runtimes = quant == "int8", runtimes_for(target, opts.onnx)
+    int8, runtimes = opts.quant == "int8", runtimes_for(opts.target, opts.onnx)
     names = export_order(model, list(model.tasks))
     build = staging_dir(out)
     try:
@@ -171,7 +162,7 @@ def export_bundle(model_dir: Path, out: Path, opts: ExportOptions, log: Log = sa
             if runtime == "executorch":
                 remove_tree(build / "executorch")
                 details[runtime] = write_executorch(kept, names, build, int8, max_len, calib,
-                                                    all_tasks, log)
+                                                    opts.all_tasks, log)
             else:
                 remove_tree(build / "onnx")
                 details[runtime] = write_onnx(kept, names, build, int8, calib, log)
@@ -180,9 +171,9 @@ def export_bundle(model_dir: Path, out: Path, opts: ExportOptions, log: Log = sa
                                                  max_len, int8, details, names))
 
         for runtime in runtimes:
-            write(runtime, list(gate.keep_float.get(runtime, [])) if int8 else [])
-        report = gated_export(write, build, model, tokenizer, max_len, data_dir, int8, gate,
-                              names, runtimes, log)
+            write(runtime, list(opts.gate.keep_float.get(runtime, [])) if int8 else [])
+        report = gated_export(write, build, model, tokenizer, max_len, opts.data_dir, int8,
+                              opts.gate, names, runtimes, log)
         refused = out.parent / f"{out.name}.refused-verify.json"
         if not report["passed"]:
             write_json(refused, report)
@@ -190,8 +181,8 @@ def export_bundle(model_dir: Path, out: Path, opts: ExportOptions, log: Log = sa
                               f"per-layer SQNR included: {refused}; see --max-drop)")
         write_json(build / VERIFY_FILE, report)
         refused.unlink(missing_ok=True)  # a refusal's report from an earlier try
-        if sign_key is not None:
-            sign_bundle(build, sign_key)
+        if opts.sign_key is not None:
+            sign_bundle(build, opts.sign_key)
         replace_dir(build, out)
         log(f"wrote {out} in {time.time() - t0:.0f} s")
         return out
@@ -259,14 +250,14 @@ def build_manifest(build: Path, model, model_dir: Path, trunk_sha: str, tokenize
     from export.onnx_export import OPSET
     from quant import onnx_int8, xnnpack
 
-    cfg, versions = model.trunk.config, runtime_versions()
+    cfg, torch_version = model.trunk.config, torch.__version__.split("+")[0]
     summary = model_dir / "summary.json"
     base = read_json(summary).get("config", {}).get("base_model") if summary.is_file() else None
     runtimes: dict[str, Any] = {}
     if "executorch" in details:
         et = details["executorch"]
         runtimes["executorch"] = ExecuTorchSection(
-            version=versions["executorch"], torch=versions["torch"], backend="xnnpack",
+            version=version("executorch"), torch=torch_version, backend="xnnpack",
             program="executorch/trunk.pte", trunk_data="executorch/trunk.ptd",
             method=ONE_TASK_METHOD, task_inputs=et["task_inputs"], output_columns=PAD_OUTPUTS,
             seq_len={"min": 2, "max": max_len, "dynamic": True},
@@ -275,7 +266,7 @@ def build_manifest(build: Path, model, model_dir: Path, trunk_sha: str, tokenize
     if "onnxruntime" in details:
         ort = details["onnxruntime"]
         runtimes["onnxruntime"] = OnnxRuntimeSection(
-            version=versions["onnxruntime"], opset=OPSET, trunk_model="onnx/trunk.onnx",
+            version=version("onnxruntime"), opset=OPSET, trunk_model="onnx/trunk.onnx",
             output_columns=PAD_OUTPUTS, adapter_inputs=ort["adapter_inputs"],
             fusions=ort["fusions"], pal=ort["pal"])
     schemes = {"executorch": xnnpack.SCHEME, "onnxruntime": onnx_int8.SCHEME}
@@ -424,7 +415,6 @@ def manifest_with_task(m: Manifest, spec, run_sha: str, new: dict[str, str],
     """The manifest with `spec`'s entry and its `new` files (in `folder`), new or replaced. The
     all-tasks method keeps its tasks: it takes their weights as inputs, so a replaced task's new
     weights apply to it (a replaced task must keep its placement: its method's inputs)."""
-    files = dict(m.files)
     if spec.name in m.task_names and m.adapter(spec.name) != adapter and \
             m.all_tasks("executorch") and spec.name in m.all_tasks("executorch").tasks:
         raise ExportError(f"task '{spec.name}' had {adapter_text(m.adapter(spec.name))} in this "
@@ -432,8 +422,8 @@ def manifest_with_task(m: Manifest, spec, run_sha: str, new: dict[str, str],
                           "the bundle with all its tasks")
     tasks = [t for t in m.tasks if t.name != spec.name]
     tasks.append(task_entry(spec, run_sha, m.runtime_names, adapter))
-    for rel, name in new.items():
-        files[rel] = FileEntry(*file_digest(folder / name))  # type: ignore[operator]
+    files = {**m.files, **{rel: FileEntry(*file_digest(folder / name))  # type: ignore[operator]
+                           for rel, name in new.items()}}
     return dataclasses.replace(m, tasks=tasks, files=files)
 
 

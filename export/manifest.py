@@ -256,8 +256,7 @@ def adapter_text(adapter: Any) -> str:
 
 def _keys(cls, data: Any, where: str, key: str) -> dict[str, Any]:
     """`data` as the keyword arguments of dataclass `cls`, refusing missing and unknown keys."""
-    if not isinstance(data, dict):
-        raise BundleError(f"{where}: '{key}' is not an object; re-export the bundle")
+    _object(data, where, key)
     names = {f.name for f in fields(cls)}
     required = {f.name for f in fields(cls)
                 if f.default is MISSING and f.default_factory is MISSING}
@@ -290,7 +289,8 @@ def manifest_from_dict(m: Any, where: str) -> Manifest:
         tokenizer=_build(TokenizerSettings, body["tokenizer"], where, "tokenizer"),
         quantization=_object(body["quantization"], where, "quantization"),
         runtimes=_build_runtimes(body["runtimes"], where),
-        tasks=[_build(TaskEntry, t, where, "tasks[]") for t in _list(body["tasks"], where)],
+        tasks=[_build(TaskEntry, t, where, "tasks[]")
+               for t in _object(body["tasks"], where, "tasks", list)],
         files={rel: _build(FileEntry, e, where, f"files.{rel}")
                for rel, e in _object(body["files"], where, "files").items()},
         io=_object(body["io"], where, "io"))
@@ -298,15 +298,10 @@ def manifest_from_dict(m: Any, where: str) -> Manifest:
     return built
 
 
-def _list(value: Any, where: str) -> list:
-    if not isinstance(value, list):
-        raise BundleError(f"{where}: 'tasks' is not a list; re-export the bundle")
-    return value
-
-
-def _object(value: Any, where: str, key: str) -> dict:
-    if not isinstance(value, dict):
-        raise BundleError(f"{where}: '{key}' is not an object; re-export the bundle")
+def _object(value: Any, where: str, key: str, kind: type = dict) -> Any:
+    if not isinstance(value, kind):
+        what = "an object" if kind is dict else "a list"
+        raise BundleError(f"{where}: '{key}' is not {what}; re-export the bundle")
     return value
 
 
@@ -343,10 +338,9 @@ def check_path_types(m: Manifest, where: str) -> None:
                               "the bundle")
         paths += [(f"task '{t.name}' files", v) for v in t.files.values()]
     program = m.all_tasks("executorch")
-    if program is not None:
-        if not isinstance(program.tasks, list):
-            raise BundleError(f"{where}: runtimes.executorch.all_tasks.tasks is not a list; "
-                              "re-export the bundle")
+    if program is not None and not isinstance(program.tasks, list):
+        raise BundleError(f"{where}: runtimes.executorch.all_tasks.tasks is not a list; "
+                          "re-export the bundle")
     for key, value in paths:
         if not isinstance(value, str):
             raise BundleError(f"{where}: {key} is not a path string; re-export the bundle")
