@@ -148,16 +148,13 @@ def ort_errors() -> tuple[type[BaseException], ...]:
 
 
 class ExecuTorchRunner(TaskRunner):
-    """The bundle's one-task program, loaded once; a task is its weights file, read once (an
-    int8 bundle's matrices dequantized to fp32 there) and then passed as the method's task
-    inputs, so a swap is choosing another task's tensors. Every task whose file the bundle
-    already checked (load_bundle's `tasks`; None: all) is read here, at load, so that its first
-    swap reads nothing; others are read (and checked) on first use. Each method packs the trunk
-    when it loads (the pip wheel has no XNNPACK weight cache to share it), so `forward` loads on
-    the first single-task run, and the all-tasks program (its own file, with its own activation
-    memory) on the first `run_all`: a caller of one packs the trunk once and holds nothing of
-    the other. The programs do not plan memory for their inputs: a method reads the tensors
-    where they lie, nothing is copied per call (export/executorch_export.py)."""
+    """The bundle's one-task program, loaded once; a task is its weights file, read once and
+    then passed as the method's task inputs, so a swap is choosing another task's tensors. Tasks
+    whose files the bundle already checked are read at load, others on first use. Each method
+    packs the trunk when it loads (the pip wheel has no XNNPACK weight cache to share it), so
+    `forward` loads on the first single-task run and the all-tasks program on the first
+    `run_all`: a caller of one holds nothing of the other. A method reads its inputs where they
+    lie: nothing is copied per call (export/executorch_export.py)."""
 
     def __init__(self, bundle: BundleFiles, threads: int | None):
         super().__init__(bundle, threads)
@@ -181,8 +178,7 @@ class ExecuTorchRunner(TaskRunner):
     def load_program(self, rel: str, field: str) -> Any:
         pte = self.bundle.path(rel, field)
         try:
-            with native_stderr_filtered():
-                return load_executorch_program(pte, self.trunk)
+            return load_executorch_program(pte, self.trunk)
         except RuntimeError as e:  # the pybindings' errors carry an error code
             raise BundleError(f"{pte}: ExecuTorch cannot load it with {self.trunk.name} ({e}); "
                               "re-export the bundle") from None

@@ -62,10 +62,8 @@ def _owner_table(ep: torch.export.ExportedProgram) -> dict[str, str]:
             if n in seen:
                 continue
             seen.add(n)
-            for a in n.all_input_nodes:
-                if a.op == "placeholder" and kind(a.name):
-                    found = kind(a.name)
-                    break
+            found = next((kind(a.name) for a in n.all_input_nodes
+                          if a.op == "placeholder" and kind(a.name)), None)
             frontier.extend(n.users)
         if found:
             table[node.name] = found
@@ -101,15 +99,12 @@ def adapter_of(pal: PalConfig | None) -> dict[str, Any]:
 def lower_trunk_program(model: PalBert, all_tasks: list[str] | None, out_dir: Path, int8: bool,
                         max_len: int, calibration: list[tuple[torch.Tensor, ...]],
                         log: Callable[[str], None] = say) -> dict[str, Any]:
-    """Write out_dir/trunk.pte and out_dir/trunk.ptd: one program whose task weights are method
-    inputs (TaskSlotProgram), a one-task method per placement among the model's tasks
-    (method_name; a head-only task's is the plain trunk and one matmul, a PAL task's has only
-    its PALs). When `all_tasks` lists several (grouped by placement, export_order), also
-    out_dir/all_tasks.pte over the same trunk.ptd: `forward_all`, those tasks on one input,
-    branching where a placement's PALs begin. Calibration runs with the model's own task
-    weights. Returns the delegation facts, the `forward` method's task input names in method
-    order ("task_inputs") and the other one-task methods ("methods": name -> adapter record and
-    task input names)."""
+    """Write out_dir/trunk.pte (a one-task method per placement among the model's tasks,
+    method_name) and out_dir/trunk.ptd; when `all_tasks` lists several (grouped by placement,
+    export_order), also out_dir/all_tasks.pte over the same trunk.ptd. Calibration runs with the
+    model's own task weights. Returns "non_delegated_ops", the `forward` method's task input
+    names in method order ("task_inputs") and the other one-task methods ("methods": name ->
+    adapter record and task input names)."""
     placements = {method_name(model.task_pal(t), model): t for t in model.tasks}
     if ONE_TASK_METHOD not in placements:
         raise ValueError("no task has the model's own placement (load models with load_model)")
@@ -128,8 +123,9 @@ def lower_trunk_program(model: PalBert, all_tasks: list[str] | None, out_dir: Pa
         if [t for g in groups for t in g] != list(all_tasks):
             raise ValueError(f"all-tasks order {all_tasks} is not grouped by placement")
         program = TaskSlotProgram(model, [(model.task_pal(g[0]), len(g)) for g in groups])
-        stacked = [x for g, group in enumerate(groups) for x in
-                   stack_task_tensors([weights[t] for t in group], program.input_names(g))]
+        # each input of a group: its tasks' slices stacked, in task order
+        stacked = [torch.cat([weights[t][k] for t in group])
+                   for g, group in enumerate(groups) for k in program.input_names(g)]
         log(f"executorch: lowering {ALL_TASKS_PROGRAM}.pte ({ALL_TASKS_METHOD})")
         lower_beside({ALL_TASKS_METHOD: (program, [x + tuple(stacked) for x in calibration])},
                      ALL_TASKS_PROGRAM, out_dir, int8, max_len)
@@ -159,12 +155,6 @@ def export_order(model: PalBert, tasks: list[str]) -> list[str]:
     """`tasks` with each placement's tasks together (in order of first appearance): the order
     of a bundle's tasks and of its all-tasks method's rows."""
     return [t for group in model.placement_groups(tasks) for t in group]
-
-
-def stack_task_tensors(tasks: list[dict[str, torch.Tensor]], order: list[str]) -> list[torch.Tensor]:
-    """A group's task inputs in the all-tasks method: each input's per-task slices stacked, in
-    task order."""
-    return [torch.cat([t[k] for t in tasks]) for k in order]
 
 
 def write_task_weights(model: PalBert, task: str, path: Path, int8: bool) -> list[str]:
@@ -240,12 +230,10 @@ def export_method(program: torch.nn.Module, calibration: list[tuple[torch.Tensor
 
 def lower_methods(methods: dict[str, tuple[torch.nn.Module, list[tuple[torch.Tensor, ...]]]],
                   name: str, out_dir: Path, int8: bool, max_len: int) -> dict[str, Any]:
-    """The lowering steps, one after the other, for each method ({method: (module, calibration
-    inputs)}): int8 embeddings, export with a dynamic sequence length (the text inputs' dim 1;
-    any further inputs keep their shapes), int8 linears (pt2e), trunk constants tagged into
-    trunk.ptd; then XNNPACK partitioning and one ExecuTorch program holding every method
-    (constants the methods share are stored once). Writes out_dir/<name>.pte and
-    out_dir/trunk.ptd; returns the first method's delegation facts."""
+    """Each method ({method: (module, calibration inputs)}) exported (export_method), then
+    XNNPACK partitioning and one ExecuTorch program holding every method (constants the methods
+    share are stored once). Writes out_dir/<name>.pte and out_dir/trunk.ptd; returns the ops the
+    first method leaves out of the delegate ("non_delegated_ops")."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import (EdgeCompileConfig, ExecutorchBackendConfig,
                                  to_edge_transform_and_lower)
@@ -281,22 +269,8 @@ def lower_methods(methods: dict[str, tuple[torch.nn.Module, list[tuple[torch.Ten
     if extra:
         raise RuntimeError(f"unexpected ExecuTorch data files {extra}: only {TRUNK_DATA}.ptd "
                            "is supported")
-    first = next(iter(methods))
-    return delegation_facts(edge.exported_program(first).graph_module)
-
-
-def delegation_facts(gm: torch.fx.GraphModule) -> dict[str, Any]:
-    """How the lowered graph is partitioned (ExecuTorch's get_delegation_info): XNNPACK delegate
-    segments, and the ops left to portable kernels (getitem, which only unpacks a delegate's
-    outputs, is not counted)."""
-    from executorch.devtools.backend_debug import get_delegation_info
-
-    info = get_delegation_info(gm)
-    kept = {op: b.non_delegated for op, b in info.delegation_by_operator.items()
-            if b.non_delegated and op != "getitem"}
-    ops = sorted({_op_name(n.target) for n in gm.graph.nodes
-                  if n.op == "call_function" and "delegate" not in _op_name(n.target)
-                  and "getitem" not in _op_name(n.target)})
-    return {"non_delegated_ops": ops, "delegate_segments": info.num_delegated_subgraphs,
-            "delegated_nodes": info.num_delegated_nodes, "non_delegated_nodes": sum(kept.values()),
-            "non_delegated_by_op": dict(sorted(kept.items()))}
+    # the ops left to portable kernels (getitem only unpacks a delegate's outputs)
+    gm = edge.exported_program(next(iter(methods))).graph_module
+    ops = {_op_name(n.target) for n in gm.graph.nodes if n.op == "call_function"}
+    return {"non_delegated_ops": sorted(op for op in ops
+                                        if "delegate" not in op and "getitem" not in op)}

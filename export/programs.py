@@ -30,15 +30,12 @@ PAD_OUTPUTS = 16
 SLOT = "task"  # the adapter/head name inside the swappable graph
 
 
-def task_outputs(spec, raw: torch.Tensor) -> torch.Tensor:
-    """What a program returns for a task: class logits, or the regression score as [B, 1]."""
-    return regression_score(spec, raw)[:, None] if spec.is_regression else raw
-
-
 def reference_outputs(model: PalBert, task: str, input_ids, attention_mask, token_type_ids):
     """What a bundle must reproduce: PyTorch fp32 logits, or the regression score as [B, 1]."""
+    spec = model.tasks[task]
     with torch.no_grad():
-        return task_outputs(model.tasks[task], model(input_ids, attention_mask, token_type_ids, task))
+        raw = model(input_ids, attention_mask, token_type_ids, task)
+        return regression_score(spec, raw)[:, None] if spec.is_regression else raw
 
 
 class GivenLinear(nn.Module):
@@ -227,14 +224,13 @@ def task_linears(modules: dict[str, nn.Module]) -> list[tuple[str, nn.Module, st
 
 
 class TaskSlotProgram(nn.Module):
-    """An ExecuTorch method of the bundle's programs: tasks on one input, every
-    task-specific matrix a method input, so one lowering serves every task of a placement and a
-    task is its weights file. `groups` lists (placement, task count): [(pal, 1)] is a one-task
-    method. Inputs: the three text inputs,
-    then each group's `input_names(g)` in order, each [count, ...]; output [tasks, PAD_OUTPUTS]:
-    row t is task t's logits (or score, column 0) in its first num_outputs columns, through the
-    same output map (linear / sigmoid / offset) as the ONNX graph. The trunk runs once up to
-    where a group's PALs begin (PalBert.branched, as PalBert.forward_all)."""
+    """An ExecuTorch method of the bundle's programs: tasks on one input, every task-specific
+    matrix a method input, so one lowering serves every task of a placement and a task is its
+    weights file. `groups` lists (placement, task count): [(pal, 1)] is a one-task method.
+    Inputs: the three text inputs, then each group's `input_names(g)`, each [count, ...]; output
+    [tasks, PAD_OUTPUTS]: row t is task t's logits (or score, column 0) through the same output
+    map as the ONNX graph. The trunk runs once up to where a group's PALs begin
+    (PalBert.branched)."""
 
     def __init__(self, model: PalBert, groups: list[tuple[PalConfig | None, int]]):
         super().__init__()

@@ -231,6 +231,7 @@ class Engine:
         return [make_prediction(self.bundle.tasks[t], outs[t], ids.shape[1], ms, 0.0)
                 for t in chosen]
 
+
 def make_prediction(info: TaskEntry, out: np.ndarray, tokens: int, ms: float,
                     swap_ms: float) -> Prediction:
     outs = [float(x) for x in out]
