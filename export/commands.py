@@ -142,18 +142,6 @@ def verified_change(checked: dict) -> str:
             f"[{low:+.2f}, {high:+.2f}]{resolves}, {agreement}")
 
 
-def _import_runtime(runtime: str) -> float:
-    """Import the runtime's Python side as its runner would (export/engines.py), timed apart
-    from the bundle so that "loaded in" is loading; returns milliseconds."""
-    from export.engines import import_runtime
-    from ui.quiet import native_stderr_filtered
-
-    t0 = time.perf_counter()
-    with native_stderr_filtered():  # the thread pool's start-up lines
-        import_runtime(runtime)
-    return (time.perf_counter() - t0) * 1000
-
-
 def _open_bundle(folder: Path, runtime: str | None, tasks: list[str] | None,
                  trust_key: Path | None) -> tuple["Bundle", float]:
     """Check the bundle (signature when a key is trusted, manifest, the files of `runtime` and
@@ -167,11 +155,17 @@ def _open_bundle(folder: Path, runtime: str | None, tasks: list[str] | None,
 
 def _start_engine(loaded: "Bundle", runtime: str | None,
                   threads: int) -> tuple["Engine", float, float]:
-    """Import the runtime, then load the bundle's trunk on it: (engine, load ms, import ms)."""
+    """Import the runtime as its runner would (export/engines.py), timed apart so that "loaded
+    in" is loading, then load the bundle's trunk on it: (engine, load ms, import ms)."""
+    from export.engines import import_runtime
     from export.runtime import Engine
+    from ui.quiet import native_stderr_filtered
 
     runtime = runtime or loaded.runtimes[0]
-    import_ms = _import_runtime(runtime)
+    t0 = time.perf_counter()
+    with native_stderr_filtered():  # the thread pool's start-up lines
+        import_runtime(runtime)
+    import_ms = (time.perf_counter() - t0) * 1000
     t0 = time.perf_counter()
     engine = Engine(loaded, runtime, threads)
     return engine, (time.perf_counter() - t0) * 1000, import_ms

@@ -113,8 +113,7 @@ def set_executorch_threads(n: int) -> None:
 
 def load_executorch_program(pte: Path, data: Path | None = None) -> Any:
     """A program loaded with InternalConsistency verification: a mutated program is refused
-    instead of crashing the process (docs/records/runtime-crashes.md); the check costs nothing
-    measurable.
+    instead of crashing the process (docs/records/runtime-crashes.md), at no measurable cost.
     Raises RuntimeError (the pybindings' error, with its code) for a file it cannot load."""
     global _executorch_programs_loaded
     lib = executorch_lib()

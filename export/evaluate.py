@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from export.manifest import BundleError
+from export.manifest import MANIFEST_FILE, BundleError
 from export.runtime import Engine, load_bundle
 from ui.progress import track
 
@@ -14,7 +14,6 @@ def score_target(target: Path, data_dir: Path, split: str, max_len: int | None,
                  trust_key: Path | None = None) -> dict[str, Any]:
     """Metrics (fractions) of a bundle folder (run by its runtime, its signature checked
     against `trust_key` when given) or of a training run."""
-    from export.manifest import MANIFEST_FILE
     from trainer.scoring import score_run
 
     if (target / MANIFEST_FILE).is_file():

@@ -3,15 +3,11 @@ weights file, `<task>.safetensors`.
 
 The programs (TaskSlotProgram, export/programs.py) take every task-specific matrix as a method
 input, so one lowering serves every task of a placement, present and future: adding a task
-writes its weights file and no program. `trunk.pte`'s `forward` runs one task of the launch
-placement, and a bundle whose tasks differ (a task added later with a head only, or PALs
-elsewhere) has one more one-task method per other placement. `all_tasks.pte`'s `forward_all`
-runs the bundle's tasks on one input, branching where each placement's PALs begin; it is a
-program of its own because a runtime plans one program's activation memory for its largest
-method, and `forward_all`'s grows with the number of tasks (23 MB more at 30 tasks). Every
-constant the trunk owns (XNNPACK-packed linear weights and the non-delegated embedding and
-LayerNorm tables) is tagged into the external file "trunk" (trunk.ptd), which both programs
-read.
+writes its weights file and no program. `trunk.pte` holds a one-task method per placement;
+`all_tasks.pte`'s `forward_all` runs the bundle's tasks on one input, in a program of its own
+because a runtime plans one program's activation memory for its largest method. Every constant
+the trunk owns is tagged into the external file "trunk" (trunk.ptd), which both programs read.
+Design and layout: export/BUNDLE.md.
 
 Lowering is single-threaded Python (most of it ExecuTorch's per-partition XNNPACK passes): a
 minute or more of CPU per method for a MiniLM, the same for 3 tasks or 30.

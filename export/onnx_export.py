@@ -2,16 +2,13 @@
 
 The graph is SwappableTrunk (export/programs.py) exported with the legacy TorchScript exporter,
 its attention and the task's int8 matrix multiplies already written as ONNX Runtime's fused
-kernels (export/onnx_ops.py), optionally int8 by quant/onnx_int8.py (per-token activations; adapter weights stay inputs).
+kernels (export/onnx_ops.py), optionally int8 by quant/onnx_int8.py.
 onnxruntime.transformers' optimize_model is not used: what it fused here (Gelu, BiasGelu) ONNX
 Runtime fuses itself when a session starts, and its other fusions are either done already or
 slower (see residual_sums). Adapter tensors are graph inputs during all of that, so nothing
 folds them; at the end each gets a same-named zero initializer, which makes it an overridable
-initializer that `RunOptions.add_active_adapter` replaces per run.
-
-The graph has one PAL placement for all its tasks (programs.graph_pal: the tasks' own when they
-share one, else the union of their layers with a V^E/V^D per layer); each task's adapter holds
-zeros in the graph's layers where it has no PAL (programs.adapter_in_graph).
+initializer that `RunOptions.add_active_adapter` replaces per run. The graph has one PAL
+placement for all its tasks (programs.graph_pal).
 """
 from __future__ import annotations
 
@@ -68,23 +65,19 @@ def export_trunk(model: PalBert, path: Path, int8: bool, example: tuple[torch.Te
     graph.producer_name, graph.producer_version = "palkit", "1"
     onnx.save(graph, str(path))
     fused = Counter(n.op_type for n in graph.graph.node if n.domain == onnx_ops.MS)
-    return {"adapter_inputs": names, "fusions": dict(sorted(fused.items())),
-            "ops": sorted({n.op_type for n in graph.graph.node})}
+    return {"adapter_inputs": names, "fusions": dict(sorted(fused.items()))}
 
 
-def residual_sums(graph) -> int:
+def residual_sums(graph) -> None:
     """Write each residual Add that feeds a LayerNormalization as a Sum (the same a + b). ONNX
     Runtime fuses Add + LayerNormalization into SkipLayerNormalization when a session starts,
     and that CPU kernel (1.31) is ~5x slower than the two ops it replaces ([1, 128, 384]: 0.26
-    vs 0.05 ms, 13 times per MiniLM run); it does not look through Sum. Returns the count."""
+    vs 0.05 ms, 13 times per MiniLM run); it does not look through Sum."""
     made = {o: n for n in graph.graph.node for o in n.output}
-    rewritten = 0
     for norm in graph.graph.node:
         add = made.get(norm.input[0]) if norm.op_type == "LayerNormalization" else None
         if add is not None and add.op_type == "Add":
             add.op_type = "Sum"
-            rewritten += 1
-    return rewritten
 
 
 def write_adapter(model: PalBert, task: str, path: Path, int8: bool,

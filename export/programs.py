@@ -3,14 +3,11 @@
 * `TaskSlotProgram`: the bundle's one ExecuTorch program. Every task-specific Linear is a
   `BmmLinear` whose matrix and bias are method inputs (a task's weights file, `task_tensors`),
   so one lowering serves every task; `tasks` > 1 runs that many tasks stacked on one input.
-* `SwappableTrunk`: the ONNX graph. The task's PAL and head are the same modules with each
-  nn.Linear replaced by a `GivenLinear` (the same x·W + b) whose matrix and bias come in as graph
-  inputs, so one graph serves every task; a PAL attention's query/key/value are one GivenLinear
-  (`GivenAttention`). The graph has one placement (`graph_pal`: the union of its tasks'); a task
-  with PALs in fewer layers, or none, brings zeros in the others (`adapter_in_graph`). The head
-  is padded to `PAD_OUTPUTS` rows and a per-task output map (linear / sigmoid / offset vectors)
-  turns raw outputs into logits or the score. What ONNX Runtime runs for these (int8 matrices
-  as they are, fused attention kernels) is in export/onnx_ops.py.
+* `SwappableTrunk`: the ONNX graph. Each of the task's nn.Linear is a `GivenLinear` whose matrix
+  and bias are graph inputs, so one graph serves every task; its one placement (`graph_pal`) is
+  the union of its tasks'. The head is padded to `PAD_OUTPUTS` rows and a per-task output map
+  (linear / sigmoid / offset vectors) turns raw outputs into logits or the score. What ONNX
+  Runtime runs for these is in export/onnx_ops.py.
 """
 from __future__ import annotations
 

@@ -4,11 +4,10 @@
     engine = Engine(bundle, runtime="onnxruntime")    # loads the trunk once
     engine.predict("sst", "a fine film")              # swaps to sst's adapter, runs, returns
 
-`load_bundle` checks the manifest (export/manifest.py) and the size and SHA-256 of the files the
-caller says it will load (all of them by default); any other file is checked the first time it
-is used. So a damaged ExecuTorch program does not stop ONNX Runtime or the other tasks, and the
-error names the damaged file. Every refusal is a BundleError (a PalkitError): one line naming
-the file and what to do. Engine.run is guarded by a lock, so one engine may be shared by threads.
+`load_bundle` checks the manifest and the files the caller will load; any other file is checked
+the first time it is used (export/BUNDLE.md, "Loading on the host"). Every refusal is a
+BundleError: one line naming the file and what to do. Engine.run_ids holds a lock, so one engine
+may be shared by threads.
 """
 from __future__ import annotations
 

@@ -259,12 +259,10 @@ def statement_digests(sig_path: Path, payload: bytes) -> dict[str, str]:
         if statement["_type"] != STATEMENT_TYPE or statement["predicateType"] != PREDICATE_TYPE \
                 or serialization["method"] != "files" or serialization["hash_type"] != "sha256":
             raise bad
-        digests = {}
-        for r in predicate["resources"]:
-            if r["algorithm"] != "sha256" or not isinstance(r["name"], str):
-                raise bad
-            digests[r["name"]] = str(r["digest"])
-        return digests
+        resources = predicate["resources"]
+        if any(r["algorithm"] != "sha256" or not isinstance(r["name"], str) for r in resources):
+            raise bad
+        return {r["name"]: str(r["digest"]) for r in resources}
     except (ValueError, KeyError, TypeError):
         raise bad from None
 

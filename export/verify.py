@@ -454,10 +454,8 @@ class Verifier:
         outputs = {}
         for t in tasks:
             encoded, gold, source = self.inputs[t]
-            got, ms = run_task(engine, t, encoded)
-            outputs[t] = got
-            r = compare(self.model.tasks[t], self.refs[t], got, gold, source, self.gate)
-            section["mean_ms"][t] = ms
+            outputs[t], section["mean_ms"][t] = run_task(engine, t, encoded)
+            r = compare(self.model.tasks[t], self.refs[t], outputs[t], gold, source, self.gate)
             section["tasks"][t] = r
             where = f"{runtime}/{t}"
             section["failures"] += [f for f in [failure(r, where, self.int8, self.gate)] if f]

@@ -6,8 +6,7 @@ int8 per row (the position and token-type tables stay fp32: quant/weights.py).
 
 Why not `onnxruntime.quantization.quantize_dynamic`: its activations share ONE range per tensor
 (DynamicQuantizeLinear), so a few outlier tokens or channels of a trained BERT set the step for
-every other row, and it stores embedding tables with one range each. On the 300-step model that
-cost SST-5 about a point that ExecuTorch's per-token recipe does not (results/int8-gate.md).
+every other row; on the 300-step model that cost SST-5 about a point (results/int8-gate.md).
 
 Activations are asymmetric, as XNNPACK's: each row's 255 steps span [min(x, 0), max(x, 0)], so
 a skewed input (a GELU output is >= -0.17) gets about twice the resolution of a range mirrored
@@ -19,12 +18,9 @@ and each row's zero point z_r comes out after the product, with the bias, in one
 an [R, 2] @ [2, N] product added to MatMulIntegerToFloat's output (the weight's row of scaled
 column sums is stored with its bias; an adapter's is computed in the graph, its matrix being an
 input; not MatMulIntegerToFloat's own bias input, which ONNX Runtime 1.31 scales by a per-row
-A scale too). Rows are quantized by one QuantizeLinear with a per-axis scale and zero point, so
-an activation's leading dimensions are flattened into rows first and the output reshaped back.
-Written as elementwise ops instead (divide, round, add, clip, cast; a zero-point Mul and Sub and
-a bias Add per Linear), the same math ran ~11% slower than the symmetric recipe; this way it is
-no slower at 128 tokens (docs/int8-gate.md). On short inputs its ~19 small nodes per activation
-(against the symmetric recipe's 8) still show.
+A scale too). Rows are quantized by one QuantizeLinear with a per-axis scale and zero point
+(elementwise ops ran ~11% slower: docs/int8-gate.md), so an activation's leading dimensions are
+flattened into rows first and the output reshaped back.
 
 Nodes reading adapter inputs keep their weights as graph inputs (overridable per run), and the
 trunk Linears the int8 gate's fallback keeps in float (quant/mixed.py) stay MatMul + Add.
@@ -279,8 +275,7 @@ class _Rewrite:
             nodes += self.replace.get(id(n), [n])
         del self.graph.node[:]
         self.graph.node.extend(nodes)
-        read = {i for n in self.graph.node for i in n.input}
-        read |= {o.name for o in self.graph.output}
+        read = {i for n in self.graph.node for i in n.input} | {o.name for o in self.graph.output}
         kept = [i for i in self.graph.initializer if i.name in read]
         del self.graph.initializer[:]
         self.graph.initializer.extend(kept)

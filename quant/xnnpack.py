@@ -35,17 +35,15 @@ def quantize_embeddings(module: nn.Module) -> None:
               filter_fn=int8)
 
 
-_SCALAR_VARIANTS = {
-    torch.ops.aten.add.Tensor: torch.ops.aten.add.Scalar,
-    torch.ops.aten.mul.Tensor: torch.ops.aten.mul.Scalar,
-}
+_SCALAR_VARIANTS = {torch.ops.aten.add.Tensor: torch.ops.aten.add.Scalar,
+                    torch.ops.aten.mul.Tensor: torch.ops.aten.mul.Scalar}
 
 
-def scalarize_integer_ops(gm: torch.fx.GraphModule) -> int:
+def scalarize_integer_ops(gm: torch.fx.GraphModule) -> None:
     """Rewrite `int_tensor + 3` / `int_tensor * 3` (aten .Tensor with a Python scalar) to the
     .Scalar overloads, so the quantizer does not turn the scalar into a float tensor (which breaks
-    integer index arithmetic during calibration). Returns how many nodes were rewritten."""
-    changed = 0
+    integer index arithmetic during calibration)."""
+    changed = False
     for node in gm.graph.nodes:
         if node.op != "call_function" or node.target not in _SCALAR_VARIANTS:
             continue
@@ -53,10 +51,9 @@ def scalarize_integer_ops(gm: torch.fx.GraphModule) -> int:
         val = a.meta.get("val") if isinstance(a, torch.fx.Node) else None
         if isinstance(b, (int, float)) and val is not None and not val.dtype.is_floating_point:
             node.target = _SCALAR_VARIANTS[node.target]
-            changed += 1
+            changed = True
     if changed:
         gm.recompile()
-    return changed
 
 
 def quantize_linears_pt2e(ep: torch.export.ExportedProgram, calibration: list[tuple[Any, ...]],
