@@ -524,14 +524,12 @@ def assemble(v: Verifier, sections: dict[str, dict[str, Any]], layers: dict[str,
     failures = [f for s in sections.values() for f in s["failures"]]
     notes = [n for s in sections.values() for n in s.pop("notes")]
     report: dict[str, Any] = {"tolerance_fp32": FP32_TOLERANCE, "gate": asdict(v.gate),
-                              "confidence": CONFIDENCE, "runtimes": sections}
+                              "confidence": CONFIDENCE, "runtimes": sections,
+                              "passed": not failures, "failures": failures, "notes": notes}
     if layers:
         report["layers"] = layers
     if fallback:
         report["fallback"] = fallback
-    report["passed"] = not failures
-    report["failures"] = failures
-    report["notes"] = notes
     return report
 
 
@@ -572,12 +570,11 @@ def gated_export(write: Callable[[str, list[str]], None], folder: Path, model, t
 def fall_back(v: Verifier, write: Callable[[str, list[str]], None], runtime: str,
               section: dict[str, Any], layers: list[dict[str, Any]]) -> tuple[dict, dict]:
     """Keep the layers the SQNR table points at in float, worst first, `write(runtime,
-    float_layers)` that runtime again and check it, until it passes or
-    `gate.max_float_layers` are kept; only when every failure is a measured loss. A step
-    checks the failing tasks first (a float trunk layer changes every task, so all of them
-    are checked once those pass; a refusal's report names the tasks its last step did not
-    check again). Returns the last section and verify.json's fallback entry, or {"skipped":
-    why} when no layer was tried."""
+    float_layers)` that runtime again and check it, until it passes or `gate.max_float_layers`
+    are kept; only when every failure is a measured loss. A step checks the failing tasks first
+    (a float trunk layer changes every task, so all are checked once those pass; a refusal's
+    report names the tasks its last step did not check again). Returns the last section and
+    verify.json's fallback entry, or {"skipped": why} when no layer was tried."""
     gate, log = v.gate, v.log
     failing = [t for t, r in section["tasks"].items() if failure(r, t, True, gate)]
     unresolved = [t for t in failing if refuses(section["tasks"][t], gate)
