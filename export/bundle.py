@@ -50,9 +50,8 @@ def file_entries(folder: Path, rels: list[str]) -> dict[str, FileEntry]:
 
 
 def tokenizer_settings(trunk_dir: Path, tokenizer, max_length: int) -> TokenizerSettings:
-    cfg = {}
-    if (trunk_dir / "tokenizer_config.json").is_file():
-        cfg = read_json(trunk_dir / "tokenizer_config.json")
+    path = trunk_dir / "tokenizer_config.json"
+    cfg = read_json(path) if path.is_file() else {}
     lower = bool(cfg.get("do_lower_case", True))
     strip = cfg.get("strip_accents")
     return TokenizerSettings(
