@@ -62,11 +62,11 @@ def write_charts(hosts: list[BenchInput], m: Measurements, out: Path,
     with plt.rc_context(STYLE):
         rows = headline_rows(data, prefix, m)
         if rows:
-            headline_figure(rows, data, out / "headline.png")
+            save(draw_headline(rows, data), out / "headline.png")
             charts["headline"] = "headline.png"
         points, lines = accuracy_points(data, prefix, m)
         if points:
-            accuracy_figure(points, lines, data, out / "accuracy_vs_size.png")
+            save(draw_accuracy(points, lines, data), out / "accuracy_vs_size.png")
             charts["accuracy_vs_size"] = "accuracy_vs_size.png"
         timed = [p for p in (deployment or {}).get("points", []) if p.get("all_tasks_ms")]
         if timed:
@@ -98,7 +98,8 @@ def headline_rows(data: dict[str, Any], prefix: str, m: Measurements) -> list[Ro
     all_bound = {n: TARGETS["all_tasks_ratio_all_layers"][1] for n in all_layer}
     all_bound.update({n: TARGETS["all_tasks_ratio_top_half"][1] for n in top_half})
     rows = []
-    for name, s in sorted(h.subs.items(), key=lambda kv: ROLE_ORDER.index(kv[1].get("role", "peer"))):
+    by_role = sorted(h.subs.items(), key=lambda kv: ROLE_ORDER.index(kv[1].get("role", "peer")))
+    for name, s in by_role:
         one = h.task_p50(name)[0]
         all_id = all_tasks_id(prefix, name, threads, seq)
         row = Row(s.get("label", name), s.get("role", "peer"), _mib(total_bytes(m, prefix, name)),
@@ -122,10 +123,6 @@ def _mib(v: float | None) -> float | None:
 
 def _times(bound: float | None, v: float | None) -> float | None:
     return bound * v if bound is not None and v is not None else None
-
-
-def headline_figure(rows: list[Row], data: dict[str, Any], path: Path) -> None:
-    save(draw_headline(rows, data), path)
 
 
 def draw_headline(rows: list[Row], data: dict[str, Any]):
@@ -258,11 +255,6 @@ def _family(subject: dict[str, Any], runs: dict[str, str]) -> str | None:
         if dirs and all(Path(run).resolve() in d.parents for d in dirs):
             return Path(run).name
     return None
-
-
-def accuracy_figure(points: list[dict[str, Any]], lines: list[dict[str, Any]],
-                    data: dict[str, Any], path: Path) -> None:
-    save(draw_accuracy(points, lines, data), path)
 
 
 # The y axis shows at least this many points either side of the data: a gap of a tenth of a

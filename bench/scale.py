@@ -4,8 +4,7 @@ For each T, a bundle of T synthetic tasks (`add_synthetic_tasks`: copies of the 
 seeded noise on their weights; the run's trunk, int8) is exported, timed, and then measured by
 bench/worker.py processes as `palkit bench` measures bundles: export time, add-task time, the
 ExecuTorch files' bytes, resident memory with all T tasks ready, swap p50, one-task p50 and
-all-tasks p50. (The per-task-program format that bundles replaced was measured against this one
-before it was deleted: results/tasks-as-data-scale.* keep that record.)
+all-tasks p50.
 """
 from __future__ import annotations
 
@@ -25,7 +24,7 @@ import torch
 from torch import nn
 
 from bench.machine import host_machine
-from bench.run import LatencyBudget, command_line, run_worker
+from bench.run import LatencyBudget, command_line, latency_spec, run_worker
 from bench.schema import ALL_TASKS, percentile
 from trainer.checkpoint import resolve_model_dir
 from trainer.errors import PalkitError
@@ -167,12 +166,6 @@ def worker(spec: dict[str, Any], opts: ScaleOptions) -> dict[str, Any]:
     return result
 
 
-def latency_spec(subj: dict[str, Any], configs: list[str], t: LatencyBudget) -> dict[str, Any]:
-    return {"mode": "latency", "subject": subj, "configs": configs, "warmup": t.warmup,
-            "runs": t.min_runs, "min_seconds": t.min_seconds, "max_seconds": t.max_seconds,
-            "block": t.block}
-
-
 def p50_of(rows: list[dict[str, Any]], config: str) -> float | None:
     return next((r.get("p50_ms") for r in rows if r["config"] == config), None)
 
@@ -196,7 +189,7 @@ def measure(export: dict[str, Any], vocab_size: int, opts: ScaleOptions) -> dict
         "memory_one_task_bytes": load["rss_one_task"] - load["rss_after_import"],
         "swap_p50_ms": percentile(swaps, 50) if swaps else None,
         "one_task_p50_ms": p50_of(lat, configs[0]),
-        "all_tasks_p50_ms": p50_of(lat, "all_tasks") if len(names) > 1 else p50_of(lat, configs[0]),
+        "all_tasks_p50_ms": p50_of(lat, configs[-1]),  # T=1: its one task
         "task_file_bytes": statistics.fmean(task_files) if task_files else None,
         "task_tensor_bytes": task_tensor_bytes(Path(export["bundle"]), names),
         "detail": {"files": files, "load_ms": load["load_ms"], "swap_ms": load["swap_ms"],

@@ -27,8 +27,9 @@ import os
 import resource
 import sys
 import time
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import psutil
 
@@ -36,7 +37,6 @@ from bench.schema import ALL_TASKS, percentile
 from export import engines
 from export.manifest import TEXT_INPUTS
 from export.runtime import Engine, load_bundle
-
 
 
 def rss_bytes() -> int:
@@ -87,8 +87,8 @@ class TorchRunner:
 
 class RuntimeRunner:
     """Bundles through palkit's runtime layer, exactly as predict runs them (load_bundle's
-    checks of every file, then Engine: the first `load` of a task is its swap); a peer's single model file
-    through the same layer's loaders (export/engines.py)."""
+    checks of every file, then Engine: the first `load` of a task is its swap); a peer's single
+    model file through the same layer's loaders (export/engines.py)."""
 
     def __init__(self, runtime: str, threads: int, trust_key: Path | None = None):
         self.runtime, self.threads, self.trust_key = runtime, threads, trust_key
@@ -158,6 +158,13 @@ def _sane(outputs: Any) -> list[list[int]]:
     return [list(a.shape) for a in arrays]
 
 
+def timed_ms(fn: Callable[..., Any], *args: Any) -> tuple[Any, float]:
+    """fn(*args) and the wall-clock milliseconds it took."""
+    t0 = time.perf_counter_ns()
+    out = fn(*args)
+    return out, (time.perf_counter_ns() - t0) / 1e6
+
+
 # ---- modes -------------------------------------------------------------------------------------
 
 def measure_load(spec: dict[str, Any]) -> dict[str, Any]:
@@ -167,21 +174,18 @@ def measure_load(spec: dict[str, Any]) -> dict[str, Any]:
     after_import = rss_bytes()
     tasks = list(subject["tasks"])
     x = synthetic_input(spec.get("seq_len", 128), subject["vocab_size"])
-    t0 = time.perf_counter_ns()
-    runner.load(tasks[0], subject["tasks"][tasks[0]])
-    load_ms = (time.perf_counter_ns() - t0) / 1e6
-    t0 = time.perf_counter_ns()
-    shapes = {tasks[0]: _sane(runner.run(tasks[0], x))}
-    first_run_ms = (time.perf_counter_ns() - t0) / 1e6
+
+    def run_checked(task: str) -> list[list[int]]:
+        return _sane(runner.run(task, x))
+
+    _, load_ms = timed_ms(runner.load, tasks[0], subject["tasks"][tasks[0]])
+    shapes = {}
+    shapes[tasks[0]], first_run_ms = timed_ms(run_checked, tasks[0])
     one = {"rss": rss_bytes(), "peak": peak_rss_bytes()}
     swaps, first_after_swap = {}, {}
     for task in tasks[1:]:
-        t0 = time.perf_counter_ns()
-        runner.load(task, subject["tasks"][task])
-        swaps[task] = (time.perf_counter_ns() - t0) / 1e6
-        t0 = time.perf_counter_ns()
-        shapes[task] = _sane(runner.run(task, x))
-        first_after_swap[task] = (time.perf_counter_ns() - t0) / 1e6
+        _, swaps[task] = timed_ms(runner.load, task, subject["tasks"][task])
+        shapes[task], first_after_swap[task] = timed_ms(run_checked, task)
     for task in tasks:  # every task resident and run once more
         runner.run(task, x)
     all_ = {"rss": rss_bytes(), "peak": peak_rss_bytes()}
@@ -200,9 +204,7 @@ def measure_program_load(spec: dict[str, Any]) -> dict[str, Any]:
     subject = spec["subject"]
     runner = make_runner(subject, spec["threads"])
     after_import = rss_bytes()
-    t0 = time.perf_counter_ns()
-    runner.load(ALL_TASKS, subject["all_tasks"])
-    load_ms = (time.perf_counter_ns() - t0) / 1e6
+    _, load_ms = timed_ms(runner.load, ALL_TASKS, subject["all_tasks"])
     shapes = _sane(runner.run(ALL_TASKS, synthetic_input(spec.get("seq_len", 128),
                                                          subject["vocab_size"])))
     return {"load_ms": load_ms, "rss_after_import": after_import, "rss": rss_bytes(),
@@ -245,25 +247,21 @@ def measure_latency(spec: dict[str, Any]) -> dict[str, Any]:
     if has_program:
         runner.load(ALL_TASKS, subject["all_tasks"])
     x = synthetic_input(spec["seq_len"], subject["vocab_size"])
+
+    def run_each() -> list[Any]:  # all tasks without an all-tasks program
+        return [runner.run(t, x) for t in tasks]
+
     rows: dict[str, dict[str, Any]] = {}
     fns = {}
     for config in spec["configs"]:
         row: dict[str, Any] = {"config": config}
         if config == "all_tasks":
             row["all_tasks_mode"] = "program" if has_program else "sequential"
-            if has_program:
-                def fn():
-                    return runner.run(ALL_TASKS, x)
-            else:
-                def fn():
-                    return [runner.run(t, x) for t in tasks]
+            fn = partial(runner.run, ALL_TASKS, x) if has_program else run_each
         else:
-            task = config.split(":", 1)[1]
-
-            def fn(task=task):
-                return runner.run(task, x)
+            fn = partial(runner.run, config.split(":", 1)[1], x)
         try:
-            _sane(fn() if config != "all_tasks" or has_program else fn()[0])
+            _sane(fn()[0] if fn is run_each else fn())
             fns[config] = fn
         except runner.errors as e:  # one refused configuration must not hide the others
             row.update(p50_ms=None, p90_ms=None, runs=0,
