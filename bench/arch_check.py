@@ -31,7 +31,6 @@ import torch
 from bench.native import native_host
 from export.manifest import VERIFY_FILE
 from export.runtime import Engine, load_bundle
-from export.signing import SIGNATURE_FILE
 from export.verify import (CONFIDENCE, Encoded, Gate, compare, encode_texts, failure,
                            reference_batched, run_task)
 from trainer.checkpoint import load_model, read_json, resolve_model_dir
@@ -183,7 +182,3 @@ def record_architecture(bundle: Path, record: dict[str, Any]) -> Path:
     report.setdefault(SECTION, {})[record["arch"]] = record
     write_json(path, report)
     return path
-
-
-def is_signed(bundle: Path) -> bool:
-    return (Path(bundle) / SIGNATURE_FILE).is_file()

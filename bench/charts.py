@@ -1,13 +1,7 @@
-"""The report's figures, each small enough to take in at once (at most 1600 x 1000 px):
+"""The report's figures, each small enough to take in at once (at most 1600 x 1000 px).
 
-- headline.png: bundle size, one-task latency and all-tasks latency of every host subject (PAL
-  bundles, our three separate models, the peers) at the headline's condition, targets drawn in;
-- accuracy_vs_size.png: test (else dev) average of each benchmarked bundle against its size,
-  with the fp32 models in PyTorch and the accuracy target as reference lines;
-- frontier.png (with `report --accuracy`): each study configuration's accuracy against its
-  all-tasks latency, bubble area = task-specific bytes, the recommended ones labelled "ship".
-
-All come from the first host file, as the headline does; every figure is also in report.md.
+headline.png, accuracy_vs_size.png and (with `report --accuracy`) frontier.png, captioned in
+markdown.py's FIGURE_CAPTIONS; all from the first host file, as the headline is.
 """
 from __future__ import annotations
 
@@ -17,11 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.headline import (TARGETS, Headline, accuracy_split, all_tasks_id, pal_groups,
-                            plain_subjects, reference_condition, size_reference, total_bytes)
+from bench.headline import (TARGETS, Headline, accuracy_split, pal_groups, plain_subjects,
+                            reference_condition, size_reference, total_bytes)
 from bench.frontier import ALL_LAYERS, WITHIN_POINTS
 from bench.ingest import MiB, BenchInput, Measurements, machine_label
-from bench.schema import measurement_id
+from bench.schema import measurement_id, p50_id
 from trainer.fileio import write_bytes
 
 DPI = 100
@@ -101,7 +95,7 @@ def headline_rows(data: dict[str, Any], prefix: str, m: Measurements) -> list[Ro
     by_role = sorted(h.subs.items(), key=lambda kv: ROLE_ORDER.index(kv[1].get("role", "peer")))
     for name, s in by_role:
         one = h.task_p50(name)[0]
-        all_id = all_tasks_id(prefix, name, threads, seq)
+        all_id = p50_id(prefix, name, "all_tasks", threads, seq)
         row = Row(s.get("label", name), s.get("role", "peer"), _mib(total_bytes(m, prefix, name)),
                   one, m.get(all_id), (m.items.get(all_id) or {}).get("all_tasks_mode") == "program")
         if row.role == "pal":

@@ -19,8 +19,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from bench.headline import REF_SEQ, REF_THREADS, all_tasks_id, task_p50
+from bench.headline import REF_SEQ, REF_THREADS, task_p50
 from bench.ingest import Measurements, host_subjects
+from bench.schema import p50_id
 from export.manifest import RUNTIMES
 from trainer.checkpoint import read_json
 
@@ -42,25 +43,19 @@ def _subject(subs: dict[str, dict[str, Any]], name: str, runtime: str) -> str | 
     return next((c for c in candidates if c in subs), None)
 
 
-def _accuracy(rows: list[dict[str, Any]]) -> tuple[str, dict[str, dict[str, Any]]]:
-    """The split every row has, and per configuration its {mean, sd, n} on it."""
-    split = "test" if all(r.get("test_avg") for r in rows) else "dev"
-    return split, {r["name"]: r[f"{split}_avg"] for r in rows}
-
-
 def frontier_points(data: dict[str, Any], prefix: str, m: Measurements,
                     rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
     """One point per configuration that has both an accuracy row and a benched bundle."""
     subs = host_subjects(data)
-    split, accuracy = _accuracy(rows)
+    split = "test" if all(r.get("test_avg") for r in rows) else "dev"  # the split every row has
     points = []
     for row in rows:
         name = row["name"]
         found = {rt: _subject(subs, name, rt) for rt in RUNTIMES}
         if not any(found.values()):
             continue
-        point: dict[str, Any] = {"name": name, "accuracy": accuracy[name]["mean"],
-                                 "accuracy_sd": accuracy[name]["sd"], "split": split,
+        point: dict[str, Any] = {"name": name, "accuracy": row[f"{split}_avg"]["mean"],
+                                 "accuracy_sd": row[f"{split}_avg"]["sd"], "split": split,
                                  "one_task_ms": {}, "sources": []}
         for rt, subject in found.items():
             if subject is None:
@@ -80,7 +75,7 @@ def _bytes_and_all_tasks(m: Measurements, prefix: str, subject: str, s: dict[str
     bundle = s["bundle"]
     task_bytes = (bundle["total_bytes"] if s.get("role") in ("separate", "peer")
                   else sum(bundle.get("adapter_bytes", {}).values()))
-    mid = all_tasks_id(prefix, subject, REF_THREADS, REF_SEQ)
+    mid = p50_id(prefix, subject, "all_tasks", REF_THREADS, REF_SEQ)
     all_tasks, sources = m.get(mid), [mid]
     if all_tasks is None and one is not None:   # not measured: the tasks one after the other
         all_tasks, sources = one * len(s["tasks"]), ids
@@ -135,11 +130,10 @@ def frontier(data: dict[str, Any], prefix: str, m: Measurements,
              accuracy_file: Path) -> dict[str, Any]:
     rows = read_json(accuracy_file)["rows"]
     points, split = frontier_points(data, prefix, m, rows)
+    sds = [r["dev_avg"]["sd"] for r in rows if r["dev_avg"]["sd"] is not None]
     return {"accuracy_file": str(accuracy_file), "points": points,
             "recommendation": recommend(points, split),
-            "accuracy_sd_points": statistics.fmean(
-                r["dev_avg"]["sd"] for r in rows if r["dev_avg"]["sd"] is not None)
-            if any(r["dev_avg"]["sd"] is not None for r in rows) else None}
+            "accuracy_sd_points": statistics.fmean(sds) if sds else None}
 
 
 # ---- how to add a task later --------------------------------------------------------------------

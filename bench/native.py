@@ -1,12 +1,8 @@
 """The Android app's own ExecuTorch path as a bench subject, measured on this host.
 
-The app's JNI library and Java loading path (android_demo/host/native_host.py builds them from
-the app's sources against the executorch wheel's C++ SDK) run in a child JVM: the bundle's one
-program is opened against its trunk.ptd through Module(program, {trunk.ptd}, Mmap) and every
-task's weights file is bound (read once) as the app opens a bundle; a swap (choosing another
-task's bound weights) is timed apart from the run after it, the tasks are timed in interleaved
-rounds on bench/worker.py's synthetic input, and the process's resident memory is read after one
-task's run and after every task's. Host figures, never phone figures.
+The app's JNI library and Java loading path (built by android_demo/host/native_host.py from the
+app's sources) run in a child JVM and open the bundle as the app does; a swap is timed apart from
+the run after it, on bench/worker.py's synthetic input. Host figures, never phone figures.
 """
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """`palkit bench`: measure bundles, the three separate models and the peers on this machine.
 
-Plan: find the subjects (bench/subjects.py), then start one worker process per (subject,
-threads, sequence length) and round for latency (medians over --rounds), three per subject for
-load / swap / memory (medians), and one per thread count for the matmul ceiling. Accuracy of the
-bundles (as the runtime runs them) and fp32 PyTorch accuracy of the training runs are measured
-last. Everything lands in one palkit-bench JSON (bench/schema.py).
+The subjects (bench/subjects.py) are measured in fresh worker processes (bench/worker.py, in the
+order `plan` gives), their accuracy last; everything lands in one palkit-bench JSON
+(bench/schema.py).
 """
 from __future__ import annotations
 
@@ -21,8 +19,7 @@ from typing import Any
 
 from bench.flops import model_flops
 from bench.machine import host_machine
-from bench.schema import PEERS, SCHEMA, VERSION, BenchFileError, latency_id, validate
-from bench.errors import BenchError
+from bench.schema import PEERS, SCHEMA, VERSION, BenchError, BenchFileError, latency_id, validate
 from bench.subjects import Subject, discover
 from export.manifest import RUNTIMES
 from trainer.checkpoint import read_metrics, read_run_config, separate_models

@@ -250,12 +250,11 @@ def targets(data: dict[str, Any]) -> dict[str, Any]:
     """The targets these figures decide (None where a T is missing)."""
     p2 = {p["tasks"]: p for p in data["points"]}
     out: dict[str, Any] = {}
-    if 1 in p2:
-        for t, p in p2.items():
-            if t > 1:
-                bound = p2[1]["memory_one_task_bytes"] + (t - 1) * p["task_tensor_bytes"]
-                out[f"memory_all_ready_T{t}_over_one_plus_task_tensors"] = \
-                    p["memory_all_ready_bytes"] / bound
+    for t, p in p2.items():
+        if t > 1 and 1 in p2:
+            bound = p2[1]["memory_one_task_bytes"] + (t - 1) * p["task_tensor_bytes"]
+            out[f"memory_all_ready_T{t}_over_one_plus_task_tensors"] = \
+                p["memory_all_ready_bytes"] / bound
     if 3 in p2 and 30 in p2:
         out["export_T30_over_T3"] = p2[30]["export_s"] / p2[3]["export_s"]
     out["export_T3_s"] = p2.get(3, {}).get("export_s")

@@ -1,10 +1,7 @@
 """One benchmark measurement in a fresh process: `python -m bench.worker SPEC.json OUT.json`.
 
-`palkit bench` starts one of these per (subject, threads, sequence length) for latency, one per
-subject for load / swap / memory, and one per thread count for the matmul ceiling, so that
-thread pools, caches and allocators of one configuration never touch another's numbers.
-
-A subject is a set of task models run by one runtime:
+One process per configuration, so that the thread pools, caches and allocators of one never
+touch another's numbers. A subject is a set of task models run by one runtime:
     {"name": "pal-all", "runtime": "executorch" | "onnxruntime" | "torch", "vocab_size": N,
      "tasks": {"sst": SOURCE, ...}, "all_tasks": SOURCE | null}
 with SOURCE one of
@@ -13,12 +10,9 @@ with SOURCE one of
     {"format": "onnx", "path": FILE}                      a single-model .onnx (peer)
     {"format": "torch", "model_dir": DIR}                 a palkit model folder, PyTorch eager
 
-The spec adds "mode": "latency" (with "threads", "seq_len", "configs", "warmup", "runs",
-"min_seconds", "max_seconds", "block"), "load" (with "threads"), "load_program" (the all-tasks
-program alone, with "threads"), or "ceiling" (with "threads").
-Timings are wall-clock around the runtime's Python call (perf_counter_ns), batch 1; the
-configurations of one latency process are timed in interleaved rounds (a block of calls of
-each per round, the block's first call untimed; see time_interleaved).
+The spec adds "threads" and "mode": "latency" (with "seq_len", "configs", "warmup", "runs",
+"min_seconds", "max_seconds", "block"), "load", "load_program" (the all-tasks program alone) or
+"ceiling". Timings are wall-clock around the runtime's Python call, batch 1.
 """
 from __future__ import annotations
 
