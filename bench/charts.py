@@ -151,8 +151,7 @@ def draw_headline(rows: list[Row], data: dict[str, Any]):
 def _panel(ax, rows: list[Row], values: list[float | None], targets: list[float | None],
            title: str, xlabel: str, fmt: str, texts: list[str] | None = None,
            hatched: list[bool] | None = None, line: float | None = None) -> None:
-    """Horizontal bars, value at each bar's end, a short black tick where a target bounds it,
-    and a dashed line across all bars where one target bounds them all."""
+    """Horizontal bars with their values, a black tick at each bar's target, a dashed `line`."""
     y = range(len(rows))
     ax.barh(list(y), [v or 0 for v in values], color=[ROLE_COLOR[r.role] for r in rows],
             edgecolor="white")
@@ -245,10 +244,8 @@ def accuracy_points(data: dict[str, Any], prefix: str,
 def _family(subject: dict[str, Any], runs: dict[str, str]) -> str | None:
     """The name of the training run a subject's models came from."""
     dirs = [Path(d).resolve() for d in (subject.get("fp32_model_dirs") or {}).values()]
-    for run in runs.values():
-        if dirs and all(Path(run).resolve() in d.parents for d in dirs):
-            return Path(run).name
-    return None
+    return next((Path(run).name for run in runs.values()
+                 if dirs and all(Path(run).resolve() in d.parents for d in dirs)), None)
 
 
 # The y axis shows at least this many points either side of the data: a gap of a tenth of a

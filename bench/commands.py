@@ -38,7 +38,6 @@ def _words(values: list[str], allowed: tuple[str, ...], flag: str) -> list[str]:
     return words
 
 
-
 def _scale(tasks: str, runs: list[Path], out: Path, threads: int, seq_len: int,
            timing: "LatencyBudget", work: Path) -> None:
     """`palkit bench --scale`: bench/scale.py on the first --run's model."""

@@ -130,8 +130,7 @@ def pal_groups(subs: dict[str, dict[str, Any]]) -> tuple[list[str], list[str]]:
 
 
 def headline_pal(data: dict[str, Any], prefix: str, m: Measurements) -> str | None:
-    """The PAL subject the headline speaks for: the fastest all-layer PAL bundle at the
-    reference condition."""
+    """The PAL subject the headline speaks for: the fastest all-layer PAL bundle."""
     h = Headline(data, prefix, m, *reference_condition(data))
     return h.fastest(pal_groups(h.subs)[0])[0]
 

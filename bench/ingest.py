@@ -58,9 +58,8 @@ def host_subjects(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def placement(subject: dict[str, Any]) -> str:
-    """A subject's PAL placement named from the layer indices bench recorded (all, top, top-N,
-    3,4,5, ...; "none" without PALs). A file written before bench recorded indices keeps the
-    name it recorded."""
+    """A subject's PAL placement named from its layer indices (all, top, top-N, 3,4,5, ...; "none"
+    without PALs); an older file that recorded a name keeps it."""
     layers = subject.get("pal_layers")
     if isinstance(layers, str) or layers is None:
         return layers or "none"

@@ -39,8 +39,7 @@ def native_host():
 
 def measure_native(bundle: str | Path, seq_len: int = 128, threads: int = 1, runs: int = 20,
                    warmup: int = 3, timeout_s: float = 600.0) -> dict[str, Any]:
-    """Latency (p50/p90/min per task and for all tasks in turn) and resident memory of the
-    app's native path on `bundle`, at `seq_len` tokens and `threads` threads."""
+    """Latency (per task and all tasks in turn) and resident memory of the app's native path."""
     host = native_host()
     reason = host.missing_toolchain()
     if reason:

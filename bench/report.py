@@ -21,8 +21,7 @@ from trainer.fileio import write_text
 
 
 def build_report(bench_files: list[Path], device_files: list[Path], out: Path,
-                 summary_path: Path | None = None,
-                 accuracy_file: Path | None = None,
+                 summary_path: Path | None = None, accuracy_file: Path | None = None,
                  int8_accuracy_file: Path | None = None,
                  later_tasks_file: Path | None = LATER_TASKS_FILE) -> dict[str, Any]:
     if not bench_files and not device_files:

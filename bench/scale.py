@@ -1,10 +1,7 @@
 """`palkit bench --scale 1,3,10,30`: what an ExecuTorch bundle costs as its number of tasks grows.
 
-For each T, a bundle of T synthetic tasks (`add_synthetic_tasks`: copies of the run's tasks with
-seeded noise on their weights; the run's trunk, int8) is exported, timed, and then measured by
-bench/worker.py processes as `palkit bench` measures bundles: export time, add-task time, the
-ExecuTorch files' bytes, resident memory with all T tasks ready, swap p50, one-task p50 and
-all-tasks p50.
+For each T, a bundle of T synthetic tasks (`add_synthetic_tasks`) on the run's trunk is exported
+and timed, then measured by bench/worker.py processes as `palkit bench` measures bundles.
 """
 from __future__ import annotations
 
@@ -65,10 +62,9 @@ class ScaleOptions:
 # ---- exporting ---------------------------------------------------------------------------------
 
 def add_synthetic_tasks(model: nn.Module, count: int, seed: int = 0) -> list[str]:
-    """Give `model` `count` synthetic tasks, syn01, syn02, ... in place of its own: task i is a
-    copy of the model's task i mod n (its kind, outputs, adapter and head shapes) with seeded
-    noise on every weight, so every task's file is different. Their outputs mean nothing: they
-    measure time, bytes and memory only. Returns the names."""
+    """Give `model` `count` synthetic tasks, syn01, syn02, ... in place of its own, and return
+    their names: task i is a copy of task i mod n with seeded noise on every weight, so every
+    task's file differs; their outputs mean nothing (for time, bytes and memory only)."""
     templates = list(model.tasks)
     generator = torch.Generator().manual_seed(seed)
     adapters, heads, tasks = {}, {}, {}
@@ -133,9 +129,8 @@ def export_timed(model_dir: Path, tasks: int, opts: ScaleOptions) -> dict[str, A
 
 
 def add_task_timed(model, tokenizer, task: str, bundle: Path) -> dict[str, Any]:
-    """`palkit export RUN --adapter TASK --out BUNDLE`'s steps (export/bundle.py publish_task)
-    for a task of the in-memory model, verified on the built-in sentences. Reading the run from
-    disk is not timed."""
+    """`palkit export RUN --adapter TASK --out BUNDLE`'s steps (publish_task) for a task of the
+    in-memory model, verified on the built-in sentences; reading the run is not timed."""
     from export.bundle import publish_task
     from export.runtime import read_bundle
     from export.verify import Gate

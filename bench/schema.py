@@ -137,10 +137,9 @@ def validate(data: Any) -> None:
         for key in MAP_KEYS:
             if key in sub:
                 _check_map(f"subjects.{name}.{key}", sub[key], nullable=True)
-    if subjects:
-        for i, row in enumerate(results):
-            if row.get("subject") not in subjects:
-                raise ValueError(f"results[{i}].subject {row.get('subject')!r} is not in subjects")
+    for i, row in enumerate(results if subjects else []):
+        if row.get("subject") not in subjects:
+            raise ValueError(f"results[{i}].subject {row.get('subject')!r} is not in subjects")
 
 
 def load_bench_file(path: str | Path) -> dict[str, Any]:

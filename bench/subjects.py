@@ -130,8 +130,7 @@ def discover(bundles: list[Path], runs: list[Path], runtimes: list[str], peers: 
         notes.append("the separate models' bundles were not given, so they were measured only "
                      "as peers; to time them on the bundle's runtimes: `palkit export "
                      "runs/separate --out bundles/separate` and add `bundles/separate/*`")
-    for peer in peers if separate else []:
-        subjects.append(build_peer_subject(peer, separate, work))
+    subjects += [build_peer_subject(peer, separate, work) for peer in peers if separate]
     return subjects, run_models, notes
 
 

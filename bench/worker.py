@@ -76,7 +76,7 @@ class TorchRunner:
         model, name = self.models[task]
         t = {k: self.torch.from_numpy(v) for k, v in x.items()}
         with self.torch.inference_mode():
-            return model(t["input_ids"], t["attention_mask"], t["token_type_ids"], task=name).numpy()
+            return model(*(t[n] for n in TEXT_INPUTS), task=name).numpy()
 
 
 class RuntimeRunner:
@@ -101,8 +101,7 @@ class RuntimeRunner:
         return self.engines[folder]
 
     def load(self, task: str, src: dict[str, Any]) -> None:
-        """The load is all here (program and delegate init, XNNPACK weight packing, adapter
-        mapping), so the first run is an ordinary run."""
+        """All of the load (delegate init, weight packing), so the first run is an ordinary run."""
         if src["format"] == "bundle":
             engine = self.engine(src["bundle"])
             if src["task"] == ALL_TASKS:
@@ -175,20 +174,19 @@ def measure_load(spec: dict[str, Any]) -> dict[str, Any]:
     _, load_ms = timed_ms(runner.load, tasks[0], subject["tasks"][tasks[0]])
     shapes = {}
     shapes[tasks[0]], first_run_ms = timed_ms(run_checked, tasks[0])
-    one = {"rss": rss_bytes(), "peak": peak_rss_bytes()}
+    rss_one, peak_one = rss_bytes(), peak_rss_bytes()
     swaps, first_after_swap = {}, {}
     for task in tasks[1:]:
         _, swaps[task] = timed_ms(runner.load, task, subject["tasks"][task])
         shapes[task], first_after_swap[task] = timed_ms(run_checked, task)
     for task in tasks:  # every task resident and run once more
         runner.run(task, x)
-    all_ = {"rss": rss_bytes(), "peak": peak_rss_bytes()}
     return {
         "load_ms": load_ms, "first_run_ms": first_run_ms,
         "swap_ms": swaps, "first_run_after_swap_ms": first_after_swap,
         "rss_before_import": base, "rss_after_import": after_import,
-        "rss_one_task": one["rss"], "peak_rss_one_task": one["peak"],
-        "rss_all_tasks": all_["rss"], "peak_rss_all_tasks": all_["peak"],
+        "rss_one_task": rss_one, "peak_rss_one_task": peak_one,
+        "rss_all_tasks": rss_bytes(), "peak_rss_all_tasks": peak_rss_bytes(),
         "tasks": tasks, "output_shapes": shapes,
     }
 
@@ -207,12 +205,11 @@ def measure_program_load(spec: dict[str, Any]) -> dict[str, Any]:
 
 def time_interleaved(fns: dict[str, Any], warmup: int, runs: int, min_seconds: float,
                      max_seconds: float, block: int = 1) -> dict[str, list[float]]:
-    """Milliseconds per call of each function, timed in rounds, so that a slow spell of a shared
-    machine lands on every configuration alike and ratios between them hold. In a round each
-    function runs `block` times in a row; with block > 1 the first call of a block is not kept:
-    it pays for bringing that configuration's weights back into the CPU caches after the others
-    ran (three separate models evict each other; a model that runs alone does not). Stops once
-    each has `runs` samples and `min_seconds` have passed, or at `max_seconds` per configuration."""
+    """Milliseconds per call of each function, timed in rounds so that a slow spell of a shared
+    machine lands on every configuration alike. A round runs each function `block` times in a
+    row; with block > 1 a block's first call is not kept: it refills the CPU caches with that
+    model's weights after the others ran (separate models evict each other; one model alone does
+    not). Stops at `runs` samples each after `min_seconds`, or at `max_seconds` per function."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
@@ -221,10 +218,9 @@ def time_interleaved(fns: dict[str, Any], warmup: int, runs: int, min_seconds: f
     while True:
         for name, fn in fns.items():
             for call in range(block):
-                t0 = time.perf_counter_ns()
-                fn()
+                _, ms = timed_ms(fn)
                 if call or block == 1:
-                    samples[name].append((time.perf_counter_ns() - t0) / 1e6)
+                    samples[name].append(ms)
         elapsed = time.perf_counter() - start
         enough = min(len(v) for v in samples.values()) >= runs and elapsed >= min_seconds
         if enough or elapsed >= max_seconds * len(fns):
