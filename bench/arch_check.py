@@ -3,18 +3,11 @@ app's own native path built for another architecture (aarch64, run under qemu on
 model: android_demo/host/native_host.py), against the host's int8 and the fp32 model.
 
 Export's gate judges int8 on the host's kernels; a phone's XNNPACK kernels quantize and
-accumulate differently (docs: /android_demo/README.md, "ARM64"). Here, per task, on the dev
-split or a stratified sample of it (each label, or each tenth of the scores, keeping its share;
-fixed seed), the same token ids go through the bundle on both sides and the fp32 model, and
-export/verify.py's `compare` (its paired bootstrap, its gate) gives:
-
-* `vs_host_int8`: agreement with the host's int8 (its interval) and the largest logit difference;
-* `vs_fp32`: agreement with fp32 and the metric change with its 95% interval, judged by the gate;
-* `host_int8_vs_fp32`: the same for the host's int8 on the same examples, to set beside it.
-
-The token ids are encoded once in Python and sent to the JVM as ids, so the check compares
-arithmetic only (the Java tokenizer has its own parity tests). The record goes into the bundle's
-verify.json under `architectures.<arch>`.
+accumulate differently (docs: /android_demo/README.md, "ARM64"). Per task, on a stratified sample
+of the dev split, the same token ids (encoded once in Python: only the arithmetic is compared)
+go through the bundle on both sides and the fp32 model; export/verify.py's `compare` gives the
+record's `vs_host_int8`, `vs_fp32` (judged by the gate) and `host_int8_vs_fp32` (the host's own
+change, to set beside it), kept in the bundle's verify.json under `architectures.<arch>`.
 """
 from __future__ import annotations
 
@@ -31,7 +24,6 @@ import torch
 from bench.native import native_host
 from export.manifest import VERIFY_FILE
 from export.runtime import Engine, load_bundle
-from export.signing import SIGNATURE_FILE
 from export.verify import (CONFIDENCE, Encoded, Gate, compare, encode_texts, failure,
                            reference_batched, run_task)
 from trainer.checkpoint import load_model, read_json, resolve_model_dir
@@ -92,8 +84,7 @@ def native_logits(build, bundle: Path, task: str, encoded: list[Encoded]) -> tor
 
 def task_record(spec, fp32: torch.Tensor, host: torch.Tensor, phone: torch.Tensor,
                 gold: list[float], source: str, gate: Gate) -> dict[str, Any]:
-    """One task's record: the phone's outputs against the host's int8 and against fp32, and the
-    host's int8 against fp32 on the same examples (export/verify.py's `compare` each)."""
+    """One task's record: the phone against the host's int8 and fp32, and the host against fp32."""
     return {"examples": len(fp32), "source": source,
             "vs_host_int8": compare(spec, host, phone, None, source, gate),
             "vs_fp32": compare(spec, fp32, phone, gold, source, gate),
@@ -102,8 +93,7 @@ def task_record(spec, fp32: torch.Tensor, host: torch.Tensor, phone: torch.Tenso
 
 def dev_sample(spec, tokenizer, max_len: int, data_dir: Path,
                n: int | None) -> tuple[list[Encoded], list[float], str]:
-    """The task's dev examples (a stratified sample of n), encoded, their gold labels, and
-    where they came from; refused when the task has no dev split under data_dir."""
+    """The task's dev examples (a stratified sample of n), encoded, their labels and source."""
     if "dev" not in spec.files:
         raise ArchCheckError(f"task '{spec.name}' has no dev split to check on; export a bundle "
                              "without it, or add one to its task file")
@@ -119,8 +109,7 @@ def dev_sample(spec, tokenizer, max_len: int, data_dir: Path,
 
 
 def prepare(bundle: Path, run: Path, arch: str):
-    """The bundle, the fp32 model it was exported from, and the native build for `arch`; each
-    refusal one line."""
+    """The bundle and the fp32 model it was exported from; each refusal one line."""
     host = native_host()
     reason = host.missing_toolchain(arch)
     if reason:
@@ -183,7 +172,3 @@ def record_architecture(bundle: Path, record: dict[str, Any]) -> Path:
     report.setdefault(SECTION, {})[record["arch"]] = record
     write_json(path, report)
     return path
-
-
-def is_signed(bundle: Path) -> bool:
-    return (Path(bundle) / SIGNATURE_FILE).is_file()

@@ -56,13 +56,13 @@ def verify_arch(
     interval and gate; exit status 1 when a task fails the gate. Emulated: says nothing about
     a phone's speed.
     """
-    from bench.arch_check import check_architecture, is_signed, record_architecture
+    from bench.arch_check import check_architecture, record_architecture
     from bench.markdown import architecture_table
-    from export.signing import check_signing_key, sign_bundle
+    from export.signing import SIGNATURE_FILE, check_signing_key, sign_bundle
     from export.verify import Gate
     from trainer.data import resolve_data_dir
 
-    if write and is_signed(bundle) and sign_key is None:
+    if write and (bundle / SIGNATURE_FILE).is_file() and sign_key is None:
         raise PalkitError(f"{bundle}: signed (model.sig), and verify.json is a signed file: give "
                           "--sign-key KEY to re-sign it, or --no-write")
     if sign_key is not None:

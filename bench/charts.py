@@ -1,13 +1,7 @@
-"""The report's figures, each small enough to take in at once (at most 1600 x 1000 px):
+"""The report's figures, each small enough to take in at once (at most 1600 x 1000 px).
 
-- headline.png: bundle size, one-task latency and all-tasks latency of every host subject (PAL
-  bundles, our three separate models, the peers) at the headline's condition, targets drawn in;
-- accuracy_vs_size.png: test (else dev) average of each benchmarked bundle against its size,
-  with the fp32 models in PyTorch and the accuracy target as reference lines;
-- frontier.png (with `report --accuracy`): each study configuration's accuracy against its
-  all-tasks latency, bubble area = task-specific bytes, the recommended ones labelled "ship".
-
-All come from the first host file, as the headline does; every figure is also in report.md.
+headline.png, accuracy_vs_size.png and (with `report --accuracy`) frontier.png, captioned in
+markdown.py's FIGURE_CAPTIONS; all from the first host file, as the headline is.
 """
 from __future__ import annotations
 
@@ -17,11 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.headline import (TARGETS, Headline, accuracy_split, all_tasks_id, pal_groups,
-                            plain_subjects, reference_condition, size_reference, total_bytes)
+from bench.headline import (TARGETS, Headline, accuracy_split, pal_groups, plain_subjects,
+                            reference_condition, size_reference, total_bytes)
 from bench.frontier import ALL_LAYERS, WITHIN_POINTS
 from bench.ingest import MiB, BenchInput, Measurements, machine_label
-from bench.schema import measurement_id
+from bench.schema import measurement_id, p50_id
 from trainer.fileio import write_bytes
 
 DPI = 100
@@ -62,11 +56,11 @@ def write_charts(hosts: list[BenchInput], m: Measurements, out: Path,
     with plt.rc_context(STYLE):
         rows = headline_rows(data, prefix, m)
         if rows:
-            headline_figure(rows, data, out / "headline.png")
+            save(draw_headline(rows, data), out / "headline.png")
             charts["headline"] = "headline.png"
         points, lines = accuracy_points(data, prefix, m)
         if points:
-            accuracy_figure(points, lines, data, out / "accuracy_vs_size.png")
+            save(draw_accuracy(points, lines, data), out / "accuracy_vs_size.png")
             charts["accuracy_vs_size"] = "accuracy_vs_size.png"
         timed = [p for p in (deployment or {}).get("points", []) if p.get("all_tasks_ms")]
         if timed:
@@ -98,9 +92,10 @@ def headline_rows(data: dict[str, Any], prefix: str, m: Measurements) -> list[Ro
     all_bound = {n: TARGETS["all_tasks_ratio_all_layers"][1] for n in all_layer}
     all_bound.update({n: TARGETS["all_tasks_ratio_top_half"][1] for n in top_half})
     rows = []
-    for name, s in sorted(h.subs.items(), key=lambda kv: ROLE_ORDER.index(kv[1].get("role", "peer"))):
+    by_role = sorted(h.subs.items(), key=lambda kv: ROLE_ORDER.index(kv[1].get("role", "peer")))
+    for name, s in by_role:
         one = h.task_p50(name)[0]
-        all_id = all_tasks_id(prefix, name, threads, seq)
+        all_id = p50_id(prefix, name, "all_tasks", threads, seq)
         row = Row(s.get("label", name), s.get("role", "peer"), _mib(total_bytes(m, prefix, name)),
                   one, m.get(all_id), (m.items.get(all_id) or {}).get("all_tasks_mode") == "program")
         if row.role == "pal":
@@ -122,10 +117,6 @@ def _mib(v: float | None) -> float | None:
 
 def _times(bound: float | None, v: float | None) -> float | None:
     return bound * v if bound is not None and v is not None else None
-
-
-def headline_figure(rows: list[Row], data: dict[str, Any], path: Path) -> None:
-    save(draw_headline(rows, data), path)
 
 
 def draw_headline(rows: list[Row], data: dict[str, Any]):
@@ -160,8 +151,7 @@ def draw_headline(rows: list[Row], data: dict[str, Any]):
 def _panel(ax, rows: list[Row], values: list[float | None], targets: list[float | None],
            title: str, xlabel: str, fmt: str, texts: list[str] | None = None,
            hatched: list[bool] | None = None, line: float | None = None) -> None:
-    """Horizontal bars, value at each bar's end, a short black tick where a target bounds it,
-    and a dashed line across all bars where one target bounds them all."""
+    """Horizontal bars with their values, a black tick at each bar's target, a dashed `line`."""
     y = range(len(rows))
     ax.barh(list(y), [v or 0 for v in values], color=[ROLE_COLOR[r.role] for r in rows],
             edgecolor="white")
@@ -254,15 +244,8 @@ def accuracy_points(data: dict[str, Any], prefix: str,
 def _family(subject: dict[str, Any], runs: dict[str, str]) -> str | None:
     """The name of the training run a subject's models came from."""
     dirs = [Path(d).resolve() for d in (subject.get("fp32_model_dirs") or {}).values()]
-    for run in runs.values():
-        if dirs and all(Path(run).resolve() in d.parents for d in dirs):
-            return Path(run).name
-    return None
-
-
-def accuracy_figure(points: list[dict[str, Any]], lines: list[dict[str, Any]],
-                    data: dict[str, Any], path: Path) -> None:
-    save(draw_accuracy(points, lines, data), path)
+    return next((Path(run).name for run in runs.values()
+                 if dirs and all(Path(run).resolve() in d.parents for d in dirs)), None)
 
 
 # The y axis shows at least this many points either side of the data: a gap of a tenth of a

@@ -22,6 +22,7 @@ MEASURE = "Measure and report"
 DEFAULT_BENCH_OUT = Path("runs/reports/bench-host.json")
 DEFAULT_SCALE_OUT = Path("runs/reports/bench-scale.json")
 DEFAULT_REPORT_OUT = Path("runs/reports/report")
+DEFAULT_WORK = Path("reports/.bench-work")
 
 
 def _ints(values: list[str]) -> list[int]:
@@ -35,31 +36,6 @@ def _words(values: list[str], allowed: tuple[str, ...], flag: str) -> list[str]:
         raise typer.BadParameter(f"{', '.join(unknown)}: choose from {', '.join(allowed)}",
                                  param_hint=flag)
     return words
-
-
-DEFAULT_WORK = Path("reports/.bench-work")
-RunsOption = Annotated[Optional[list[Path]], typer.Option(
-    "--run", metavar="RUN", help="training run the bundles came from (repeatable): fp32 accuracy, "
-    "FLOPs; a --mode separate run also supplies the peers")]
-NativeOption = Annotated[bool, typer.Option(
-    help="also measure PAL bundles' ExecuTorch files through the Android app's own C++ path (JNI "
-    "over Module; needs a C++ compiler and a JDK)")]
-# How latency is timed (bench.run.LatencyBudget), and --scale
-WarmupOption = Annotated[int, typer.Option(help="untimed runs before timing")]
-MinRunsOption = Annotated[int, typer.Option(help="timed runs per configuration")]
-MinSecondsOption = Annotated[float, typer.Option(help="time each configuration at least this "
-                                                 "long")]
-MaxSecondsOption = Annotated[float, typer.Option(help="and at most this long")]
-RoundsOption = Annotated[int, typer.Option(
-    min=1, help="latency passes over all subjects, each a fresh process per subject; a figure is "
-    "the median over them")]
-BlockOption = Annotated[int, typer.Option(
-    min=1, help="calls of one configuration in a row per round, the first untimed (it brings "
-    "the model's weights back into the caches after the others ran)")]
-ScaleOption = Annotated[Optional[str], typer.Option(
-    metavar="T[,T...]", help="instead: export bundles of T synthetic tasks from --run's model and "
-    "measure how export, add-task, bytes, memory, swap and latency grow with T (bench/scale.py; "
-    "first --threads, last --seq-lens; writes --out and its .md and .png)")]
 
 
 def _scale(tasks: str, runs: list[Path], out: Path, threads: int, seq_len: int,
@@ -82,7 +58,9 @@ def bench(
     bundles: Annotated[Optional[list[Path]], typer.Argument(
         metavar="BUNDLE...", help="bundle folders; single-task bundles are grouped as 'the "
         "separate models'")] = None,
-    runs: RunsOption = None,
+    runs: Annotated[Optional[list[Path]], typer.Option(
+        "--run", metavar="RUN", help="training run the bundles came from (repeatable): fp32 "
+        "accuracy, FLOPs; a --mode separate run also supplies the peers")] = None,
     peers: Annotated[str, typer.Option(
         metavar="PEER[,PEER...]", help=f"peers to build from the separate run: {', '.join(PEERS)} "
         "or none")] = ",".join(PEERS),
@@ -90,12 +68,17 @@ def bench(
                                           f"{', '.join(RUNTIMES)}")] = ",".join(RUNTIMES),
     threads: Annotated[list[str], typer.Option(metavar="N[,N...]")] = ["1,2"],
     seq_lens: Annotated[list[str], typer.Option(metavar="N[,N...]")] = ["32,128"],
-    warmup: WarmupOption = 5,
-    min_runs: MinRunsOption = 30,
-    min_seconds: MinSecondsOption = 0.5,
-    max_seconds: MaxSecondsOption = 4.0,
-    rounds: RoundsOption = 3,
-    block: BlockOption = 8,
+    warmup: Annotated[int, typer.Option(help="untimed runs before timing")] = 5,
+    min_runs: Annotated[int, typer.Option(help="timed runs per configuration")] = 30,
+    min_seconds: Annotated[float, typer.Option(
+        help="time each configuration at least this long")] = 0.5,
+    max_seconds: Annotated[float, typer.Option(help="and at most this long")] = 4.0,
+    rounds: Annotated[int, typer.Option(
+        min=1, help="latency passes over all subjects, each a fresh process per subject; a "
+        "figure is the median over them")] = 3,
+    block: Annotated[int, typer.Option(
+        min=1, help="calls of one configuration in a row per round, the first untimed (it "
+        "brings the model's weights back into the caches after the others ran)")] = 8,
     accuracy: Annotated[bool, typer.Option(help="score the bundles (as run by their runtime) "
                                            "and the --run models on --splits")] = True,
     splits: Annotated[str, typer.Option(metavar="SPLIT[,SPLIT]")] = "dev,test",
@@ -103,12 +86,18 @@ def bench(
         metavar="N", help="score at most N examples per task and split")] = None,
     data_dir: DataDirOption = None,
     ceiling: Annotated[bool, typer.Option(help="measure the machine's matmul ceiling")] = True,
-    native: NativeOption = True,
+    native: Annotated[bool, typer.Option(
+        help="also measure PAL bundles' ExecuTorch files through the Android app's own C++ path "
+        "(JNI over Module; needs a C++ compiler and a JDK)")] = True,
     work: Annotated[Path, typer.Option(help="where peers are built and cached")] = DEFAULT_WORK,
     out: Annotated[Path, typer.Option(metavar="FILE", help="palkit-bench JSON to write")] =
         DEFAULT_BENCH_OUT,
     trust_key: TrustKeyOption = None,
-    scale: ScaleOption = None,
+    scale: Annotated[Optional[str], typer.Option(
+        metavar="T[,T...]", help="instead: export bundles of T synthetic tasks from --run's model "
+        "and measure how export, add-task, bytes, memory, swap and latency grow with T "
+        "(bench/scale.py; first --threads, last --seq-lens; writes --out and its .md and "
+        ".png)")] = None,
 ) -> None:
     """Measure bundles, separate models and peers on this machine.
 
@@ -121,15 +110,15 @@ def bench(
     from trainer.data import resolve_data_dir
     from ui.progress import say
 
+    timing = LatencyBudget(warmup, min_runs, min_seconds, max_seconds, block)
     if scale:
-        _scale(scale, runs or [], out, _ints(threads)[0], _ints(seq_lens)[-1],
-               LatencyBudget(warmup, min_runs, min_seconds, max_seconds, block), work)
+        _scale(scale, runs or [], out, _ints(threads)[0], _ints(seq_lens)[-1], timing, work)
         return
     options = BenchOptions(
         runtimes=_words([runtimes], RUNTIMES, "--runtimes"),
         peers=[] if peers == "none" else _words([peers], PEERS, "--peers"),
         threads=_ints(threads), seq_lens=_ints(seq_lens),
-        timing=LatencyBudget(warmup, min_runs, min_seconds, max_seconds, block), rounds=rounds,
+        timing=timing, rounds=rounds,
         splits=_words([splits], ("dev", "test"), "--splits") if accuracy else [],
         data_dir=resolve_data_dir(data_dir) if accuracy else None,
         max_examples=max_examples, work=work, ceiling=ceiling, native=native,

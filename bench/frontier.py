@@ -1,17 +1,11 @@
 """The deployment frontier: accuracy against cost for every configuration of a study.
 
-Joins a host bench file (latency and bytes of bundles named after the study's configurations,
-e.g. `bundles/pals-top-1`) with a study's accuracy table (`palkit study-results`, e.g.
-results/converged.json) and names the configuration to ship for two uses:
-
-- "all tasks on every input": the lowest all-tasks p50 (ExecuTorch all-tasks program; three
-  separate models run one after the other);
-- "one task at a time": the lowest one-task p50 on the faster runtime;
-
-each among the configurations whose accuracy is within WITHIN_POINTS of all-layer PALs.
-Latencies within LATENCY_TIE of the fastest count as a tie (this shared host's bench runs move
-by about that much), broken by the fewer bundle bytes. The accuracy is the test average when
-every configuration has one, else the dev average (mean over seeds), said in the notes.
+Joins a host bench file (bundles named after the study's configurations, e.g.
+`bundles/pals-top-1`) with a study's accuracy table (`palkit study-results`) and names the
+configuration to ship for all tasks on every input (the lowest all-tasks p50) and for one task at
+a time (the lowest one-task p50 on the faster runtime), among those within WITHIN_POINTS of
+all-layer PALs. Latencies within LATENCY_TIE of the fastest tie (this shared host's bench runs
+move by about that much), broken by the fewer bundle bytes.
 """
 from __future__ import annotations
 
@@ -19,8 +13,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from bench.headline import REF_SEQ, REF_THREADS, all_tasks_id, task_p50
+from bench.headline import REF_SEQ, REF_THREADS, task_p50
 from bench.ingest import Measurements, host_subjects
+from bench.schema import p50_id
 from export.manifest import RUNTIMES
 from trainer.checkpoint import read_json
 
@@ -42,25 +37,19 @@ def _subject(subs: dict[str, dict[str, Any]], name: str, runtime: str) -> str | 
     return next((c for c in candidates if c in subs), None)
 
 
-def _accuracy(rows: list[dict[str, Any]]) -> tuple[str, dict[str, dict[str, Any]]]:
-    """The split every row has, and per configuration its {mean, sd, n} on it."""
-    split = "test" if all(r.get("test_avg") for r in rows) else "dev"
-    return split, {r["name"]: r[f"{split}_avg"] for r in rows}
-
-
 def frontier_points(data: dict[str, Any], prefix: str, m: Measurements,
                     rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
     """One point per configuration that has both an accuracy row and a benched bundle."""
     subs = host_subjects(data)
-    split, accuracy = _accuracy(rows)
+    split = "test" if all(r.get("test_avg") for r in rows) else "dev"  # the split every row has
     points = []
     for row in rows:
         name = row["name"]
         found = {rt: _subject(subs, name, rt) for rt in RUNTIMES}
         if not any(found.values()):
             continue
-        point: dict[str, Any] = {"name": name, "accuracy": accuracy[name]["mean"],
-                                 "accuracy_sd": accuracy[name]["sd"], "split": split,
+        point: dict[str, Any] = {"name": name, "accuracy": row[f"{split}_avg"]["mean"],
+                                 "accuracy_sd": row[f"{split}_avg"]["sd"], "split": split,
                                  "one_task_ms": {}, "sources": []}
         for rt, subject in found.items():
             if subject is None:
@@ -69,25 +58,21 @@ def frontier_points(data: dict[str, Any], prefix: str, m: Measurements,
             one, ids = task_p50(m, prefix, subject, s["tasks"], REF_THREADS, REF_SEQ)
             point["one_task_ms"][rt] = one
             point["sources"] += ids
-            if rt == "executorch":
-                point.update(_bytes_and_all_tasks(m, prefix, subject, s, one, ids, point))
+            if rt != "executorch":  # bytes and all tasks: the ExecuTorch bundle's
+                continue
+            bundle = s["bundle"]
+            task_bytes = (bundle["total_bytes"] if s.get("role") in ("separate", "peer")
+                          else sum(bundle.get("adapter_bytes", {}).values()))
+            mid = p50_id(prefix, subject, "all_tasks", REF_THREADS, REF_SEQ)
+            all_tasks, sources = m.get(mid), [mid]
+            if all_tasks is None and one is not None:  # not measured: the tasks one by one
+                all_tasks, sources = one * len(s["tasks"]), ids
+            point["sources"] += sources
+            point.update(bundle_bytes=bundle["total_bytes"], task_specific_bytes=task_bytes,
+                         all_tasks_ms=all_tasks,
+                         all_tasks_ratio=all_tasks / one if all_tasks and one else None)
         points.append(point)
     return points, split
-
-
-def _bytes_and_all_tasks(m: Measurements, prefix: str, subject: str, s: dict[str, Any],
-                         one: float | None, ids: list[str], point: dict[str, Any]) -> dict[str, Any]:
-    bundle = s["bundle"]
-    task_bytes = (bundle["total_bytes"] if s.get("role") in ("separate", "peer")
-                  else sum(bundle.get("adapter_bytes", {}).values()))
-    mid = all_tasks_id(prefix, subject, REF_THREADS, REF_SEQ)
-    all_tasks, sources = m.get(mid), [mid]
-    if all_tasks is None and one is not None:   # not measured: the tasks one after the other
-        all_tasks, sources = one * len(s["tasks"]), ids
-    point["sources"] += sources
-    return {"bundle_bytes": bundle["total_bytes"], "task_specific_bytes": task_bytes,
-            "all_tasks_ms": all_tasks,
-            "all_tasks_ratio": all_tasks / one if all_tasks and one else None}
 
 
 def _fastest_one_task(p: dict[str, Any]) -> float:
@@ -135,11 +120,10 @@ def frontier(data: dict[str, Any], prefix: str, m: Measurements,
              accuracy_file: Path) -> dict[str, Any]:
     rows = read_json(accuracy_file)["rows"]
     points, split = frontier_points(data, prefix, m, rows)
+    sds = [r["dev_avg"]["sd"] for r in rows if r["dev_avg"]["sd"] is not None]
     return {"accuracy_file": str(accuracy_file), "points": points,
             "recommendation": recommend(points, split),
-            "accuracy_sd_points": statistics.fmean(
-                r["dev_avg"]["sd"] for r in rows if r["dev_avg"]["sd"] is not None)
-            if any(r["dev_avg"]["sd"] is not None for r in rows) else None}
+            "accuracy_sd_points": statistics.fmean(sds) if sds else None}
 
 
 # ---- how to add a task later --------------------------------------------------------------------
@@ -157,8 +141,7 @@ def add_task_flags(adapter: str) -> str:
 
 def adapter_summary(adapter: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """One adapter's rows of the study: mean change against joint training per left-out task,
-    the tasks within WITHIN_POINTS, its bytes and, for the task added to all three, the change
-    against that task's separate model."""
+    the tasks within WITHIN_POINTS, its bytes, and the added task's change against its own."""
     left_out: dict[str, list[float]] = {}
     for r in rows:
         if r.get("vs_joint") is not None:
@@ -173,10 +156,8 @@ def adapter_summary(adapter: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def add_task_recommendation(path: Path | None) -> dict[str, Any]:
-    """How to add a task to the shipped trunk, from the leave-one-out study (results/
-    later-tasks.json): the cheapest adapter (fewest bytes) whose dev metric is within
-    WITHIN_POINTS of the task trained jointly from the start for every left-out task, with each
-    adapter's numbers (means over the file's rows, so over seeds where it has several)."""
+    """How to add a task to the shipped trunk, from the leave-one-out study: the cheapest adapter
+    within WITHIN_POINTS of joint training on every left-out task, and each adapter's means."""
     out: dict[str, Any] = {"file": str(path) if path else None, "adapter": None, "adapters": [],
                            "notes": []}
     if path is None or not Path(path).is_file():

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.ingest import BenchInput, Measurements, host_subjects, machine_label, placement
-from bench.schema import latency_id, measurement_id
+from bench.schema import measurement_id, p50_id
 
 REF_SEQ, REF_THREADS = 128, 1
 
@@ -67,15 +67,9 @@ def reference_condition(data: dict[str, Any]) -> tuple[int, int]:
 def task_p50(m: Measurements, prefix: str, subject: str, tasks: list[str], threads: int,
              seq: int) -> tuple[float | None, list[str]]:
     """Mean one-task p50 over the subject's tasks, and the ids it came from."""
-    ids = [f"{prefix}{latency_id(subject, f'task:{t}', threads, seq)}:p50_ms" for t in tasks]
+    ids = [p50_id(prefix, subject, f"task:{t}", threads, seq) for t in tasks]
     vals = [m.get(i) for i in ids]
-    if not vals or any(v is None for v in vals):
-        return None, ids
-    return statistics.fmean(vals), ids  # type: ignore[arg-type]
-
-
-def all_tasks_id(prefix: str, subject: str, threads: int, seq: int) -> str:
-    return f"{prefix}{latency_id(subject, 'all_tasks', threads, seq)}:p50_ms"
+    return (statistics.fmean(vals) if vals and None not in vals else None), ids  # type: ignore
 
 
 # What fills a headline key that no host bench file can measure alone
@@ -104,9 +98,8 @@ class Headline:
     def subs(self) -> dict[str, dict[str, Any]]:
         return host_subjects(self.data)
 
-    def pick(self, role: str, **want: Any) -> list[str]:
-        return [n for n, s in self.subs.items() if s.get("role") == role
-                and all(s.get(k) == v for k, v in want.items())]
+    def pick(self, role: str) -> list[str]:
+        return [n for n, s in self.subs.items() if s.get("role") == role]
 
     def task_p50(self, name: str) -> tuple[float | None, list[str]]:
         return task_p50(self.m, self.prefix, name, self.subs[name]["tasks"], self.threads, self.seq)
@@ -137,8 +130,7 @@ def pal_groups(subs: dict[str, dict[str, Any]]) -> tuple[list[str], list[str]]:
 
 
 def headline_pal(data: dict[str, Any], prefix: str, m: Measurements) -> str | None:
-    """The PAL subject the headline speaks for: the fastest all-layer PAL bundle at the
-    reference condition."""
+    """The PAL subject the headline speaks for: the fastest all-layer PAL bundle."""
     h = Headline(data, prefix, m, *reference_condition(data))
     return h.fastest(pal_groups(h.subs)[0])[0]
 
@@ -256,7 +248,7 @@ def _all_tasks_ratio(h: Headline, key: str, names: list[str]) -> None:
         return
     h.notes.append(f"{key}: subject {n}")
     one, one_ids = h.task_p50(n)
-    all_id = all_tasks_id(h.prefix, n, h.threads, h.seq)
+    all_id = p50_id(h.prefix, n, "all_tasks", h.threads, h.seq)
     h.set(key, ratio(h.m.get(all_id), one), [all_id, *one_ids])
     flops = {r["config"]: r.get("matmul_flops") for r in h.data["results"]
              if r.get("subject") == n and r["threads"] == h.threads and r["seq_len"] == h.seq}
@@ -372,8 +364,7 @@ def pairwise(hosts: list[BenchInput], m: Measurements) -> list[dict[str, Any]]:
                 for row in data["results"]:
                     if row.get("subject") != pal or row.get("p50_ms") is None:
                         continue
-                    oid = (f"{prefix}{latency_id(other, row['config'], row['threads'], row['seq_len'])}"
-                           ":p50_ms")
+                    oid = p50_id(prefix, other, row["config"], row["threads"], row["seq_len"])
                     r = ratio(row["p50_ms"], m.get(oid))
                     if r is not None:
                         rec["latency"][f"{row['config']} t{row['threads']} s{row['seq_len']}"] = r

@@ -50,8 +50,7 @@ class Measurements:
                            "what": what, **extra}
 
     def get(self, mid: str) -> float | None:
-        item = self.items.get(mid)
-        return None if item is None else item["value"]
+        return self.items.get(mid, {}).get("value")
 
 
 def host_subjects(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -59,9 +58,8 @@ def host_subjects(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def placement(subject: dict[str, Any]) -> str:
-    """A subject's PAL placement named from the layer indices bench recorded (all, top, top-N,
-    3,4,5, ...; "none" without PALs). A file written before bench recorded indices keeps the
-    name it recorded."""
+    """A subject's PAL placement named from its layer indices (all, top, top-N, 3,4,5, ...; "none"
+    without PALs); an older file that recorded a name keeps it."""
     layers = subject.get("pal_layers")
     if isinstance(layers, str) or layers is None:
         return layers or "none"
@@ -140,9 +138,10 @@ def _ingest_subject(name: str, s: dict[str, Any], prefix: str, label: str, file:
     rt = s.get("runtime")
     for key, what in (("load_ms", "cold load (trunk + first task, to runnable)"),
                       ("first_result_ms", "cold load + first inference")):
-        m.add(f"{prefix}{key}:{name}", (s.get(key) or {}).get(rt), "ms", label, file, what)
-    m.add(measurement_id(prefix, "swap_ms", name), (s.get("swap_ms") or {}).get(rt), "ms", label, file,
-          "swap to a not-yet-loaded task, to runnable (median over worker processes, upper "
+        m.add(measurement_id(prefix, key, name), (s.get(key) or {}).get(rt), "ms", label, file,
+              what)
+    m.add(measurement_id(prefix, "swap_ms", name), (s.get("swap_ms") or {}).get(rt), "ms", label,
+          file, "swap to a not-yet-loaded task, to runnable (median over worker processes, upper "
           "median over tasks)")
     for key, v in (s.get("memory_rss_bytes") or {}).items():
         m.add(measurement_id(prefix, "memory", name, key), v, "bytes", label, file, f"RSS {key}")
@@ -154,17 +153,18 @@ def ingest_device(data: dict[str, Any], file: str, m: Measurements) -> str:
     dev = "device:" + data["machine"]["model"].replace(" ", "_")
     for k, v in (data.get("bundle") or {}).items():
         if isinstance(v, (int, float)):
-            m.add(f"{dev}:size:{k}", v, "bytes", label, file, f"bundle {k}")
+            m.add(measurement_id(f"{dev}:", "size", k), v, "bytes", label, file, f"bundle {k}")
     for rt, v in (data.get("load_ms") or {}).items():
-        m.add(f"{dev}:load_ms:{rt}", v, "ms", label, file, f"cold load on {rt}")
+        m.add(measurement_id(f"{dev}:", "load_ms", rt), v, "ms", label, file, f"cold load on {rt}")
     for rt, v in (data.get("swap_ms") or {}).items():
         if isinstance(v, (int, float)):
-            m.add(f"{dev}:swap_ms:{rt}", v, "ms", label, file, f"adapter swap on {rt}")
+            m.add(measurement_id(f"{dev}:", "swap_ms", rt), v, "ms", label, file,
+                  f"adapter swap on {rt}")
     for k, v in (data.get("memory_rss_bytes") or {}).items():
-        m.add(f"{dev}:memory:{k}", v, "bytes", label, file, f"RSS {k}")
+        m.add(measurement_id(f"{dev}:", "memory", k), v, "bytes", label, file, f"RSS {k}")
     for row in data["results"]:
         rid = f"{dev}:" + latency_id(row["runtime"], row["config"], row["threads"], row["seq_len"])
         for q in ("p50_ms", "p90_ms"):
-            m.add(f"{rid}:{q}", row.get(q), "ms", label, file,
-                  f"{row['runtime']} {row['config']} {row['threads']} thread(s) {row['seq_len']} tokens")
+            m.add(f"{rid}:{q}", row.get(q), "ms", label, file, f"{row['runtime']} {row['config']} "
+                  f"{row['threads']} thread(s) {row['seq_len']} tokens")
     return dev

@@ -52,8 +52,7 @@ def _best_rate(fn, flops: int, min_seconds: float) -> float:
 SHAPES = ((128, 384, 1536), (128, 1536, 384), (128, 384, 384), (512, 512, 512))
 
 
-def measure_ceiling(threads: int, min_seconds: float = 0.5,
-                    shapes: tuple[tuple[int, int, int], ...] = SHAPES) -> dict[str, Any]:
+def measure_ceiling(threads: int, min_seconds: float = 0.5) -> dict[str, Any]:
     """GFLOP/s (fp32) and GOP/s (int8) per method; `best` of each is the ceiling used."""
     import numpy as np
     import torch
@@ -61,9 +60,9 @@ def measure_ceiling(threads: int, min_seconds: float = 0.5,
     from onnxruntime.capi.onnxruntime_pybind11_state import NotImplemented as OrtNotImplemented
 
     torch.set_num_threads(threads)
-    out: dict[str, Any] = {"threads": threads, "shapes": [list(s) for s in shapes],
+    out: dict[str, Any] = {"threads": threads, "shapes": [list(s) for s in SHAPES],
                            "fp32_gflops": {}, "int8_gops": {}}
-    for m, k, n in shapes:
+    for m, k, n in SHAPES:
         flops = 2 * m * k * n
         a, b = torch.randn(m, k), torch.randn(k, n)
         out["fp32_gflops"][f"torch.mm {m}x{k}x{n}"] = _best_rate(lambda: a @ b, flops,

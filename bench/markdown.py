@@ -228,16 +228,12 @@ def _device(device: BenchInput) -> list[str]:
     for row in data["results"]:
         lines.append(f"| {row['runtime']} | {row['config']} | {row['threads']} | {row['seq_len']} | "
                      f"{fmt(row['p50_ms'])} | {fmt(row['p90_ms'])} | {row['runs']} |")
-    lines += ["", "| figure | value |", "|---|---:|"]
-    for k, v in (data.get("bundle") or {}).items():
-        lines.append(f"| bundle {k} | {v} |")
-    for k, v in (data.get("load_ms") or {}).items():
-        lines.append(f"| load ms, {k} | {fmt(v)} |")
-    for k, v in (data.get("swap_ms") or {}).items():
-        lines.append(f"| swap ms, {k} | {fmt(v) if not isinstance(v, dict) else v} |")
-    for k, v in (data.get("memory_rss_bytes") or {}).items():
-        lines.append(f"| RSS {k}, MiB | {fmt(v / MiB)} |")
-    return lines
+    figures = (("bundle", "bundle {}", str), ("load_ms", "load ms, {}", fmt),
+               ("swap_ms", "swap ms, {}", lambda v: v if isinstance(v, dict) else fmt(v)),
+               ("memory_rss_bytes", "RSS {}, MiB", lambda v: fmt(v / MiB)))
+    return lines + ["", "| figure | value |", "|---|---:|"] + [
+        f"| {name.format(k)} | {show(v)} |" for key, name, show in figures
+        for k, v in (data.get(key) or {}).items()]
 
 
 def _frontier(report: dict[str, Any]) -> list[str]:

@@ -1,12 +1,8 @@
 """The Android app's own ExecuTorch path as a bench subject, measured on this host.
 
-The app's JNI library and Java loading path (android_demo/host/native_host.py builds them from
-the app's sources against the executorch wheel's C++ SDK) run in a child JVM: the bundle's one
-program is opened against its trunk.ptd through Module(program, {trunk.ptd}, Mmap) and every
-task's weights file is bound (read once) as the app opens a bundle; a swap (choosing another
-task's bound weights) is timed apart from the run after it, the tasks are timed in interleaved
-rounds on bench/worker.py's synthetic input, and the process's resident memory is read after one
-task's run and after every task's. Host figures, never phone figures.
+The app's JNI library and Java loading path (built by android_demo/host/native_host.py from the
+app's sources) run in a child JVM and open the bundle as the app does; a swap is timed apart from
+the run after it, on bench/worker.py's synthetic input. Host figures, never phone figures.
 """
 from __future__ import annotations
 
@@ -43,8 +39,7 @@ def native_host():
 
 def measure_native(bundle: str | Path, seq_len: int = 128, threads: int = 1, runs: int = 20,
                    warmup: int = 3, timeout_s: float = 600.0) -> dict[str, Any]:
-    """Latency (p50/p90/min per task and for all tasks in turn) and resident memory of the
-    app's native path on `bundle`, at `seq_len` tokens and `threads` threads."""
+    """Latency (per task and all tasks in turn) and resident memory of the app's native path."""
     host = native_host()
     reason = host.missing_toolchain()
     if reason:

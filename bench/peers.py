@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from bench.errors import BenchError
+from bench.schema import BenchError
 from export.manifest import TEXT_INPUTS
 from export.onnx_export import OPSET
 from trainer.checkpoint import TRUNK_WEIGHTS, load_model, resolve_model_dir
@@ -92,8 +92,7 @@ def build_ort_int8(model_dir: Path, out_dir: Path, seq_len: int = 128) -> dict[s
     model, spec = _single_task(resolve_model_dir(model_dir))
     wrapper = HfClassifier(model, spec).eval()
     out_dir.mkdir(parents=True, exist_ok=True)
-    fp32, opt, q = (out_dir / f"{spec.name}.fp32.onnx", out_dir / f"{spec.name}.opt.onnx",
-                    out_dir / f"{spec.name}.int8.onnx")
+    fp32, opt, q = (out_dir / f"{spec.name}.{kind}.onnx" for kind in ("fp32", "opt", "int8"))
     ex = (torch.ones(1, seq_len, dtype=torch.long), torch.ones(1, seq_len, dtype=torch.long),
           torch.zeros(1, seq_len, dtype=torch.long))
     names = list(TEXT_INPUTS)
@@ -135,9 +134,10 @@ def build_et_int8(model_dir: Path, out_dir: Path, max_len: int = 128,
     quantize_(wrapper, IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0)),
               filter_fn=lambda m, _fqn: isinstance(m, nn.Embedding))
 
+    vocab = model.trunk.config.vocab_size
+
     def example(s: int):
-        ids = torch.randint(1000, min(model.trunk.config.vocab_size, 20000), (1, s)) \
-            if model.trunk.config.vocab_size > 1000 else torch.randint(5, model.trunk.config.vocab_size, (1, s))
+        ids = torch.randint(*((1000, min(vocab, 20000)) if vocab > 1000 else (5, vocab)), (1, s))
         types = torch.zeros(1, s, dtype=torch.long)
         types[:, s // 2:] = 1
         return ids, types, torch.zeros(1, 1, 1, s)

@@ -1,8 +1,7 @@
 """`palkit report`: turn palkit-bench files (host and phone) into report.md / report.json / PNGs.
 
-The steps live in their own modules: bench/ingest.py reads the files into measurements with
-ids, bench/headline.py derives the headline (each value naming the ids it came from) and checks
-the targets, bench/charts.py draws the figures and bench/markdown.py writes report.md.
+The steps: ingest.py (measurements with ids), headline.py (the headline and its targets),
+charts.py (the figures) and markdown.py (report.md).
 """
 from __future__ import annotations
 
@@ -22,8 +21,7 @@ from trainer.fileio import write_text
 
 
 def build_report(bench_files: list[Path], device_files: list[Path], out: Path,
-                 summary_path: Path | None = None,
-                 accuracy_file: Path | None = None,
+                 summary_path: Path | None = None, accuracy_file: Path | None = None,
                  int8_accuracy_file: Path | None = None,
                  later_tasks_file: Path | None = LATER_TASKS_FILE) -> dict[str, Any]:
     if not bench_files and not device_files:

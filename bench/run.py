@@ -1,11 +1,8 @@
 """`palkit bench`: measure bundles, the three separate models and the peers on this machine.
 
-Plan: find the subjects (bench/subjects.py), then start one worker process per (subject,
-threads, sequence length) and round for latency (medians over --rounds), three per subject for
-load / swap / memory (medians), and one per thread count for the matmul ceiling. Accuracy of the
-bundles (as the runtime runs them) and fp32 PyTorch accuracy of the training runs are measured
-last. Everything lands in one palkit-bench
-JSON (bench/schema.py).
+The subjects (bench/subjects.py) are measured in fresh worker processes (bench/worker.py, in the
+order `plan` gives), their accuracy last; everything lands in one palkit-bench JSON
+(bench/schema.py).
 """
 from __future__ import annotations
 
@@ -16,14 +13,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bench.flops import model_flops
 from bench.machine import host_machine
-from bench.schema import PEERS, SCHEMA, VERSION, BenchFileError, latency_id, validate
-from bench.errors import BenchError
+from bench.schema import PEERS, SCHEMA, VERSION, BenchError, BenchFileError, latency_id, validate
 from bench.subjects import Subject, discover
 from export.manifest import RUNTIMES
 from trainer.checkpoint import read_metrics, read_run_config, separate_models
@@ -99,6 +95,7 @@ def run_worker(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
 
 
 def subject_flops(s: Subject, seq: int, sequential_all: bool) -> dict[str, int | None]:
+    """Matmul FLOPs of each task and of all tasks on one input; None where a model is unknown."""
     out: dict[str, int | None] = {}
     for task in s.tasks:
         info = s.models.get(task)
@@ -110,7 +107,7 @@ def subject_flops(s: Subject, seq: int, sequential_all: bool) -> dict[str, int |
                                        seq, all_tasks=True)["matmul"]
     else:
         singles = [out[f"task:{t}"] for t in s.tasks]
-        out["all_tasks"] = sum(singles) if all(v is not None for v in singles) else None  # type: ignore
+        out["all_tasks"] = None if None in singles else sum(singles)  # type: ignore[arg-type]
     return out
 
 
@@ -126,8 +123,8 @@ def record_ceiling(threads: int, data: dict[str, Any], timeout: float) -> None:
 def record_load(s: Subject, job: Job, data: dict[str, Any], timeout: float) -> None:
     """Cold load, swap and memory of one subject (and of its all-tasks program alone)."""
     entry = {"role": s.role, "runtime": s.runtime, "precision": s.precision, "label": s.label,
-             "pal_layers": list(s.pal_layers), "num_layers": s.num_layers, "tasks": list(s.tasks), "bundle": s.sizes,
-             "all_tasks_program": s.all_tasks is not None,
+             "pal_layers": list(s.pal_layers), "num_layers": s.num_layers, "tasks": list(s.tasks),
+             "bundle": s.sizes, "all_tasks_program": s.all_tasks is not None,
              "fp32_model_dirs": {t: str(i.model_dir) for t, i in s.models.items()},
              "sources": s.tasks, **s.extra}
     spec = {"threads": job.threads, "seq_len": job.seq_len, "subject": s.worker_subject()}
@@ -187,15 +184,20 @@ def load_entry(s: Subject, load: dict[str, Any]) -> dict[str, Any]:
         "load_detail": load}
 
 
+def latency_spec(subject: dict[str, Any], configs: list[str], t: LatencyBudget) -> dict[str, Any]:
+    """A latency worker's spec, but for its thread count and sequence length."""
+    return {"mode": "latency", "subject": subject, "configs": configs, "warmup": t.warmup,
+            "runs": t.min_runs, "min_seconds": t.min_seconds, "max_seconds": t.max_seconds,
+            "block": t.block}
+
+
 def record_latency(s: Subject, job: Job, timing: LatencyBudget, data: dict[str, Any],
                     timeout: float) -> None:
     """p50/p90 of each task and of all tasks on one input, timed in interleaved rounds of blocks."""
     n, seq = job.threads, job.seq_len
     configs = [f"task:{t}" for t in s.tasks] + (["all_tasks"] if len(s.tasks) > 1 else [])
-    r = run_worker({"mode": "latency", "threads": n, "seq_len": seq, "configs": configs,
-                    "warmup": timing.warmup, "runs": timing.min_runs,
-                    "min_seconds": timing.min_seconds, "max_seconds": timing.max_seconds,
-                    "block": timing.block, "subject": s.worker_subject()}, timeout)
+    r = run_worker({**latency_spec(s.worker_subject(), configs, timing), "threads": n,
+                    "seq_len": seq}, timeout)
     rows = r.get("rows") or [{"config": c, "p50_ms": None, "p90_ms": None, "runs": 0,
                               "error": r.get("error", "no result")} for c in configs]
     sequential = any(row.get("all_tasks_mode") == "sequential" for row in rows) \
@@ -204,10 +206,9 @@ def record_latency(s: Subject, job: Job, timing: LatencyBudget, data: dict[str, 
     data["flops"].setdefault(s.name, {})[str(seq)] = flops
     for row in rows:
         row.update(subject=s.name, runtime=s.runtime, threads=n, seq_len=seq,
-                   precision=s.precision, worker_load_avg=r.get("load_avg_1min"))
-        row["id"] = latency_id(s.name, row["config"], n, seq)
-        row["matmul_flops"] = flops.get(row["config"])
-        row["round"] = job.round
+                   precision=s.precision, worker_load_avg=r.get("load_avg_1min"),
+                   id=latency_id(s.name, row["config"], n, seq),
+                   matmul_flops=flops.get(row["config"]), round=job.round)
         data["results"].append(row)
     say(f"{s.name} threads={n} seq={seq}" + (f" (round {job.round + 1})" if job.round else "")
         + ": " + ", ".join(
@@ -232,8 +233,8 @@ def record_native_path(s: Subject, job: Job, timing: LatencyBudget, data: dict[s
     data["subjects"].setdefault(name, native_subject_entry(data["subjects"][s.name], r))
     for row in r["rows"]:
         row.update(subject=name, runtime="executorch-cpp", threads=job.threads,
-                   seq_len=job.seq_len, precision=s.precision)
-        row["id"] = latency_id(name, row["config"], job.threads, job.seq_len)
+                   seq_len=job.seq_len, precision=s.precision,
+                   id=latency_id(name, row["config"], job.threads, job.seq_len))
         data["results"].append(row)
     say(f"{name} threads={job.threads} seq={job.seq_len}: " + ", ".join(
         f"{row['config']}={row['p50_ms']:.2f}ms" for row in r["rows"]))
@@ -241,8 +242,8 @@ def record_native_path(s: Subject, job: Job, timing: LatencyBudget, data: dict[s
 
 # ---- accuracy ----------------------------------------------------------------------------------
 
-def evaluate_accuracy(subjects: list[Subject], runs: list[Path], data_dir: Path,
-                      splits: list[str], max_examples: int | None) -> tuple[dict[str, Any], list[str]]:
+def evaluate_accuracy(subjects: list[Subject], runs: list[Path], data_dir: Path, splits: list[str],
+                      max_examples: int | None) -> tuple[dict[str, Any], list[str]]:
     """Bundles as their runtime runs them and training runs in fp32 PyTorch (trainer/scoring.py)."""
     notes: list[str] = []
     acc: dict[str, Any] = {}
@@ -323,6 +324,7 @@ def run_accuracy(run: Path, subjects: list[Subject], data_dir: Path, split: str,
 
 def bench(bundles: list[Path], runs: list[Path], out: Path,
           options: BenchOptions) -> dict[str, Any]:
+    """Measure what `options` ask on this machine; write the bench file `out` and return it."""
     o = options
     started = time.time()
     machine = host_machine()
@@ -334,19 +336,17 @@ def bench(bundles: list[Path], runs: list[Path], out: Path,
     if not subjects:
         raise BenchError("nothing to measure: give bundles, or --run a `--mode separate` run "
                          "for the peers")
-    timing, timeout = o.timing, o.worker_timeout
-    data = new_bench_data(machine, notes, o.threads, o.seq_lens, timing)
+    data = new_bench_data(machine, notes, o)
     jobs = plan(subjects, o.threads, o.seq_lens, o.ceiling, o.native, o.rounds)
-    data["settings"]["rounds"] = o.rounds
     for job in track(jobs, "bench", total=len(jobs)):
         if job.subject is None:
-            record_ceiling(job.threads, data, timeout)
+            record_ceiling(job.threads, data, o.worker_timeout)
         elif job.kind == "load":
-            record_load(job.subject, job, data, timeout)
+            record_load(job.subject, job, data, o.worker_timeout)
         elif job.kind == "native":
-            record_native_path(job.subject, job, timing, data, timeout)
+            record_native_path(job.subject, job, o.timing, data, o.worker_timeout)
         else:
-            record_latency(job.subject, job, timing, data, timeout)
+            record_latency(job.subject, job, o.timing, data, o.worker_timeout)
     data["results"] = merge_rounds(data["results"])
     if o.splits and o.data_dir is None:
         notes.append("accuracy skipped: no data directory")
@@ -413,16 +413,15 @@ def command_line() -> list[str] | None:
     return ["palkit", *sys.argv[1:]] if Path(sys.argv[0]).name in ("palkit", "cli.py") else None
 
 
-def new_bench_data(machine: dict[str, Any], notes: list[str], threads: list[int],
-                   seq_lens: list[int], timing: LatencyBudget) -> dict[str, Any]:
+def new_bench_data(machine: dict[str, Any], notes: list[str], o: BenchOptions) -> dict[str, Any]:
+    """The bench file before any measurement: the machine, the settings, empty tables."""
     return {
         "schema": SCHEMA, "version": VERSION, "machine": machine,
         "bundle": {}, "results": [], "load_ms": {}, "swap_ms": {}, "memory_rss_bytes": {},
         "subjects": {}, "flops": {}, "ceiling": {}, "accuracy": {}, "notes": notes,
         "command": command_line(),
-        "settings": {"threads": threads, "seq_lens": seq_lens, "warmup": timing.warmup,
-                     "min_runs": timing.min_runs, "min_seconds": timing.min_seconds,
-                     "max_seconds": timing.max_seconds, "block": timing.block,
+        "settings": {"threads": o.threads, "seq_lens": o.seq_lens, **asdict(o.timing),
+                     "rounds": o.rounds,
                      "isolation": "one process per (subject, threads, seq_len) and round for "
                                   "latency (the median over rounds reported; its "
                                   "configurations timed in interleaved rounds of blocks of calls, "

@@ -1,11 +1,7 @@
 """`palkit bench --scale 1,3,10,30`: what an ExecuTorch bundle costs as its number of tasks grows.
 
-For each T, a bundle of T synthetic tasks (`add_synthetic_tasks`: copies of the run's tasks with
-seeded noise on their weights; the run's trunk, int8) is exported, timed, and then measured by
-bench/worker.py processes as `palkit bench` measures bundles: export time, add-task time, the
-ExecuTorch files' bytes, resident memory with all T tasks ready, swap p50, one-task p50 and
-all-tasks p50. (The per-task-program format that bundles replaced was measured against this one
-before it was deleted: results/tasks-as-data-scale.* keep that record.)
+For each T, a bundle of T synthetic tasks (`add_synthetic_tasks`) on the run's trunk is exported
+and timed, then measured by bench/worker.py processes as `palkit bench` measures bundles.
 """
 from __future__ import annotations
 
@@ -25,7 +21,7 @@ import torch
 from torch import nn
 
 from bench.machine import host_machine
-from bench.run import LatencyBudget, command_line, run_worker
+from bench.run import LatencyBudget, command_line, latency_spec, run_worker
 from bench.schema import ALL_TASKS, percentile
 from trainer.checkpoint import resolve_model_dir
 from trainer.errors import PalkitError
@@ -66,10 +62,9 @@ class ScaleOptions:
 # ---- exporting ---------------------------------------------------------------------------------
 
 def add_synthetic_tasks(model: nn.Module, count: int, seed: int = 0) -> list[str]:
-    """Give `model` `count` synthetic tasks, syn01, syn02, ... in place of its own: task i is a
-    copy of the model's task i mod n (its kind, outputs, adapter and head shapes) with seeded
-    noise on every weight, so every task's file is different. Their outputs mean nothing: they
-    measure time, bytes and memory only. Returns the names."""
+    """Give `model` `count` synthetic tasks, syn01, syn02, ... in place of its own, and return
+    their names: task i is a copy of task i mod n with seeded noise on every weight, so every
+    task's file differs; their outputs mean nothing (for time, bytes and memory only)."""
     templates = list(model.tasks)
     generator = torch.Generator().manual_seed(seed)
     adapters, heads, tasks = {}, {}, {}
@@ -134,9 +129,8 @@ def export_timed(model_dir: Path, tasks: int, opts: ScaleOptions) -> dict[str, A
 
 
 def add_task_timed(model, tokenizer, task: str, bundle: Path) -> dict[str, Any]:
-    """`palkit export RUN --adapter TASK --out BUNDLE`'s steps (export/bundle.py publish_task)
-    for a task of the in-memory model, verified on the built-in sentences. Reading the run from
-    disk is not timed."""
+    """`palkit export RUN --adapter TASK --out BUNDLE`'s steps (publish_task) for a task of the
+    in-memory model, verified on the built-in sentences; reading the run is not timed."""
     from export.bundle import publish_task
     from export.runtime import read_bundle
     from export.verify import Gate
@@ -167,12 +161,6 @@ def worker(spec: dict[str, Any], opts: ScaleOptions) -> dict[str, Any]:
     return result
 
 
-def latency_spec(subj: dict[str, Any], configs: list[str], t: LatencyBudget) -> dict[str, Any]:
-    return {"mode": "latency", "subject": subj, "configs": configs, "warmup": t.warmup,
-            "runs": t.min_runs, "min_seconds": t.min_seconds, "max_seconds": t.max_seconds,
-            "block": t.block}
-
-
 def p50_of(rows: list[dict[str, Any]], config: str) -> float | None:
     return next((r.get("p50_ms") for r in rows if r["config"] == config), None)
 
@@ -196,7 +184,7 @@ def measure(export: dict[str, Any], vocab_size: int, opts: ScaleOptions) -> dict
         "memory_one_task_bytes": load["rss_one_task"] - load["rss_after_import"],
         "swap_p50_ms": percentile(swaps, 50) if swaps else None,
         "one_task_p50_ms": p50_of(lat, configs[0]),
-        "all_tasks_p50_ms": p50_of(lat, "all_tasks") if len(names) > 1 else p50_of(lat, configs[0]),
+        "all_tasks_p50_ms": p50_of(lat, configs[-1]),  # T=1: its one task
         "task_file_bytes": statistics.fmean(task_files) if task_files else None,
         "task_tensor_bytes": task_tensor_bytes(Path(export["bundle"]), names),
         "detail": {"files": files, "load_ms": load["load_ms"], "swap_ms": load["swap_ms"],
@@ -257,12 +245,11 @@ def targets(data: dict[str, Any]) -> dict[str, Any]:
     """The targets these figures decide (None where a T is missing)."""
     p2 = {p["tasks"]: p for p in data["points"]}
     out: dict[str, Any] = {}
-    if 1 in p2:
-        for t, p in p2.items():
-            if t > 1:
-                bound = p2[1]["memory_one_task_bytes"] + (t - 1) * p["task_tensor_bytes"]
-                out[f"memory_all_ready_T{t}_over_one_plus_task_tensors"] = \
-                    p["memory_all_ready_bytes"] / bound
+    for t, p in p2.items():
+        if t > 1 and 1 in p2:
+            bound = p2[1]["memory_one_task_bytes"] + (t - 1) * p["task_tensor_bytes"]
+            out[f"memory_all_ready_T{t}_over_one_plus_task_tensors"] = \
+                p["memory_all_ready_bytes"] / bound
     if 3 in p2 and 30 in p2:
         out["export_T30_over_T3"] = p2[30]["export_s"] / p2[3]["export_s"]
     out["export_T3_s"] = p2.get(3, {}).get("export_s")

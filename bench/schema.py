@@ -48,12 +48,21 @@ def measurement_id(prefix: str, kind: str, subject: str, *parts: str) -> str:
     the first host file, `hostN:` for the others."""
     return ":".join([f"{prefix}{kind}", subject, *parts])
 
+
+def p50_id(prefix: str, subject: str, config: str, threads: int, seq_len: int) -> str:
+    """The report measurement id of a latency row's p50."""
+    return f"{prefix}{latency_id(subject, config, threads, seq_len)}:p50_ms"
+
 RESULT_KEYS = ("runtime", "config", "threads", "seq_len", "p50_ms", "p90_ms", "runs")
 MAP_KEYS = ("bundle", "load_ms", "swap_ms", "memory_rss_bytes")
 
 
 class BenchFileError(PalkitError, ValueError):
     """A benchmark JSON file is missing, not JSON, or does not follow the palkit-bench schema."""
+
+
+class BenchError(PalkitError, ValueError):
+    """A bundle or run given to `palkit bench` cannot be benchmarked."""
 
 
 def percentile(samples: list[float], percent: float) -> float:
@@ -128,10 +137,9 @@ def validate(data: Any) -> None:
         for key in MAP_KEYS:
             if key in sub:
                 _check_map(f"subjects.{name}.{key}", sub[key], nullable=True)
-    if subjects:
-        for i, row in enumerate(results):
-            if row.get("subject") not in subjects:
-                raise ValueError(f"results[{i}].subject {row.get('subject')!r} is not in subjects")
+    for i, row in enumerate(results if subjects else []):
+        if row.get("subject") not in subjects:
+            raise ValueError(f"results[{i}].subject {row.get('subject')!r} is not in subjects")
 
 
 def load_bench_file(path: str | Path) -> dict[str, Any]:

@@ -1,15 +1,10 @@
 """The headline's accuracy keys from committed results, for a bench run with --no-accuracy.
 
-`palkit bench` scores the bundles it measures. Models trained elsewhere (the converged study ran
-on a lent GPU) are scored once and committed instead; `palkit report --accuracy STUDY
---int8-accuracy FILE` then takes:
-
-- `accuracy_avg_pal_int8` and `accuracy_drop_int8_vs_fp32` from FILE (e.g.
-  results/converged-int8.json): one PAL model scored in fp32 and as each runtime runs its int8
-  bundle, rows {"runtime", "split", "avg"};
-- `accuracy_avg_separate_fp32` from the study's "separate" row (mean over its seeds);
-
-all on one split: test where both files have it, else dev. Keys the bench measured stay.
+Models trained elsewhere are scored once and committed; `palkit report --accuracy STUDY
+--int8-accuracy FILE` takes `accuracy_avg_pal_int8` and `accuracy_drop_int8_vs_fp32` from FILE
+(rows {"runtime", "split", "avg"} of one PAL model in fp32 and per runtime's int8 bundle) and
+`accuracy_avg_separate_fp32` from the study's "separate" row, on test where both files have it,
+else dev. Keys the bench measured stay.
 """
 from __future__ import annotations
 

@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.errors import BenchError
-from bench.schema import ALL_TASKS
+from bench.schema import ALL_TASKS, BenchError
 from export.manifest import VERIFY_FILE, Manifest, read_manifest
 from trainer.checkpoint import TRUNK_WEIGHTS, read_json, resolve_model_dir, separate_models
 from trainer.fileio import sha256_file, write_json
@@ -78,20 +77,15 @@ def bundle_sizes(bundle: Path, m: Manifest, runtime: str) -> dict[str, Any]:
     adapters = {t.name: m.files[t.files[runtime]].bytes for t in m.tasks}
     program = m.all_tasks(runtime)
     all_tasks = [program.program] if program is not None else []
-    out: dict[str, Any] = {"trunk_bytes": sum(m.files[rel].bytes
-                                              for rel in m.runtimes[runtime].runtime_files
-                                              if rel not in all_tasks),
-                           "adapter_bytes": adapters,
-                           "vocab_bytes": m.files[m.tokenizer.vocab_file].bytes}
+    out: dict[str, Any] = {
+        "trunk_bytes": sum(m.files[rel].bytes for rel in m.runtimes[runtime].runtime_files
+                           if rel not in all_tasks),
+        "adapter_bytes": adapters, "vocab_bytes": m.files[m.tokenizer.vocab_file].bytes}
     if program is not None:
         out["all_tasks_program_bytes"] = m.files[program.program].bytes
     out["total_bytes"] = (out["trunk_bytes"] + sum(adapters.values())
                           + out.get("all_tasks_program_bytes", 0))
     return out
-
-
-def precision(m: Manifest) -> str:
-    return str(m.quantization.get("scheme") or "fp32")
 
 
 @dataclass
@@ -124,7 +118,8 @@ def discover(bundles: list[Path], runs: list[Path], runtimes: list[str], peers: 
                          "FLOPs and its fp32 reference are unknown")
         subjects += _bundle_subjects(Path(bundle), m, info, runtimes, singles, notes)
     subjects += [_separate_subject(rt, prec, group) for (rt, prec), group in singles.items()]
-    separate = {next(iter(i.tasks)): i for i in run_models.values() if not i.pal and len(i.tasks) == 1}
+    separate = {next(iter(i.tasks)): i for i in run_models.values()
+                if not i.pal and len(i.tasks) == 1}
     if not separate:
         notes.append("no separately fine-tuned models among --run, so neither the separate "
                      "models nor the peers were measured; to compare against them: `palkit train "
@@ -135,8 +130,7 @@ def discover(bundles: list[Path], runs: list[Path], runtimes: list[str], peers: 
         notes.append("the separate models' bundles were not given, so they were measured only "
                      "as peers; to time them on the bundle's runtimes: `palkit export "
                      "runs/separate --out bundles/separate` and add `bundles/separate/*`")
-    for peer in peers if separate else []:
-        subjects.append(build_peer_subject(peer, separate, work))
+    subjects += [build_peer_subject(peer, separate, work) for peer in peers if separate]
     return subjects, run_models, notes
 
 
@@ -146,7 +140,7 @@ def _bundle_subjects(bundle: Path, m: Manifest, info: ModelInfo | None, runtimes
     """One PAL subject per runtime of a multi-task bundle; a single-task bundle joins `singles`."""
     with open(bundle / m.tokenizer.vocab_file) as f:
         vocab = sum(1 for _ in f)
-    names, prec, out = m.task_names, precision(m), []
+    names, prec, out = m.task_names, str(m.quantization.get("scheme") or "fp32"), []
     for rt in [r for r in runtimes if r in m.runtime_names]:
         sizes = bundle_sizes(bundle, m, rt)
         if len(names) == 1:
@@ -194,7 +188,8 @@ def _separate_subject(rt: str, prec: str, group: dict[str, _Single]) -> Subject:
     return Subject(
         name=f"separate/{rt}/{prec}", role="separate", runtime=rt, precision=prec,
         label=f"separate models ({rt}, {prec})",
-        tasks={t: {"format": "bundle", "bundle": str(s.bundle), "task": t} for t, s in group.items()},
+        tasks={t: {"format": "bundle", "bundle": str(s.bundle), "task": t}
+               for t, s in group.items()},
         models={t: s.info for t, s in group.items() if s.info}, sizes=sizes,
         vocab_size=next(iter(group.values())).vocab_size,
         extra={"bundles": {t: str(s.bundle) for t, s in group.items()}})

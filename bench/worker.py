@@ -1,10 +1,7 @@
 """One benchmark measurement in a fresh process: `python -m bench.worker SPEC.json OUT.json`.
 
-`palkit bench` starts one of these per (subject, threads, sequence length) for latency, one per
-subject for load / swap / memory, and one per thread count for the matmul ceiling, so that
-thread pools, caches and allocators of one configuration never touch another's numbers.
-
-A subject is a set of task models run by one runtime:
+One process per configuration, so that the thread pools, caches and allocators of one never
+touch another's numbers. A subject is a set of task models run by one runtime:
     {"name": "pal-all", "runtime": "executorch" | "onnxruntime" | "torch", "vocab_size": N,
      "tasks": {"sst": SOURCE, ...}, "all_tasks": SOURCE | null}
 with SOURCE one of
@@ -13,12 +10,9 @@ with SOURCE one of
     {"format": "onnx", "path": FILE}                      a single-model .onnx (peer)
     {"format": "torch", "model_dir": DIR}                 a palkit model folder, PyTorch eager
 
-The spec adds "mode": "latency" (with "threads", "seq_len", "configs", "warmup", "runs",
-"min_seconds", "max_seconds", "block"), "load" (with "threads"), "load_program" (the all-tasks
-program alone, with "threads"), or "ceiling" (with "threads").
-Timings are wall-clock around the runtime's Python call (perf_counter_ns), batch 1; the
-configurations of one latency process are timed in interleaved rounds (a block of calls of
-each per round, the block's first call untimed; see time_interleaved).
+The spec adds "threads" and "mode": "latency" (with "seq_len", "configs", "warmup", "runs",
+"min_seconds", "max_seconds", "block"), "load", "load_program" (the all-tasks program alone) or
+"ceiling". Timings are wall-clock around the runtime's Python call, batch 1.
 """
 from __future__ import annotations
 
@@ -27,8 +21,9 @@ import os
 import resource
 import sys
 import time
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import psutil
 
@@ -36,7 +31,6 @@ from bench.schema import ALL_TASKS, percentile
 from export import engines
 from export.manifest import TEXT_INPUTS
 from export.runtime import Engine, load_bundle
-
 
 
 def rss_bytes() -> int:
@@ -82,13 +76,13 @@ class TorchRunner:
         model, name = self.models[task]
         t = {k: self.torch.from_numpy(v) for k, v in x.items()}
         with self.torch.inference_mode():
-            return model(t["input_ids"], t["attention_mask"], t["token_type_ids"], task=name).numpy()
+            return model(*(t[n] for n in TEXT_INPUTS), task=name).numpy()
 
 
 class RuntimeRunner:
     """Bundles through palkit's runtime layer, exactly as predict runs them (load_bundle's
-    checks of every file, then Engine: the first `load` of a task is its swap); a peer's single model file
-    through the same layer's loaders (export/engines.py)."""
+    checks of every file, then Engine: the first `load` of a task is its swap); a peer's single
+    model file through the same layer's loaders (export/engines.py)."""
 
     def __init__(self, runtime: str, threads: int, trust_key: Path | None = None):
         self.runtime, self.threads, self.trust_key = runtime, threads, trust_key
@@ -107,8 +101,7 @@ class RuntimeRunner:
         return self.engines[folder]
 
     def load(self, task: str, src: dict[str, Any]) -> None:
-        """The load is all here (program and delegate init, XNNPACK weight packing, adapter
-        mapping), so the first run is an ordinary run."""
+        """All of the load (delegate init, weight packing), so the first run is an ordinary run."""
         if src["format"] == "bundle":
             engine = self.engine(src["bundle"])
             if src["task"] == ALL_TASKS:
@@ -158,6 +151,13 @@ def _sane(outputs: Any) -> list[list[int]]:
     return [list(a.shape) for a in arrays]
 
 
+def timed_ms(fn: Callable[..., Any], *args: Any) -> tuple[Any, float]:
+    """fn(*args) and the wall-clock milliseconds it took."""
+    t0 = time.perf_counter_ns()
+    out = fn(*args)
+    return out, (time.perf_counter_ns() - t0) / 1e6
+
+
 # ---- modes -------------------------------------------------------------------------------------
 
 def measure_load(spec: dict[str, Any]) -> dict[str, Any]:
@@ -167,30 +167,26 @@ def measure_load(spec: dict[str, Any]) -> dict[str, Any]:
     after_import = rss_bytes()
     tasks = list(subject["tasks"])
     x = synthetic_input(spec.get("seq_len", 128), subject["vocab_size"])
-    t0 = time.perf_counter_ns()
-    runner.load(tasks[0], subject["tasks"][tasks[0]])
-    load_ms = (time.perf_counter_ns() - t0) / 1e6
-    t0 = time.perf_counter_ns()
-    shapes = {tasks[0]: _sane(runner.run(tasks[0], x))}
-    first_run_ms = (time.perf_counter_ns() - t0) / 1e6
-    one = {"rss": rss_bytes(), "peak": peak_rss_bytes()}
+
+    def run_checked(task: str) -> list[list[int]]:
+        return _sane(runner.run(task, x))
+
+    _, load_ms = timed_ms(runner.load, tasks[0], subject["tasks"][tasks[0]])
+    shapes = {}
+    shapes[tasks[0]], first_run_ms = timed_ms(run_checked, tasks[0])
+    rss_one, peak_one = rss_bytes(), peak_rss_bytes()
     swaps, first_after_swap = {}, {}
     for task in tasks[1:]:
-        t0 = time.perf_counter_ns()
-        runner.load(task, subject["tasks"][task])
-        swaps[task] = (time.perf_counter_ns() - t0) / 1e6
-        t0 = time.perf_counter_ns()
-        shapes[task] = _sane(runner.run(task, x))
-        first_after_swap[task] = (time.perf_counter_ns() - t0) / 1e6
+        _, swaps[task] = timed_ms(runner.load, task, subject["tasks"][task])
+        shapes[task], first_after_swap[task] = timed_ms(run_checked, task)
     for task in tasks:  # every task resident and run once more
         runner.run(task, x)
-    all_ = {"rss": rss_bytes(), "peak": peak_rss_bytes()}
     return {
         "load_ms": load_ms, "first_run_ms": first_run_ms,
         "swap_ms": swaps, "first_run_after_swap_ms": first_after_swap,
         "rss_before_import": base, "rss_after_import": after_import,
-        "rss_one_task": one["rss"], "peak_rss_one_task": one["peak"],
-        "rss_all_tasks": all_["rss"], "peak_rss_all_tasks": all_["peak"],
+        "rss_one_task": rss_one, "peak_rss_one_task": peak_one,
+        "rss_all_tasks": rss_bytes(), "peak_rss_all_tasks": peak_rss_bytes(),
         "tasks": tasks, "output_shapes": shapes,
     }
 
@@ -200,9 +196,7 @@ def measure_program_load(spec: dict[str, Any]) -> dict[str, Any]:
     subject = spec["subject"]
     runner = make_runner(subject, spec["threads"])
     after_import = rss_bytes()
-    t0 = time.perf_counter_ns()
-    runner.load(ALL_TASKS, subject["all_tasks"])
-    load_ms = (time.perf_counter_ns() - t0) / 1e6
+    _, load_ms = timed_ms(runner.load, ALL_TASKS, subject["all_tasks"])
     shapes = _sane(runner.run(ALL_TASKS, synthetic_input(spec.get("seq_len", 128),
                                                          subject["vocab_size"])))
     return {"load_ms": load_ms, "rss_after_import": after_import, "rss": rss_bytes(),
@@ -211,12 +205,11 @@ def measure_program_load(spec: dict[str, Any]) -> dict[str, Any]:
 
 def time_interleaved(fns: dict[str, Any], warmup: int, runs: int, min_seconds: float,
                      max_seconds: float, block: int = 1) -> dict[str, list[float]]:
-    """Milliseconds per call of each function, timed in rounds, so that a slow spell of a shared
-    machine lands on every configuration alike and ratios between them hold. In a round each
-    function runs `block` times in a row; with block > 1 the first call of a block is not kept:
-    it pays for bringing that configuration's weights back into the CPU caches after the others
-    ran (three separate models evict each other; a model that runs alone does not). Stops once
-    each has `runs` samples and `min_seconds` have passed, or at `max_seconds` per configuration."""
+    """Milliseconds per call of each function, timed in rounds so that a slow spell of a shared
+    machine lands on every configuration alike. A round runs each function `block` times in a
+    row; with block > 1 a block's first call is not kept: it refills the CPU caches with that
+    model's weights after the others ran (separate models evict each other; one model alone does
+    not). Stops at `runs` samples each after `min_seconds`, or at `max_seconds` per function."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
@@ -225,10 +218,9 @@ def time_interleaved(fns: dict[str, Any], warmup: int, runs: int, min_seconds: f
     while True:
         for name, fn in fns.items():
             for call in range(block):
-                t0 = time.perf_counter_ns()
-                fn()
+                _, ms = timed_ms(fn)
                 if call or block == 1:
-                    samples[name].append((time.perf_counter_ns() - t0) / 1e6)
+                    samples[name].append(ms)
         elapsed = time.perf_counter() - start
         enough = min(len(v) for v in samples.values()) >= runs and elapsed >= min_seconds
         if enough or elapsed >= max_seconds * len(fns):
@@ -245,25 +237,21 @@ def measure_latency(spec: dict[str, Any]) -> dict[str, Any]:
     if has_program:
         runner.load(ALL_TASKS, subject["all_tasks"])
     x = synthetic_input(spec["seq_len"], subject["vocab_size"])
+
+    def run_each() -> list[Any]:  # all tasks without an all-tasks program
+        return [runner.run(t, x) for t in tasks]
+
     rows: dict[str, dict[str, Any]] = {}
     fns = {}
     for config in spec["configs"]:
         row: dict[str, Any] = {"config": config}
         if config == "all_tasks":
             row["all_tasks_mode"] = "program" if has_program else "sequential"
-            if has_program:
-                def fn():
-                    return runner.run(ALL_TASKS, x)
-            else:
-                def fn():
-                    return [runner.run(t, x) for t in tasks]
+            fn = partial(runner.run, ALL_TASKS, x) if has_program else run_each
         else:
-            task = config.split(":", 1)[1]
-
-            def fn(task=task):
-                return runner.run(task, x)
+            fn = partial(runner.run, config.split(":", 1)[1], x)
         try:
-            _sane(fn() if config != "all_tasks" or has_program else fn()[0])
+            _sane(fn()[0] if fn is run_each else fn())
             fns[config] = fn
         except runner.errors as e:  # one refused configuration must not hide the others
             row.update(p50_ms=None, p90_ms=None, runs=0,
