@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.checkpoint import (CheckpointError, TRUNK_WEIGHTS, read_json, read_run_config,
-                                read_training_state, resolve_model_dir, separate_models,
+                                resolve_model_dir, run_finished, separate_models,
                                 sha256_file)
 from trainer.config import ADAPTERS, TrainConfig
 from trainer.data import read_examples, resolve_data_dir
@@ -93,8 +93,7 @@ def add_task(run: Path, spec: TaskSpec, data_dir: str | None,
 def was_added(sub_run: Path, target: Path) -> bool:
     """True when `target` is the finished sub-run's task, published by an earlier add-task."""
     new_task = sub_run / "model" / "tasks" / target.name
-    finished = (sub_run / "last").exists() and read_training_state(sub_run).finished
-    if not (target.is_dir() and finished):
+    if not (target.is_dir() and run_finished(sub_run)):
         return False
     return all((target / f.name).is_file() and sha256_file(target / f.name) == sha256_file(f)
                for f in new_task.iterdir())

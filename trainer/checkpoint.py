@@ -430,6 +430,11 @@ def read_training_state(run: Path) -> TrainingState:
                                    str(run / "last" / "state.json"))
 
 
+def run_finished(run: Path) -> bool:
+    """True when `run` has a checkpoint and it says the run finished."""
+    return (run / "last").exists() and read_training_state(run).finished
+
+
 def read_metrics(run: Path) -> list[dict[str, Any]]:
     """RUN/metrics.jsonl: one record per finished epoch, in order."""
     lines = (run / "metrics.jsonl").read_text().splitlines()

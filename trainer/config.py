@@ -189,21 +189,16 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str = "config") -> "TrainConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
+        types = {f.name: f.type for f in fields(cls)}
+        unknown = set(d) - set(types)
         if unknown:
             raise ConfigError(f"{source}: unknown option(s) {sorted(unknown)}")
-        types = {f.name: f.type for f in fields(cls)}
         for name, value in d.items():
             if not _holds(types[name], value):
                 raise ConfigError(f"{source}: '{name}' must be {_TYPE_WORDS[types[name]]}, got "
                                  f"{value!r:.60}")
-        d = dict(d)
-        if "tasks" in d:
-            d["tasks"] = tuple(d["tasks"])
-        if "custom_tasks" in d:
-            d["custom_tasks"] = tuple(d["custom_tasks"])
-        return cls(**d)
+        # JSON and TOML give lists; the frozen config holds tuples.
+        return cls(**{k: tuple(v) if k in ("tasks", "custom_tasks") else v for k, v in d.items()})
 
     def replace(self, **changes: Any) -> "TrainConfig":
         return replace(self, **changes)

@@ -21,7 +21,6 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -113,10 +112,6 @@ def loss_sync_interval(device: torch.device) -> int:
     """Steps between reads of the loss to the host. A read waits for the GPU to finish, so there
     losses are read in blocks; on a CPU it costs nothing, so every step."""
     return 1 if device.type == "cpu" else 50
-
-
-def autocast(cfg: TrainConfig, device: torch.device):
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16")
 
 
 # ---- losses --------------------------------------------------------------------------------
@@ -248,8 +243,7 @@ class Run:
     def _load_data(self) -> None:
         cfg = self.cfg
         if cfg.data_source == "hub":
-            from trainer.hub import read_hub_examples
-            read = lambda spec, split: read_hub_examples(spec, split)  # noqa: E731
+            from trainer.hub import read_hub_examples as read
         else:
             data_dir = resolve_data_dir(cfg.data_dir)
             read = lambda spec, split: read_examples(spec, data_dir, split, cfg.bad_rows)  # noqa: E731
@@ -277,12 +271,6 @@ class Run:
             ckpt = Checkpoint(self.state, ctx.opts.state_tensors(), torch.get_rng_state(),
                               self.metrics)
             save_checkpoint(self.out, self.model, self.tokenizer, self.frozen_trunk_file, ckpt)
-
-    def save_best(self, summary: dict[str, Any]) -> None:
-        """RUN/best-EEEE: the best model so far and its summary (RUN/model once checkpointed)."""
-        if self.dist.main:
-            save_best(self.out, self.state.global_epoch + 1, self.model, self.tokenizer,
-                      self.frozen_trunk_file, summary)
 
     # -- the loop --
 
@@ -414,8 +402,8 @@ class Run:
         if len(self.pending_losses) >= self.loss_sync_every:
             self._sync_losses(ctx)
         if self.bar is not None:
-            self.bar.update(1, f"{ctx.phase.name} epoch {epoch}/{ctx.phase.epochs} loss "
-                               f"{st.loss_sum / max(1, st.loss_count):.4f}{self.last_dev}")
+            self.bar.update(f"{ctx.phase.name} epoch {epoch}/{ctx.phase.epochs} loss "
+                            f"{st.loss_sum / max(1, st.loss_count):.4f}{self.last_dev}")
 
     def _sync_losses(self, ctx: PhaseContext) -> None:
         """Fold the steps' losses into the running mean with one host transfer, and stop at the
@@ -458,7 +446,8 @@ class Run:
         """The task's loss on a batch at the phase's 0-based step `position` (a device tensor,
         so that the teacher's weight can change inside a recorded graph)."""
         distilling = self.teachers is not None and ctx.phase.name == "joint"
-        with autocast(self.cfg, self.dist.device):
+        with torch.autocast(self.dist.device.type, dtype=torch.bfloat16,
+                            enabled=self.cfg.precision == "bf16"):
             raw = ctx.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
                             task=spec.name)
             teacher = self.teachers.outputs(spec.name, batch) if distilling else None
@@ -524,8 +513,10 @@ class Run:
         self.last_dev = f" | dev avg {100 * dev['avg']:.2f} (epoch {st.global_epoch + 1})"
         if improved:
             st.best = best
-            self.save_best({**best, "params": self.model.param_counts(),
-                            "config": self.cfg.to_dict(), "wall_time_s": round(st.elapsed_s, 1)})
+            save_best(self.out, st.global_epoch + 1, self.model, self.tokenizer,
+                      self.frozen_trunk_file, {**best, "params": self.model.param_counts(),
+                                               "config": self.cfg.to_dict(),
+                                               "wall_time_s": round(st.elapsed_s, 1)})
 
     def _judge(self, ctx: PhaseContext, dev: dict[str, float]) -> tuple[float, dict | None]:
         """This epoch's score and the best result so far (a new dict when this epoch is best).
