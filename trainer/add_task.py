@@ -15,7 +15,7 @@ from typing import Any
 from trainer.checkpoint import (CheckpointError, TRUNK_WEIGHTS, read_json, read_run_config,
                                 resolve_model_dir, run_finished, separate_models,
                                 sha256_file)
-from trainer.config import ADAPTERS, TrainConfig
+from trainer.config import ADAPTERS, TrainConfig, read_config_file
 from trainer.data import read_examples, resolve_data_dir
 from trainer.errors import ConfigError
 from trainer.fileio import kill_point, remove_tree, replace_dir, staging_dir
@@ -150,8 +150,6 @@ def task_run_config(run: Path, spec: TaskSpec, data_dir: str | None,
 
 def task_from_options(name: str, task_file: str | None, options: dict[str, Any]) -> TaskSpec:
     """A built-in task by name, a task file (.json/.toml), or a description given as flags."""
-    from trainer.config import read_config_file
-
     described = {k: v for k, v in options.items() if v is not None}
     if task_file:
         data = read_config_file(task_file)

@@ -16,7 +16,7 @@ import typer
 from trainer.config import (ADAPTERS, TrainConfig, build_config, config_fields, field_default,
                             read_config_file)
 from trainer.options import TRAINING, DataDirOption
-from trainer.tasks import TASK_KINDS
+from trainer.tasks import TASK_KINDS, resolve_tasks
 
 app = typer.Typer()
 
@@ -59,7 +59,6 @@ def train(**options: Any) -> None:
     win over the file, the file over the --preset.
     """
     from trainer.data import resolve_data_dir
-    from trainer.tasks import resolve_tasks
     from trainer.train import train as run_training
 
     config_file, resume = options.pop("config"), options.pop("resume")

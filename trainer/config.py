@@ -182,10 +182,7 @@ class TrainConfig:
         return parse_widths(self.graph_widths, self.max_len)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["tasks"] = list(self.tasks)
-        d["custom_tasks"] = list(self.custom_tasks)
-        return d
+        return {**asdict(self), "tasks": list(self.tasks), "custom_tasks": list(self.custom_tasks)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str = "config") -> "TrainConfig":
@@ -287,9 +284,8 @@ def _holds(declared: str, value: Any) -> bool:
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
-    """Options from a .json or .toml file, keys spelled like the flags (dashes or underscores).
-
-    A UTF-8 byte-order mark (Windows editors write one) is read as no mark."""
+    """Options from a .json or .toml file, keys spelled like the flags (dashes or underscores);
+    a UTF-8 byte-order mark (Windows editors write one) is read as no mark."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found")

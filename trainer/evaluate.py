@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from trainer.checkpoint import load_model
 from trainer.data import EncodedSplit, collate, encode, read_examples
 from trainer.metrics import average_score, task_metrics
 from trainer.model import PalBert, regression_score
@@ -50,8 +51,6 @@ def evaluate_model_dir(model_dir: Path, data_dir: Path, split: str, max_len: int
                        batch_size: int = 128,
                        max_examples: int | None = None) -> dict[str, Any]:
     """Load RUN/model (or a model folder) and score every task it has that has this split."""
-    from trainer.checkpoint import load_model
-
     model, tokenizer, trunk_sha = load_model(model_dir)
     specs = [s for s in model.tasks.values() if split in s.files]
     splits = {s.name: encode(read_examples(s, data_dir, split)[:max_examples], tokenizer, max_len)

@@ -17,7 +17,6 @@ Reported per mode:
 On CUDA the shares need a synchronisation at each section boundary, which slows the step, so
 there the throughput comes from a separate pass without them. Each repeat is a fresh set of
 steps on the same Run; the entry keeps every repeat, and its headline figures are the median.
-`bench_modes` runs several modes (BENCH_MODES) one after another in one call, side by side.
 """
 from __future__ import annotations
 
@@ -31,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
 from torch import nn
 
 from trainer.checkpoint import read_json
@@ -227,8 +225,7 @@ def bench_training(cfg: TrainConfig, steps: int, warmup: int, repeats: int) -> d
     return {"bench_mode": bench_mode_name(cfg), **headline,
             "mfu": figures[len(figures) // 2]["mfu"],
             "shares": shares(section_passes[len(section_passes) // 2]),
-            "repeats": figures, "steps": steps, "warmup": warmup,
-            "device": describe_device(device), "precision": cfg.precision,
+            "repeats": figures, "steps": steps, "warmup": warmup, "precision": cfg.precision,
             "batch_size": cfg.batch_size, "max_len": cfg.max_len, "mode": cfg.mode,
             "tasks": list(cfg.tasks), "length_buckets": cfg.length_buckets,
             "compile": cfg.compile, "compile_mode": cfg.compile_mode if cfg.compile else None,
@@ -242,10 +239,8 @@ def bench_training(cfg: TrainConfig, steps: int, warmup: int, repeats: int) -> d
                                     if device.type == "cuda" else None),
             "flops_counted": "matmuls without the embedding lookups (trainer/profile.py "
                              "step_flops)",
-            "distill_from": cfg.distill_from,
-            "torch": torch.__version__, "load_avg_1min": round(os.getloadavg()[0], 2),
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "commit": git_commit()}
+            "distill_from": cfg.distill_from, "load_avg_1min": round(os.getloadavg()[0], 2),
+            **provenance(device)}
 
 
 def bench_mode_name(cfg: TrainConfig) -> str:
@@ -254,13 +249,6 @@ def bench_mode_name(cfg: TrainConfig) -> str:
     parts = [p for p, on in (("compiled", cfg.compile), ("captured", cfg.cuda_graphs)) if on]
     name = "-".join(parts) or "eager"
     return name if parts and cfg.precision == "bf16" else f"{name}-{cfg.precision}"
-
-
-def skip_reason(mode: str, device: torch.device) -> str | None:
-    if BENCH_MODES[mode]["cuda_graphs"] and device.type != "cuda":
-        return ("needs a CUDA device: capture records CUDA kernels (the same step runs "
-                "uncaptured on a CPU; time that as --cuda-graphs without --modes)")
-    return None
 
 
 def bench_modes(cfg: TrainConfig, modes: list[str], steps: int, warmup: int,
@@ -275,12 +263,10 @@ def bench_modes(cfg: TrainConfig, modes: list[str], steps: int, warmup: int,
         cfg.device == "auto" and torch.cuda.is_available()) else "cpu")
     entries = []
     for mode in modes:
-        reason = skip_reason(mode, device)
-        if reason:
-            entries.append({"bench_mode": mode, "skipped": reason,
-                            "device": describe_device(device), "torch": torch.__version__,
-                            "date": datetime.datetime.now(datetime.timezone.utc)
-                            .isoformat(timespec="seconds"), "commit": git_commit()})
+        if BENCH_MODES[mode]["cuda_graphs"] and device.type != "cuda":
+            entries.append({"bench_mode": mode, "skipped": "needs a CUDA device: capture records "
+                            "CUDA kernels (the same step runs uncaptured on a CPU; time that as "
+                            "--cuda-graphs without --modes)", **provenance(device)})
             continue
         try:
             entry = bench_training(cfg.replace(**BENCH_MODES[mode]), steps, warmup, repeats)
@@ -295,11 +281,14 @@ def bench_modes(cfg: TrainConfig, modes: list[str], steps: int, warmup: int,
     return entries
 
 
-def git_commit() -> str | None:
+def provenance(device: torch.device) -> dict[str, Any]:
+    """What an entry was measured with: the device, torch, the date and palkit's commit."""
     repo = Path(__file__).resolve().parents[1]
     done = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
                           capture_output=True, text=True)
-    return done.stdout.strip() if done.returncode == 0 else None
+    return {"device": describe_device(device), "torch": torch.__version__,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "commit": done.stdout.strip() if done.returncode == 0 else None}
 
 
 def append_entry(results: Path, entry: dict[str, Any]) -> None:

@@ -69,9 +69,8 @@ def decayed_first(names: Iterable[str]) -> list[str]:
 
 class PhaseOptimizers:
     """One fused AdamW for the trunk and one per task, all reading one learning-rate tensor.
-
-    `order` is every trained parameter in the order of one AdamW over all of them (decayed
-    first, then not), which fixes the order gradients are clipped in."""
+    `order` is every trained parameter in the order of one AdamW over all of them, which fixes
+    the order gradients are clipped in."""
 
     def __init__(self, params: dict[str, torch.nn.Parameter], task_of: dict[str, str],
                  cfg: TrainConfig, device: torch.device, capturable: bool):
@@ -101,10 +100,8 @@ class PhaseOptimizers:
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
         """Every optimizer's state keyed "<parameter name>.<key>" (what one AdamW saved)."""
-        out: dict[str, torch.Tensor] = {}
-        for owner, opt in self.opts.items():
-            out.update(optimizer_tensors(opt, self.names[owner]))
-        return out
+        return {key: value for owner, opt in self.opts.items()
+                for key, value in optimizer_tensors(opt, self.names[owner]).items()}
 
     def restore(self, tensors: dict[str, torch.Tensor]) -> None:
         owner_of = {n: o for o, names in self.names.items() for n in names}

@@ -79,8 +79,6 @@ def plan_phases(cfg: TrainConfig, specs: list[TaskSpec]) -> list[Phase]:
     return phases
 
 
-# ---- distributed and devices ---------------------------------------------------------------
-
 @dataclass(frozen=True)
 class Dist:
     rank: int
@@ -114,8 +112,6 @@ def loss_sync_interval(device: torch.device) -> int:
     return 1 if device.type == "cpu" else 50
 
 
-# ---- losses --------------------------------------------------------------------------------
-
 def task_loss(spec: TaskSpec, raw: torch.Tensor, labels: torch.Tensor, sts_loss: str) -> torch.Tensor:
     raw = raw.float()
     if not spec.is_regression:
@@ -125,8 +121,6 @@ def task_loss(spec: TaskSpec, raw: torch.Tensor, labels: torch.Tensor, sts_loss:
         return F.binary_cross_entropy_with_logits(raw.squeeze(-1), (labels - low) / (high - low))
     return F.mse_loss(regression_score(spec, raw), labels)
 
-
-# ---- optimisation --------------------------------------------------------------------------
 
 def trainable_parameters(model: PalBert, phase: Phase) -> dict[str, torch.nn.Parameter]:
     """Named parameters this phase updates; everything else gets requires_grad=False."""
@@ -152,8 +146,6 @@ class PhaseContext:
     model: torch.nn.Module                # the model, or its DistributedDataParallel wrapper
     step: TrainStep | None = None         # set once the context exists (the step calls back)
 
-
-# ---- the run -------------------------------------------------------------------------------
 
 class Run:
     """One training run: model, data, optimiser state and the run directory it writes."""
@@ -199,8 +191,6 @@ class Run:
         self.teachers = (Teachers(Path(cfg.distill_from), [s.name for s in self.specs],
                                   self.tokenizer, self.dist.device) if cfg.distill_from else None)
         self._load_data()
-
-    # -- construction --
 
     def _fresh_model(self) -> None:
         base = self.cfg.base_model or default_base_model()
@@ -262,8 +252,6 @@ class Run:
                              for name, split in self.train_data.items()}
         self.pad_widths = cfg.pad_widths()
 
-    # -- checkpoints --
-
     def save_checkpoint(self, ctx: PhaseContext) -> None:
         """RUN/last: the model plus the optimiser's state, the RNG state and the loop's position."""
         self._sync_losses(ctx)
@@ -271,8 +259,6 @@ class Run:
             ckpt = Checkpoint(self.state, ctx.opts.state_tensors(), torch.get_rng_state(),
                               self.metrics)
             save_checkpoint(self.out, self.model, self.tokenizer, self.frozen_trunk_file, ckpt)
-
-    # -- the loop --
 
     def train(self) -> Path:
         st = self.state
@@ -343,7 +329,7 @@ class Run:
             lambda spec, batch, position: self.forward_loss(ctx, spec, batch, position), opts,
             task_params, [p for n, p in params.items() if n.startswith("trunk.")],
             phase.epochs * self.cfg.steps_per_epoch, self.cfg, self.dist.device,
-            self.cfg.pad_widths(), capture, self.graphs)
+            self.pad_widths, capture, self.graphs)
         return ctx
 
     def _buckets(self, task: str) -> LengthBuckets | None:
@@ -476,10 +462,8 @@ class Run:
             gen = torch.Generator().manual_seed(self.cfg.seed * 31 + self.state.step)
             combined = (ctx.gradvac(per_task, gen) if ctx.gradvac is not None
                         else pcgrad(per_task, gen))
-            offset = 0
-            for p in shared:
-                p.grad = combined[offset:offset + p.numel()].view_as(p).clone()
-                offset += p.numel()
+            for p, grad in zip(shared, combined.split([p.numel() for p in shared])):
+                p.grad = grad.view_as(p).clone()
         if self.cfg.max_grad_norm:
             torch.nn.utils.clip_grad_norm_(ctx.opts.order, self.cfg.max_grad_norm)
         for opt in ctx.opts.opts.values():

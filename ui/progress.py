@@ -49,10 +49,8 @@ def track(items: Iterable[T], description: str, total: int | None = None) -> Ite
 
 
 class StepBar:
-    """A bar over a known number of steps whose status text changes (training: loss, dev score).
-
-    On a terminal it is a live rich bar; otherwise it prints a line every PLAIN_EVERY steps.
-    """
+    """A bar over a known number of steps whose status text changes (training: loss, dev score):
+    a live rich bar on a terminal, otherwise a line every PLAIN_EVERY steps."""
     PLAIN_EVERY = 50
 
     def __init__(self, description: str, total: int, done: int = 0) -> None:
