@@ -1,18 +1,12 @@
 """`palkit bench-train`: how fast the trainer trains a config, and where a step's time goes.
 
-It builds the same Run as `palkit train` (model, tokenized data, optimisers, data streams) and
-runs the joint phase's first steps through the training loop's own step (Run.batch, then
-TrainStep: eager, compiled, or recorded as CUDA graphs), without dev scoring or checkpoints.
-Reported per mode:
-
-- steps/s and tokens/s (real tokens; padded ones too) over the timed steps, wall clock;
-- the process's CPU time over the same steps (cpu_s / wall_s shows how many cores the step kept
-  busy; on a GPU, CPU seconds close to wall seconds mean the host's kernel launches bound it);
-- the share of the step spent building the batch, in forward+backward (with clipping) and in
-  the optimisers (uncaptured modes; a captured step is one graph, so there: data and graph);
-- the model-FLOP utilisation on CUDA: the matmul FLOPs of the step (step_flops) over the GPU's
-  dense peak for the precision (MODEL_PEAK_FLOPS; None for a device not listed, and on CPU);
-- with --cuda-graphs: graphs recorded, seconds spent capturing them; on CUDA the peak memory.
+It builds the same Run as `palkit train` and runs the joint phase's first steps through the
+training loop's own step (Run.batch, then TrainStep: eager, compiled, or recorded as CUDA
+graphs), without dev scoring or checkpoints. Besides steps/s and tokens/s it reports the
+process's CPU time (cpu_s / wall_s shows how many cores the step kept busy; on a GPU, CPU seconds
+close to wall seconds mean the host's kernel launches bound it), the shares of batch building,
+forward+backward and the optimisers (a captured step is one graph: data and graph), and on CUDA
+the model-FLOP utilisation (step_flops over MODEL_PEAK_FLOPS) and the peak memory.
 
 On CUDA the shares need a synchronisation at each section boundary, which slows the step, so
 there the throughput comes from a separate pass without them. Each repeat is a fresh set of
@@ -67,8 +61,7 @@ class Timing:
     steps: int = 0
     wall_s: float = 0.0
     cpu_s: float = 0.0
-    sections_s: dict[str, float] = field(
-        default_factory=lambda: {"data": 0.0, "forward_backward": 0.0, "optimizer": 0.0})
+    sections_s: dict[str, float] = field(default_factory=dict)   # seconds by part of the step
     tokens: int = 0           # real (unpadded) tokens
     padded_tokens: int = 0
     flops: float = 0.0        # model FLOPs of forward + backward
@@ -108,10 +101,11 @@ def _sync(device: torch.device) -> None:
 def timed_steps(run: Run, ctx: PhaseContext, schedule: list[int], sections: bool) -> Timing:
     """Run `schedule`'s steps as the training loop does; with `sections`, time each part (the
     optimisers' share through their step hooks, so the step's code stays the loop's own)."""
-    timing, device, losses = Timing(), run.dist.device, []
+    captured, device, losses = ctx.step.capture, run.dist.device, []
+    parts = ("data", "graph") if captured else ("data", "forward_backward", "optimizer")
+    timing = Timing(sections_s=dict.fromkeys(parts, 0.0))
     tokens = torch.zeros((), dtype=torch.long, device=device)  # summed there: no wait per step
     clock = time.perf_counter
-    captured = ctx.step.capture
     marks: dict[str, float] = {}
 
     def before(*_: Any) -> None:
@@ -141,7 +135,7 @@ def timed_steps(run: Run, ctx: PhaseContext, schedule: list[int], sections: bool
         t2 = clock()
         timing.sections_s["data"] += t1 - t0
         if captured:
-            timing.sections_s["graph"] = timing.sections_s.get("graph", 0.0) + t2 - t1
+            timing.sections_s["graph"] += t2 - t1
         else:
             opt_s = marks.get("optimizer_end", t2) - marks.get("optimizer", t2)
             timing.sections_s["forward_backward"] += t2 - t1 - opt_s
@@ -157,8 +151,6 @@ def timed_steps(run: Run, ctx: PhaseContext, schedule: list[int], sections: bool
     timing.steps, timing.tokens = len(schedule), int(tokens)
     for hook in hooks:
         hook.remove()
-    if captured:
-        timing.sections_s = {k: timing.sections_s.get(k, 0.0) for k in ("data", "graph")}
     if not torch.isfinite(torch.stack(losses)).all():
         raise TrainingError("bench-train: the loss became non-finite; lower --lr")
     return timing
@@ -205,8 +197,8 @@ def bench_training(cfg: TrainConfig, steps: int, warmup: int, repeats: int) -> d
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     total = warmup + repeats * steps
-    schedule = epoch_task_schedule(cfg.sampling if len(ctx.specs) > 1 else "round-robin",
-                                   ctx.sizes, 1, run.phases[0].epochs, total, cfg.seed)
+    schedule = epoch_task_schedule(ctx.sampling, ctx.sizes, 1, run.phases[0].epochs, total,
+                                   cfg.seed)
     timed_steps(run, ctx, schedule[:warmup], sections=False)   # allocations, compilation, capture
     warm_graphs, warm_capture_s = run.graphs.count, run.graphs.capture_s
     peak = peak_flops(device, cfg.precision)

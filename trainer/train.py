@@ -140,6 +140,7 @@ class PhaseContext:
     phase: Phase
     specs: list[TaskSpec]
     sizes: list[int]                      # training examples per task
+    sampling: str                         # --sampling; round-robin when one task trains
     streams: dict[str, TaskStream]
     gradvac: GradVac | None
     opts: PhaseOptimizers
@@ -324,7 +325,8 @@ class Run:
         if gradvac is not None and self.state.gradvac_targets is not None:
             gradvac.targets = torch.tensor(self.state.gradvac_targets, dtype=torch.float64)
         ctx = PhaseContext(phase, specs, [len(self.train_data[s.name]) for s in specs],
-                           streams, gradvac, opts, model)
+                           self.cfg.sampling if len(specs) > 1 else "round-robin", streams,
+                           gradvac, opts, model)
         ctx.step = TrainStep(
             lambda spec, batch, position: self.forward_loss(ctx, spec, batch, position), opts,
             task_params, [p for n, p in params.items() if n.startswith("trunk.")],
@@ -353,9 +355,8 @@ class Run:
     def _run_epoch(self, ctx: PhaseContext) -> None:
         cfg, st, phase = self.cfg, self.state, ctx.phase
         epoch = st.epoch + 1
-        schedule = epoch_task_schedule(cfg.sampling if len(ctx.specs) > 1 else "round-robin",
-                                       ctx.sizes, epoch, phase.epochs, cfg.steps_per_epoch,
-                                       cfg.seed + st.phase)
+        schedule = epoch_task_schedule(ctx.sampling, ctx.sizes, epoch, phase.epochs,
+                                       cfg.steps_per_epoch, cfg.seed + st.phase)
         started = time.time()
         while st.step < cfg.steps_per_epoch:
             position = (epoch - 1) * cfg.steps_per_epoch + st.step   # within the phase
@@ -481,8 +482,7 @@ class Run:
         kill_point("dev")
         score, best = self._judge(ctx, dev)
         improved = best is not st.best
-        alpha = (sampling_alpha(self.cfg.sampling, epoch, ctx.phase.epochs)
-                 if len(ctx.specs) > 1 else None)
+        alpha = sampling_alpha(ctx.sampling, epoch, ctx.phase.epochs)
         record = {"phase": ctx.phase.name, "epoch": epoch, "global_epoch": st.global_epoch + 1,
                   "train_loss": st.loss_sum / max(1, st.loss_count), "alpha": alpha,
                   "task_probs": dict(zip([s.name for s in ctx.specs],
