@@ -36,7 +36,6 @@ app.add_typer(arch_app)
 app.add_typer(studies_app)
 
 
-
 def _print_version(value: bool) -> None:
     if value:
         typer.echo(f"palkit {palkit_version()}")

@@ -79,17 +79,13 @@ def _resolve_references(options: dict[str, Any], name: str, seed: int,
     return options, tuple(after)
 
 
-def _config(options: dict[str, Any], where: str) -> TrainConfig:
-    try:
-        return build_config(options)
-    except (TypeError, ValueError) as e:
-        raise StudyError(f"run '{where}': {e}") from None
-
-
 def _run_jobs(name: str, seed: int, folder: Path, options: dict[str, Any],
               after: tuple[str, ...]) -> list[Job]:
     key = f"{name}/seed-{seed}"
-    cfg = _config({**options, "out": str(folder)}, key)
+    try:
+        cfg = build_config({**options, "out": str(folder)})
+    except (TypeError, ValueError) as e:
+        raise StudyError(f"run '{key}': {e}") from None
     if cfg.mode != "separate":
         return [Job(key, name, seed, folder, cfg, True, after, score=True)]
     models = [Job(f"{key}/{task}", name, seed, folder / "models" / task,

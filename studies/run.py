@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from studies.plan import Job
-from trainer.checkpoint import read_training_state, write_run_config
+from trainer.checkpoint import run_finished, write_run_config
 from trainer.fileio import write_json
 from ui.progress import say
 
@@ -31,7 +31,7 @@ SPLITS = ("dev", "test")
 def job_commands(job: Job) -> list[list[str]]:
     """The palkit commands that make a job's results (the run's config is written beforehand)."""
     commands = []
-    if job.trains and not _finished(job.out):
+    if job.trains and not run_finished(job.out):
         # A job killed at any point, even before its first checkpoint, continues from its run.
         resume = ["--resume"] if (job.out / "config.json").is_file() else []
         commands.append([sys.executable, CLI, "train", "--config", str(config_file(job)),
@@ -51,10 +51,6 @@ def config_file(job: Job) -> Path:
 
 def log_file(job: Job) -> Path:
     return job.out.with_name(job.out.name + ".log")
-
-
-def _finished(run: Path) -> bool:
-    return (run / "last").exists() and read_training_state(run).finished
 
 
 @dataclass
@@ -87,19 +83,18 @@ def run_study(jobs: list[Job], out: Path, parallel: int, threads_per_job: int | 
             code = r.process.poll() if r.process else 0
             if code is None:
                 continue
+            if code == 0 and r.commands:
+                _start_next(r, env)
+                continue
             if code != 0:
                 why = f"killed by {signal.Signals(-code).name}" if code < 0 else str(code)
                 status[key] = f"failed ({why}); log {log_file(r.job)}"
                 say(f"study: {key} {status[key]}")
-                r.log.close()
-                del running[key]
-            elif r.commands:
-                _start_next(r, env)
             else:
                 status[key] = "done"
-                r.log.close()
                 say(f"study: {key} done in {(time.time() - r.started) / 60:.1f} min")
-                del running[key]
+            r.log.close()
+            del running[key]
         for job in jobs:
             if len(running) >= parallel:
                 break

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from trainer.checkpoint import (CheckpointError, TRUNK_WEIGHTS, read_json, read_run_config,
-                                read_training_state, resolve_model_dir, separate_models,
+                                resolve_model_dir, run_finished, separate_models,
                                 sha256_file)
-from trainer.config import ADAPTERS, TrainConfig
+from trainer.config import ADAPTERS, TrainConfig, read_config_file
 from trainer.data import read_examples, resolve_data_dir
 from trainer.errors import ConfigError
 from trainer.fileio import kill_point, remove_tree, replace_dir, staging_dir
@@ -93,8 +93,7 @@ def add_task(run: Path, spec: TaskSpec, data_dir: str | None,
 def was_added(sub_run: Path, target: Path) -> bool:
     """True when `target` is the finished sub-run's task, published by an earlier add-task."""
     new_task = sub_run / "model" / "tasks" / target.name
-    finished = (sub_run / "last").exists() and read_training_state(sub_run).finished
-    if not (target.is_dir() and finished):
+    if not (target.is_dir() and run_finished(sub_run)):
         return False
     return all((target / f.name).is_file() and sha256_file(target / f.name) == sha256_file(f)
                for f in new_task.iterdir())
@@ -151,8 +150,6 @@ def task_run_config(run: Path, spec: TaskSpec, data_dir: str | None,
 
 def task_from_options(name: str, task_file: str | None, options: dict[str, Any]) -> TaskSpec:
     """A built-in task by name, a task file (.json/.toml), or a description given as flags."""
-    from trainer.config import read_config_file
-
     described = {k: v for k, v in options.items() if v is not None}
     if task_file:
         data = read_config_file(task_file)

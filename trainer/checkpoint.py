@@ -77,11 +77,8 @@ def read_json(path: Path) -> Any:
 # ---- model files ---------------------------------------------------------------------------
 
 def save_model(model: PalBert, tokenizer, out: Path, trunk_file: Path | None = None) -> str:
-    """Write trunk/ and tasks/<name>/ into `out`; return the trunk's SHA-256.
-
-    `trunk_file`, when given, is an existing trunk model.safetensors to copy byte for byte
-    (frozen-trunk training must not even re-serialise it).
-    """
+    """Write trunk/ and tasks/<name>/ into `out`; return the trunk's SHA-256. `trunk_file` is
+    a trunk model.safetensors to copy byte for byte (a frozen trunk must not be re-serialised)."""
     trunk_dir = out / "trunk"
     trunk_dir.mkdir(parents=True, exist_ok=True)
     model.trunk.config.save_pretrained(trunk_dir)
@@ -292,11 +289,8 @@ class TrainingState:
 def optimizer_tensors(opt: torch.optim.Optimizer, names: list[str]) -> dict[str, torch.Tensor]:
     """The optimizer's state_dict() state, keyed "<parameter name>.<key>" for safetensors (no
     pickle). `names` are the parameter names in param_groups order."""
-    out = {}
-    for index, state in opt.state_dict()["state"].items():
-        for key, value in state.items():
-            out[f"{names[index]}.{key}"] = value.detach().cpu().contiguous()
-    return out
+    return {f"{names[index]}.{key}": value.detach().cpu().contiguous()
+            for index, state in opt.state_dict()["state"].items() for key, value in state.items()}
 
 
 def restore_optimizer(opt: torch.optim.Optimizer, names: list[str],
@@ -428,6 +422,11 @@ def mark_finished(run: Path, state: TrainingState) -> None:
 def read_training_state(run: Path) -> TrainingState:
     return TrainingState.from_dict(read_json(run / "last" / "state.json"),
                                    str(run / "last" / "state.json"))
+
+
+def run_finished(run: Path) -> bool:
+    """True when `run` has a checkpoint and it says the run finished."""
+    return (run / "last").exists() and read_training_state(run).finished
 
 
 def read_metrics(run: Path) -> list[dict[str, Any]]:

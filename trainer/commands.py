@@ -13,9 +13,10 @@ from typing import Annotated, Any, Literal, Optional
 
 import typer
 
-from trainer.config import ADAPTERS, TrainConfig, build_config, config_fields, field_default
+from trainer.config import (ADAPTERS, TrainConfig, build_config, config_fields, field_default,
+                            read_config_file)
 from trainer.options import TRAINING, DataDirOption
-from trainer.tasks import TASK_KINDS
+from trainer.tasks import TASK_KINDS, resolve_tasks
 
 app = typer.Typer()
 
@@ -26,15 +27,12 @@ _FLAG_TYPES: dict[str, Any] = {"str": str, "str | None": str, "int": int, "int |
                                "tuple[dict, ...]": list[Path]}
 
 
-def flag_name(f: Field) -> str:
-    return "--" + f.name.replace("_", "-")
-
-
 def _train_parameter(f: Field) -> inspect.Parameter:
     """One `palkit train` flag from one TrainConfig field (None = not given on the command line)."""
     choices = f.metadata["choices"]
     kind = Literal[choices] if choices else _FLAG_TYPES[f.type]
-    names = [f"{flag_name(f)}/--no-{flag_name(f)[2:]}"] if kind is bool else [flag_name(f)]
+    flag = f.name.replace("_", "-")
+    names = [f"--{flag}/--no-{flag}"] if kind is bool else [f"--{flag}"]
     default = field_default(f)
     shown = ",".join(default) if isinstance(default, tuple) else default
     default_note = f" (default {shown})" if shown not in (None, "") else ""
@@ -46,8 +44,6 @@ def _train_parameter(f: Field) -> inspect.Parameter:
 
 def _config_values(options: dict[str, Any]) -> dict[str, Any]:
     """Flag values in TrainConfig's terms: comma lists split, custom task files read."""
-    from trainer.config import read_config_file
-
     values = dict(options)
     if values["tasks"] is not None:
         values["tasks"] = tuple(t for item in values["tasks"] for t in item.split(",") if t)
@@ -63,7 +59,6 @@ def train(**options: Any) -> None:
     win over the file, the file over the --preset.
     """
     from trainer.data import resolve_data_dir
-    from trainer.tasks import resolve_tasks
     from trainer.train import train as run_training
 
     config_file, resume = options.pop("config"), options.pop("resume")
@@ -83,12 +78,16 @@ def train(**options: Any) -> None:
     typer.echo(f"done: {run_dir}")
 
 
-train.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
+# Every TrainConfig field as a flag, and --config: what `train` and `bench-train` both take.
+_CONFIG_PARAMETERS = [
     *(_train_parameter(f) for f in config_fields()),
     inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, default=None,
                       annotation=Annotated[Optional[Path], typer.Option(
                           "--config", metavar="FILE", rich_help_panel="Run",
                           help="a .json or .toml file holding any of these options")]),
+]
+train.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
+    *_CONFIG_PARAMETERS,
     inspect.Parameter("resume", inspect.Parameter.KEYWORD_ONLY, default=False,
                       annotation=Annotated[bool, typer.Option(
                           "--resume", rich_help_panel="Run",
@@ -209,11 +208,7 @@ _BENCH_OPTIONS = [
         "this machine cannot run is recorded as skipped, with the reason")),
 ]
 bench_train.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
-    *(_train_parameter(f) for f in config_fields()),
-    inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, default=None,
-                      annotation=Annotated[Optional[Path], typer.Option(
-                          "--config", metavar="FILE", rich_help_panel="Run",
-                          help="a .json or .toml file holding any of these options")]),
+    *_CONFIG_PARAMETERS,
     *(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
                         annotation=Annotated[kind, option])
       for name, kind, default, option in _BENCH_OPTIONS),

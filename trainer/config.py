@@ -182,28 +182,20 @@ class TrainConfig:
         return parse_widths(self.graph_widths, self.max_len)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["tasks"] = list(self.tasks)
-        d["custom_tasks"] = list(self.custom_tasks)
-        return d
+        return {**asdict(self), "tasks": list(self.tasks), "custom_tasks": list(self.custom_tasks)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str = "config") -> "TrainConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
+        types = {f.name: f.type for f in fields(cls)}
+        unknown = set(d) - set(types)
         if unknown:
             raise ConfigError(f"{source}: unknown option(s) {sorted(unknown)}")
-        types = {f.name: f.type for f in fields(cls)}
         for name, value in d.items():
             if not _holds(types[name], value):
                 raise ConfigError(f"{source}: '{name}' must be {_TYPE_WORDS[types[name]]}, got "
                                  f"{value!r:.60}")
-        d = dict(d)
-        if "tasks" in d:
-            d["tasks"] = tuple(d["tasks"])
-        if "custom_tasks" in d:
-            d["custom_tasks"] = tuple(d["custom_tasks"])
-        return cls(**d)
+        # JSON and TOML give lists; the frozen config holds tuples.
+        return cls(**{k: tuple(v) if k in ("tasks", "custom_tasks") else v for k, v in d.items()})
 
     def replace(self, **changes: Any) -> "TrainConfig":
         return replace(self, **changes)
@@ -292,9 +284,8 @@ def _holds(declared: str, value: Any) -> bool:
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
-    """Options from a .json or .toml file, keys spelled like the flags (dashes or underscores).
-
-    A UTF-8 byte-order mark (Windows editors write one) is read as no mark."""
+    """Options from a .json or .toml file, keys spelled like the flags (dashes or underscores);
+    a UTF-8 byte-order mark (Windows editors write one) is read as no mark."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found")

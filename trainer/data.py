@@ -50,11 +50,8 @@ MAX_BAD_FRACTION = 0.01
 
 def read_examples(task: TaskSpec, data_dir: Path, split: str,
                   bad_rows: str = "stop") -> list[Example]:
-    """Parse one split of a task.
-
-    A bad row (too few fields, empty text, bad label) stops with file, line and problem, or with
-    bad_rows="skip" is reported on stderr and left out.
-    """
+    """Parse one split of a task. A bad row (too few fields, empty text, bad label) stops with
+    file, line and problem, or with bad_rows="skip" is reported on stderr and left out."""
     if split not in task.files:
         raise DataError(f"task '{task.name}' has no '{split}' split (it has: "
                         f"{', '.join(task.files) or 'none'})")
@@ -85,12 +82,11 @@ def read_examples(task: TaskSpec, data_dir: Path, split: str,
                 skipped.append(str(e))
     if not examples:
         raise DataError(f"{path}: no examples")
-    if skipped:
-        for problem in skipped:
-            print(f"warning: skipped {problem}", file=sys.stderr)
-        if len(skipped) > MAX_BAD_FRACTION * (len(examples) + len(skipped)):
-            raise DataError(f"{path}: {len(skipped)} bad rows (first: {skipped[0]}); is this the "
-                            f"right file for task '{task.name}'?")
+    for problem in skipped:
+        print(f"warning: skipped {problem}", file=sys.stderr)
+    if len(skipped) > MAX_BAD_FRACTION * (len(examples) + len(skipped)):
+        raise DataError(f"{path}: {len(skipped)} bad rows (first: {skipped[0]}); is this the "
+                        f"right file for task '{task.name}'?")
     return examples
 
 
@@ -167,8 +163,7 @@ class TrainingSplit:
     A step's batch is gathered there by index: a few indexing kernels, no per-row Python and no
     copy of the batch from the host (only the batch's indices travel). The batch equals what
     `collate` builds from the same indices, tensor for tensor. The lengths are kept on the host
-    as well, so that a batch's width is known without waiting for the device.
-    """
+    as well, so that a batch's width is known without waiting for the device."""
     input_ids: torch.Tensor        # [examples, columns], pad id after each row's tokens
     token_type_ids: torch.Tensor   # [examples, columns], 0 after each row's tokens
     lengths: torch.Tensor          # [examples] tokens per row

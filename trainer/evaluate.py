@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from trainer.checkpoint import load_model
 from trainer.data import EncodedSplit, collate, encode, read_examples
 from trainer.metrics import average_score, task_metrics
 from trainer.model import PalBert, regression_score
@@ -13,27 +14,22 @@ from trainer.tasks import TaskSpec
 from ui.progress import track
 
 
-def predictions_from_outputs(spec: TaskSpec, raw: torch.Tensor) -> torch.Tensor:
-    """Class indices for classification, scores in score_range for regression."""
-    if spec.is_regression:
-        return regression_score(spec, raw)
-    return raw.argmax(-1)
-
-
 @torch.no_grad()
 def predict_split(model: PalBert, task: str, split: EncodedSplit, pad_id: int,
                   batch_size: int, device: torch.device) -> torch.Tensor:
-    """Predictions in the split's original order; batches are length-sorted to pad little."""
+    """Class indices (classification) or scores (regression) in the split's original order;
+    batches are length-sorted to pad little."""
     was_training = model.training
     model.eval()
     order = sorted(range(len(split)), key=lambda i: len(split.input_ids[i]))
     out = torch.empty(len(split))
+    spec = model.tasks[task]
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
         batch = collate(split, idx, pad_id)
         raw = model(batch["input_ids"].to(device), batch["attention_mask"].to(device),
                     batch["token_type_ids"].to(device), task=task).float().cpu()
-        out[idx] = predictions_from_outputs(model.tasks[task], raw).float()
+        out[idx] = (regression_score(spec, raw) if spec.is_regression else raw.argmax(-1)).float()
     model.train(was_training)
     return out
 
@@ -55,14 +51,10 @@ def evaluate_model_dir(model_dir: Path, data_dir: Path, split: str, max_len: int
                        batch_size: int = 128,
                        max_examples: int | None = None) -> dict[str, Any]:
     """Load RUN/model (or a model folder) and score every task it has that has this split."""
-    from trainer.checkpoint import load_model
-
     model, tokenizer, trunk_sha = load_model(model_dir)
     specs = [s for s in model.tasks.values() if split in s.files]
-    splits = {}
-    for spec in specs:
-        examples = read_examples(spec, data_dir, split)[:max_examples]
-        splits[spec.name] = encode(examples, tokenizer, max_len)
+    splits = {s.name: encode(read_examples(s, data_dir, split)[:max_examples], tokenizer, max_len)
+              for s in specs}
     # On the GPU when there is one: a CPU pass over a test set takes minutes at max length 128.
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     metrics = evaluate_model(model.to(device), specs, splits, tokenizer.pad_token_id, batch_size,

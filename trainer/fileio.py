@@ -1,15 +1,9 @@
 """Files and folders written so that a reader sees the old or the new, never half of either.
 
-One implementation each, used by training, add-task and export:
-
-* `sha256_file` / `file_digest`: a file's SHA-256 (and size), read in 1 MiB chunks.
-* `write_bytes`, `write_text`, `write_json`: written under a temporary name, fsync'd, renamed.
-* `write_vocab`: a tokenizer's vocab.txt (id = line number).
-* `replace_dir`: put a fully written folder at its final name in one step. An existing folder is
-  swapped with it atomically (Linux renameat2 RENAME_EXCHANGE), so a symlink or a reader that
-  names the final folder never sees it missing; the old contents are deleted afterwards.
-* `point_symlink`: make a symlink point elsewhere in one rename.
-* `kill_point`: a test hook that SIGKILLs the process at a named point (PALKIT_KILL_AT).
+One implementation each, used by training, add-task and export. Files are written under a
+temporary name, fsync'd and renamed; `replace_dir` swaps an existing folder for the new one
+atomically (Linux renameat2 RENAME_EXCHANGE), so a symlink or a reader that names the final
+folder never sees it missing.
 
 Every rename goes through `_rename`, `_exchange` or `_swap_link`, and every delete through
 `remove_tree`, so tests/test_publish_faults.py can crash between any two of them.

@@ -44,9 +44,7 @@ class PalConfig:
             raise ConfigError(f"PAL size {self.size} is not divisible by {self.heads} heads")
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["layers"] = list(self.layers)
-        return d
+        return {**asdict(self), "layers": list(self.layers)}
 
     @classmethod
     def from_dict(cls, d: dict) -> "PalConfig":
@@ -189,9 +187,8 @@ class PalBert(nn.Module):
         self.pal = pal
         self.adapters = nn.ModuleDict()
         self.heads = nn.ModuleDict()
-        task_pals = task_pals or {}
         for t in tasks:
-            self.add_task_modules(t, task_pals[t.name] if t.name in task_pals else pal)
+            self.add_task_modules(t, (task_pals or {}).get(t.name, pal))
 
     def add_task_modules(self, spec: TaskSpec, pal: PalConfig | None) -> None:
         """A fresh adapter (unless `pal` is None: a head only) and head for `spec`."""

@@ -1,23 +1,16 @@
 """`palkit bench-train`: how fast the trainer trains a config, and where a step's time goes.
 
-It builds the same Run as `palkit train` (model, tokenized data, optimisers, data streams) and
-runs the joint phase's first steps through the training loop's own step (Run.batch, then
-TrainStep: eager, compiled, or recorded as CUDA graphs), without dev scoring or checkpoints.
-Reported per mode:
-
-- steps/s and tokens/s (real tokens; padded ones too) over the timed steps, wall clock;
-- the process's CPU time over the same steps (cpu_s / wall_s shows how many cores the step kept
-  busy; on a GPU, CPU seconds close to wall seconds mean the host's kernel launches bound it);
-- the share of the step spent building the batch, in forward+backward (with clipping) and in
-  the optimisers (uncaptured modes; a captured step is one graph, so there: data and graph);
-- the model-FLOP utilisation on CUDA: the matmul FLOPs of the step (step_flops) over the GPU's
-  dense peak for the precision (MODEL_PEAK_FLOPS; None for a device not listed, and on CPU);
-- with --cuda-graphs: graphs recorded, seconds spent capturing them; on CUDA the peak memory.
+It builds the same Run as `palkit train` and runs the joint phase's first steps through the
+training loop's own step (Run.batch, then TrainStep: eager, compiled, or recorded as CUDA
+graphs), without dev scoring or checkpoints. Besides steps/s and tokens/s it reports the
+process's CPU time (cpu_s / wall_s shows how many cores the step kept busy; on a GPU, CPU seconds
+close to wall seconds mean the host's kernel launches bound it), the shares of batch building,
+forward+backward and the optimisers (a captured step is one graph: data and graph), and on CUDA
+the model-FLOP utilisation (step_flops over MODEL_PEAK_FLOPS) and the peak memory.
 
 On CUDA the shares need a synchronisation at each section boundary, which slows the step, so
 there the throughput comes from a separate pass without them. Each repeat is a fresh set of
 steps on the same Run; the entry keeps every repeat, and its headline figures are the median.
-`bench_modes` runs several modes (BENCH_MODES) one after another in one call, side by side.
 """
 from __future__ import annotations
 
@@ -31,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
 from torch import nn
 
 from trainer.checkpoint import read_json
@@ -69,8 +61,7 @@ class Timing:
     steps: int = 0
     wall_s: float = 0.0
     cpu_s: float = 0.0
-    sections_s: dict[str, float] = field(
-        default_factory=lambda: {"data": 0.0, "forward_backward": 0.0, "optimizer": 0.0})
+    sections_s: dict[str, float] = field(default_factory=dict)   # seconds by part of the step
     tokens: int = 0           # real (unpadded) tokens
     padded_tokens: int = 0
     flops: float = 0.0        # model FLOPs of forward + backward
@@ -110,10 +101,11 @@ def _sync(device: torch.device) -> None:
 def timed_steps(run: Run, ctx: PhaseContext, schedule: list[int], sections: bool) -> Timing:
     """Run `schedule`'s steps as the training loop does; with `sections`, time each part (the
     optimisers' share through their step hooks, so the step's code stays the loop's own)."""
-    timing, device, losses = Timing(), run.dist.device, []
+    captured, device, losses = ctx.step.capture, run.dist.device, []
+    parts = ("data", "graph") if captured else ("data", "forward_backward", "optimizer")
+    timing = Timing(sections_s=dict.fromkeys(parts, 0.0))
     tokens = torch.zeros((), dtype=torch.long, device=device)  # summed there: no wait per step
     clock = time.perf_counter
-    captured = ctx.step.capture
     marks: dict[str, float] = {}
 
     def before(*_: Any) -> None:
@@ -143,7 +135,7 @@ def timed_steps(run: Run, ctx: PhaseContext, schedule: list[int], sections: bool
         t2 = clock()
         timing.sections_s["data"] += t1 - t0
         if captured:
-            timing.sections_s["graph"] = timing.sections_s.get("graph", 0.0) + t2 - t1
+            timing.sections_s["graph"] += t2 - t1
         else:
             opt_s = marks.get("optimizer_end", t2) - marks.get("optimizer", t2)
             timing.sections_s["forward_backward"] += t2 - t1 - opt_s
@@ -159,8 +151,6 @@ def timed_steps(run: Run, ctx: PhaseContext, schedule: list[int], sections: bool
     timing.steps, timing.tokens = len(schedule), int(tokens)
     for hook in hooks:
         hook.remove()
-    if captured:
-        timing.sections_s = {k: timing.sections_s.get(k, 0.0) for k in ("data", "graph")}
     if not torch.isfinite(torch.stack(losses)).all():
         raise TrainingError("bench-train: the loss became non-finite; lower --lr")
     return timing
@@ -207,8 +197,8 @@ def bench_training(cfg: TrainConfig, steps: int, warmup: int, repeats: int) -> d
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     total = warmup + repeats * steps
-    schedule = epoch_task_schedule(cfg.sampling if len(ctx.specs) > 1 else "round-robin",
-                                   ctx.sizes, 1, run.phases[0].epochs, total, cfg.seed)
+    schedule = epoch_task_schedule(ctx.sampling, ctx.sizes, 1, run.phases[0].epochs, total,
+                                   cfg.seed)
     timed_steps(run, ctx, schedule[:warmup], sections=False)   # allocations, compilation, capture
     warm_graphs, warm_capture_s = run.graphs.count, run.graphs.capture_s
     peak = peak_flops(device, cfg.precision)
@@ -227,8 +217,7 @@ def bench_training(cfg: TrainConfig, steps: int, warmup: int, repeats: int) -> d
     return {"bench_mode": bench_mode_name(cfg), **headline,
             "mfu": figures[len(figures) // 2]["mfu"],
             "shares": shares(section_passes[len(section_passes) // 2]),
-            "repeats": figures, "steps": steps, "warmup": warmup,
-            "device": describe_device(device), "precision": cfg.precision,
+            "repeats": figures, "steps": steps, "warmup": warmup, "precision": cfg.precision,
             "batch_size": cfg.batch_size, "max_len": cfg.max_len, "mode": cfg.mode,
             "tasks": list(cfg.tasks), "length_buckets": cfg.length_buckets,
             "compile": cfg.compile, "compile_mode": cfg.compile_mode if cfg.compile else None,
@@ -242,10 +231,8 @@ def bench_training(cfg: TrainConfig, steps: int, warmup: int, repeats: int) -> d
                                     if device.type == "cuda" else None),
             "flops_counted": "matmuls without the embedding lookups (trainer/profile.py "
                              "step_flops)",
-            "distill_from": cfg.distill_from,
-            "torch": torch.__version__, "load_avg_1min": round(os.getloadavg()[0], 2),
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "commit": git_commit()}
+            "distill_from": cfg.distill_from, "load_avg_1min": round(os.getloadavg()[0], 2),
+            **provenance(device)}
 
 
 def bench_mode_name(cfg: TrainConfig) -> str:
@@ -254,13 +241,6 @@ def bench_mode_name(cfg: TrainConfig) -> str:
     parts = [p for p, on in (("compiled", cfg.compile), ("captured", cfg.cuda_graphs)) if on]
     name = "-".join(parts) or "eager"
     return name if parts and cfg.precision == "bf16" else f"{name}-{cfg.precision}"
-
-
-def skip_reason(mode: str, device: torch.device) -> str | None:
-    if BENCH_MODES[mode]["cuda_graphs"] and device.type != "cuda":
-        return ("needs a CUDA device: capture records CUDA kernels (the same step runs "
-                "uncaptured on a CPU; time that as --cuda-graphs without --modes)")
-    return None
 
 
 def bench_modes(cfg: TrainConfig, modes: list[str], steps: int, warmup: int,
@@ -275,12 +255,10 @@ def bench_modes(cfg: TrainConfig, modes: list[str], steps: int, warmup: int,
         cfg.device == "auto" and torch.cuda.is_available()) else "cpu")
     entries = []
     for mode in modes:
-        reason = skip_reason(mode, device)
-        if reason:
-            entries.append({"bench_mode": mode, "skipped": reason,
-                            "device": describe_device(device), "torch": torch.__version__,
-                            "date": datetime.datetime.now(datetime.timezone.utc)
-                            .isoformat(timespec="seconds"), "commit": git_commit()})
+        if BENCH_MODES[mode]["cuda_graphs"] and device.type != "cuda":
+            entries.append({"bench_mode": mode, "skipped": "needs a CUDA device: capture records "
+                            "CUDA kernels (the same step runs uncaptured on a CPU; time that as "
+                            "--cuda-graphs without --modes)", **provenance(device)})
             continue
         try:
             entry = bench_training(cfg.replace(**BENCH_MODES[mode]), steps, warmup, repeats)
@@ -295,11 +273,14 @@ def bench_modes(cfg: TrainConfig, modes: list[str], steps: int, warmup: int,
     return entries
 
 
-def git_commit() -> str | None:
+def provenance(device: torch.device) -> dict[str, Any]:
+    """What an entry was measured with: the device, torch, the date and palkit's commit."""
     repo = Path(__file__).resolve().parents[1]
     done = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
                           capture_output=True, text=True)
-    return done.stdout.strip() if done.returncode == 0 else None
+    return {"device": describe_device(device), "torch": torch.__version__,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "commit": done.stdout.strip() if done.returncode == 0 else None}
 
 
 def append_entry(results: Path, entry: dict[str, Any]) -> None:

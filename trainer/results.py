@@ -14,6 +14,8 @@ from trainer.add_task import ADD_TASK_DEFAULTS
 from trainer.config import TrainConfig
 from trainer.errors import ConfigError
 from trainer.host import machine_name
+from ui.tables import points
+
 
 def canonical_command(cfg: dict[str, Any], out: str) -> str:
     """The `palkit train` line that reproduces a run: every option that differs from defaults."""
@@ -78,6 +80,9 @@ def run_facts(run: Path) -> dict[str, Any]:
 
 
 METRIC_SUFFIXES = ("_acc", "_f1", "_pearson", "_spearman")
+# The Markdown table's score columns, in order.
+MARKDOWN_SCORES = ("sst_acc", "quora_acc", "quora_f1", "sts_pearson", "sts_spearman", "cfimdb_acc",
+                   "avg")
 WALL_TIME_NOTE = "time in training steps; excludes model loading and per-epoch dev evaluation"
 
 
@@ -97,10 +102,6 @@ def record(results: Path, name: str, facts: dict[str, Any], split: str,
     write_markdown(results.with_suffix(".md"), entries)
 
 
-def fmt(value: Any, scale: float = 100.0) -> str:
-    return "–" if value is None else f"{value * scale:.1f}"
-
-
 def write_markdown(path: Path, entries: list[dict[str, Any]]) -> None:
     lines = ["| name | split | SST acc | Quora acc | Quora F1 | STS r | STS ρ | CFIMDB acc | avg | "
              "task-specific params | train time | command |",
@@ -109,10 +110,7 @@ def write_markdown(path: Path, entries: list[dict[str, Any]]) -> None:
         share = e["params_task_specific"] / max(1, e["params_total"] - e["params_task_specific"])
         specific = ("all (full models)" if e["mode"] == "separate"
                     else f"{e['params_task_specific']:,} (+{100 * share:.1f}%)")
-        lines.append(
-            f"| {e['name']} | {e['split']} | {fmt(e.get('sst_acc'))} | {fmt(e.get('quora_acc'))} | "
-            f"{fmt(e.get('quora_f1'))} | {fmt(e.get('sts_pearson'))} | "
-            f"{fmt(e.get('sts_spearman'))} | {fmt(e.get('cfimdb_acc'))} | {fmt(e['avg'])} | "
-            f"{specific} | "
-            f"{e['wall_time_s'] / 60:.1f} min | `{e['command']}` |")
+        scores = " | ".join(points(e.get(k)) for k in MARKDOWN_SCORES)
+        lines.append(f"| {e['name']} | {e['split']} | {scores} | {specific} | "
+                     f"{e['wall_time_s'] / 60:.1f} min | `{e['command']}` |")
     path.write_text("\n".join(lines) + "\n")

@@ -14,15 +14,12 @@ from trainer.errors import ConfigError
 
 def sampling_alpha(sampling: str, epoch: int, epochs: int) -> float | None:
     """The exponent in p_t ∝ N_t^α for 1-based `epoch`; None for round-robin."""
-    if sampling == "round-robin":
-        return None
-    if sampling == "proportional":
-        return 1.0
-    if sampling == "sqrt":
-        return 0.5
     if sampling == "annealed":
         return 1.0 - 0.8 * (epoch - 1) / max(1, epochs - 1)
-    raise ConfigError(f"unknown sampling '{sampling}'")
+    fixed = {"round-robin": None, "proportional": 1.0, "sqrt": 0.5}
+    if sampling not in fixed:
+        raise ConfigError(f"unknown sampling '{sampling}'")
+    return fixed[sampling]
 
 
 def task_probabilities(sizes: list[int], alpha: float | None) -> list[float]:
@@ -64,10 +61,8 @@ class LengthBuckets:
 
 
 class TaskStream:
-    """An endless, reshuffled-per-pass stream of example indices for one task.
-
-    Its only state is how many indices were drawn, so it is saved as one integer.
-    """
+    """An endless, reshuffled-per-pass stream of example indices for one task; its only state is
+    how many indices were drawn, so it is saved as one integer."""
 
     def __init__(self, size: int, seed: int, task_index: int, drawn: int = 0,
                  buckets: LengthBuckets | None = None):
@@ -86,9 +81,7 @@ class TaskStream:
         return self._order
 
     def take(self, n: int) -> list[int]:
-        out = []
-        for _ in range(n):
-            p, i = divmod(self.drawn, self.size)
-            out.append(self._order_of_pass(p)[i])
-            self.drawn += 1
+        out = [self._order_of_pass(d // self.size)[d % self.size]
+               for d in range(self.drawn, self.drawn + n)]
+        self.drawn += n
         return out

@@ -4,16 +4,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trainer.checkpoint import read_json, resolve_model_dir
+from trainer.checkpoint import read_json, resolve_model_dir, separate_models
+from trainer.evaluate import evaluate_model_dir
 from trainer.metrics import average_score
+from trainer.tasks import TaskSpec
 
 
 def score_run(target: Path, data_dir: Path, split: str, max_len: int | None,
               max_examples: int | None) -> dict[str, Any]:
     """A run, a model folder, or a --mode separate run (its per-task models merged)."""
-    from trainer.checkpoint import separate_models
-    from trainer.evaluate import evaluate_model_dir
-
     models = separate_models(target)
     if models:
         return _merge_separate(models, data_dir, split, max_len, max_examples)
@@ -26,8 +25,6 @@ def score_run(target: Path, data_dir: Path, split: str, max_len: int | None,
 
 def _merge_separate(models: list[Path], data_dir: Path, split: str, max_len: int | None,
                     max_examples: int | None) -> dict[str, Any]:
-    from trainer.tasks import TaskSpec
-
     merged: dict[str, Any] = {"split": split, "models": {}}
     specs = []
     for sub in models:

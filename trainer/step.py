@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable
 
 import torch
 
+from trainer.checkpoint import optimizer_tensors, restore_optimizer
 from trainer.config import TrainConfig
 from trainer.tasks import TaskSpec
 
@@ -61,11 +62,15 @@ def no_decay(name: str) -> bool:
     return name.endswith("bias") or "LayerNorm" in name
 
 
+def decayed_first(names: Iterable[str]) -> list[str]:
+    """The names in one AdamW's group order: decayed first, then not (a stable sort)."""
+    return sorted(names, key=no_decay)
+
+
 class PhaseOptimizers:
     """One fused AdamW for the trunk and one per task, all reading one learning-rate tensor.
-
-    `order` is every trained parameter in the order of one AdamW over all of them (decayed
-    first, then not), which fixes the order gradients are clipped in."""
+    `order` is every trained parameter in the order of one AdamW over all of them, which fixes
+    the order gradients are clipped in."""
 
     def __init__(self, params: dict[str, torch.nn.Parameter], task_of: dict[str, str],
                  cfg: TrainConfig, device: torch.device, capturable: bool):
@@ -75,12 +80,8 @@ class PhaseOptimizers:
         for name, p in params.items():
             groups.setdefault(task_of.get(name, "trunk"), {})[name] = p
         self.opts = {owner: self._adamw(named, cfg, capturable) for owner, named in groups.items()}
-        self.names = {owner: ([n for n in named if not no_decay(n)]
-                              + [n for n in named if no_decay(n)])
-                      for owner, named in groups.items()}
-        self.order = ([p for n, p in params.items() if not no_decay(n)]
-                      + [p for n, p in params.items() if no_decay(n)])
-        self.params = params
+        self.names = {owner: decayed_first(named) for owner, named in groups.items()}
+        self.order = [params[n] for n in decayed_first(params)]
 
     def _adamw(self, named: dict[str, torch.nn.Parameter], cfg: TrainConfig,
                capturable: bool) -> torch.optim.AdamW:
@@ -99,14 +100,10 @@ class PhaseOptimizers:
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
         """Every optimizer's state keyed "<parameter name>.<key>" (what one AdamW saved)."""
-        from trainer.checkpoint import optimizer_tensors
-        out: dict[str, torch.Tensor] = {}
-        for owner, opt in self.opts.items():
-            out.update(optimizer_tensors(opt, self.names[owner]))
-        return out
+        return {key: value for owner, opt in self.opts.items()
+                for key, value in optimizer_tensors(opt, self.names[owner]).items()}
 
     def restore(self, tensors: dict[str, torch.Tensor]) -> None:
-        from trainer.checkpoint import restore_optimizer
         owner_of = {n: o for o, names in self.names.items() for n in names}
         split: dict[str, dict[str, torch.Tensor]] = {o: {} for o in self.opts}
         for stored, value in tensors.items():

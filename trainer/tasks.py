@@ -64,11 +64,9 @@ class TaskSpec:
         return "pearson" if self.is_regression else "accuracy"
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["text_columns"] = list(self.text_columns)
-        d["labels"] = list(self.labels) if self.labels is not None else None
-        d["score_range"] = list(self.score_range) if self.score_range is not None else None
-        return d
+        return {**asdict(self), "text_columns": list(self.text_columns),
+                "labels": list(self.labels) if self.labels is not None else None,
+                "score_range": list(self.score_range) if self.score_range is not None else None}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TaskSpec":
@@ -84,14 +82,11 @@ class TaskSpec:
             raise ConfigError(f"task '{d.get('name', '?')}': missing field(s) {sorted(missing)}")
         _check_field_types(d)
         return cls(
-            name=str(d["name"]),
-            kind=str(d["kind"]),
-            text_columns=tuple(d["text_columns"]),
-            label_column=str(d["label_column"]),
+            name=d["name"], kind=d["kind"], text_columns=tuple(d["text_columns"]),
+            label_column=d["label_column"],
             labels=tuple(d["labels"]) if d.get("labels") is not None else None,
             score_range=tuple(d["score_range"]) if d.get("score_range") is not None else None,
-            files=dict(d.get("files", {})),
-        )
+            files=dict(d.get("files", {})))
 
 
 def _check_field_types(d: dict[str, Any]) -> None:
@@ -121,52 +116,34 @@ def _check_field_types(d: dict[str, Any]) -> None:
 
 
 # The tasks of the minBERT data layout in ../shared/data (see its README).
-BUILTIN_TASKS: dict[str, TaskSpec] = {
-    t.name: t
-    for t in (
-        TaskSpec(
-            name="sst", kind="single_classification",
-            text_columns=("sentence",), label_column="sentiment",
-            labels=("very negative", "negative", "neutral", "positive", "very positive"),
-            files={"train": "sst/ids-sst-train.csv", "dev": "sst/ids-sst-dev.csv",
-                   "test": "sst/ids-sst-test.csv"},
-        ),
-        TaskSpec(
-            name="quora", kind="pair_classification",
-            text_columns=("sentence1", "sentence2"), label_column="is_duplicate",
-            labels=("not paraphrase", "paraphrase"),
-            files={"train": "quora/quora-train.csv", "dev": "quora/quora-dev.csv",
-                   "test": "quora/quora-test.csv"},
-        ),
-        TaskSpec(
-            name="sts", kind="pair_regression",
-            text_columns=("sentence1", "sentence2"), label_column="similarity",
-            score_range=(0.0, 5.0),
-            files={"train": "sts/sts-train.csv", "dev": "sts/sts-dev.csv",
-                   "test": "sts/sts-test.csv"},
-        ),
-        TaskSpec(
-            name="cfimdb", kind="single_classification",
-            text_columns=("sentence",), label_column="sentiment",
-            labels=("negative", "positive"),
-            files={"train": "cfimdb/ids-cfimdb-train.csv", "dev": "cfimdb/ids-cfimdb-dev.csv"},
-        ),
-    )
-}
+BUILTIN_TASKS: dict[str, TaskSpec] = {t.name: t for t in (
+    TaskSpec(name="sst", kind="single_classification", text_columns=("sentence",),
+             label_column="sentiment",
+             labels=("very negative", "negative", "neutral", "positive", "very positive"),
+             files={"train": "sst/ids-sst-train.csv", "dev": "sst/ids-sst-dev.csv",
+                    "test": "sst/ids-sst-test.csv"}),
+    TaskSpec(name="quora", kind="pair_classification", text_columns=("sentence1", "sentence2"),
+             label_column="is_duplicate", labels=("not paraphrase", "paraphrase"),
+             files={"train": "quora/quora-train.csv", "dev": "quora/quora-dev.csv",
+                    "test": "quora/quora-test.csv"}),
+    TaskSpec(name="sts", kind="pair_regression", text_columns=("sentence1", "sentence2"),
+             label_column="similarity", score_range=(0.0, 5.0),
+             files={"train": "sts/sts-train.csv", "dev": "sts/sts-dev.csv",
+                    "test": "sts/sts-test.csv"}),
+    TaskSpec(name="cfimdb", kind="single_classification", text_columns=("sentence",),
+             label_column="sentiment", labels=("negative", "positive"),
+             files={"train": "cfimdb/ids-cfimdb-train.csv", "dev": "cfimdb/ids-cfimdb-dev.csv"}),
+)}
+
 
 def resolve_tasks(names: list[str] | tuple[str, ...],
                   custom: list[dict[str, Any]] | None = None) -> list[TaskSpec]:
     """Look task names up among the config's custom tasks, then the built-in ones."""
-    table = dict(BUILTIN_TASKS)
-    for d in custom or []:
-        spec = TaskSpec.from_dict(d)
-        table[spec.name] = spec
-    out = []
-    for name in names:
-        if name not in table:
-            raise ConfigError(f"unknown task '{name}'; known: {', '.join(sorted(table))} "
-                             "(describe new tasks under 'custom_tasks' in a --config file)")
-        out.append(table[name])
-    if len({t.name for t in out}) != len(out):
+    table = {**BUILTIN_TASKS, **{s.name: s for s in map(TaskSpec.from_dict, custom or [])}}
+    unknown = [name for name in names if name not in table]
+    if unknown:
+        raise ConfigError(f"unknown task '{unknown[0]}'; known: {', '.join(sorted(table))} "
+                         "(describe new tasks under 'custom_tasks' in a --config file)")
+    if len(set(names)) != len(names):
         raise ConfigError(f"task listed twice in {list(names)}")
-    return out
+    return [table[name] for name in names]

@@ -21,7 +21,6 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -80,8 +79,6 @@ def plan_phases(cfg: TrainConfig, specs: list[TaskSpec]) -> list[Phase]:
     return phases
 
 
-# ---- distributed and devices ---------------------------------------------------------------
-
 @dataclass(frozen=True)
 class Dist:
     rank: int
@@ -115,12 +112,6 @@ def loss_sync_interval(device: torch.device) -> int:
     return 1 if device.type == "cpu" else 50
 
 
-def autocast(cfg: TrainConfig, device: torch.device):
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16")
-
-
-# ---- losses --------------------------------------------------------------------------------
-
 def task_loss(spec: TaskSpec, raw: torch.Tensor, labels: torch.Tensor, sts_loss: str) -> torch.Tensor:
     raw = raw.float()
     if not spec.is_regression:
@@ -130,8 +121,6 @@ def task_loss(spec: TaskSpec, raw: torch.Tensor, labels: torch.Tensor, sts_loss:
         return F.binary_cross_entropy_with_logits(raw.squeeze(-1), (labels - low) / (high - low))
     return F.mse_loss(regression_score(spec, raw), labels)
 
-
-# ---- optimisation --------------------------------------------------------------------------
 
 def trainable_parameters(model: PalBert, phase: Phase) -> dict[str, torch.nn.Parameter]:
     """Named parameters this phase updates; everything else gets requires_grad=False."""
@@ -151,14 +140,13 @@ class PhaseContext:
     phase: Phase
     specs: list[TaskSpec]
     sizes: list[int]                      # training examples per task
+    sampling: str                         # --sampling; round-robin when one task trains
     streams: dict[str, TaskStream]
     gradvac: GradVac | None
     opts: PhaseOptimizers
     model: torch.nn.Module                # the model, or its DistributedDataParallel wrapper
     step: TrainStep | None = None         # set once the context exists (the step calls back)
 
-
-# ---- the run -------------------------------------------------------------------------------
 
 class Run:
     """One training run: model, data, optimiser state and the run directory it writes."""
@@ -205,8 +193,6 @@ class Run:
                                   self.tokenizer, self.dist.device) if cfg.distill_from else None)
         self._load_data()
 
-    # -- construction --
-
     def _fresh_model(self) -> None:
         base = self.cfg.base_model or default_base_model()
         trunk, self.tokenizer = load_trunk(base)
@@ -248,8 +234,7 @@ class Run:
     def _load_data(self) -> None:
         cfg = self.cfg
         if cfg.data_source == "hub":
-            from trainer.hub import read_hub_examples
-            read = lambda spec, split: read_hub_examples(spec, split)  # noqa: E731
+            from trainer.hub import read_hub_examples as read
         else:
             data_dir = resolve_data_dir(cfg.data_dir)
             read = lambda spec, split: read_examples(spec, data_dir, split, cfg.bad_rows)  # noqa: E731
@@ -268,8 +253,6 @@ class Run:
                              for name, split in self.train_data.items()}
         self.pad_widths = cfg.pad_widths()
 
-    # -- checkpoints --
-
     def save_checkpoint(self, ctx: PhaseContext) -> None:
         """RUN/last: the model plus the optimiser's state, the RNG state and the loop's position."""
         self._sync_losses(ctx)
@@ -277,14 +260,6 @@ class Run:
             ckpt = Checkpoint(self.state, ctx.opts.state_tensors(), torch.get_rng_state(),
                               self.metrics)
             save_checkpoint(self.out, self.model, self.tokenizer, self.frozen_trunk_file, ckpt)
-
-    def save_best(self, summary: dict[str, Any]) -> None:
-        """RUN/best-EEEE: the best model so far and its summary (RUN/model once checkpointed)."""
-        if self.dist.main:
-            save_best(self.out, self.state.global_epoch + 1, self.model, self.tokenizer,
-                      self.frozen_trunk_file, summary)
-
-    # -- the loop --
 
     def train(self) -> Path:
         st = self.state
@@ -350,12 +325,13 @@ class Run:
         if gradvac is not None and self.state.gradvac_targets is not None:
             gradvac.targets = torch.tensor(self.state.gradvac_targets, dtype=torch.float64)
         ctx = PhaseContext(phase, specs, [len(self.train_data[s.name]) for s in specs],
-                           streams, gradvac, opts, model)
+                           self.cfg.sampling if len(specs) > 1 else "round-robin", streams,
+                           gradvac, opts, model)
         ctx.step = TrainStep(
             lambda spec, batch, position: self.forward_loss(ctx, spec, batch, position), opts,
             task_params, [p for n, p in params.items() if n.startswith("trunk.")],
             phase.epochs * self.cfg.steps_per_epoch, self.cfg, self.dist.device,
-            self.cfg.pad_widths(), capture, self.graphs)
+            self.pad_widths, capture, self.graphs)
         return ctx
 
     def _buckets(self, task: str) -> LengthBuckets | None:
@@ -379,9 +355,8 @@ class Run:
     def _run_epoch(self, ctx: PhaseContext) -> None:
         cfg, st, phase = self.cfg, self.state, ctx.phase
         epoch = st.epoch + 1
-        schedule = epoch_task_schedule(cfg.sampling if len(ctx.specs) > 1 else "round-robin",
-                                       ctx.sizes, epoch, phase.epochs, cfg.steps_per_epoch,
-                                       cfg.seed + st.phase)
+        schedule = epoch_task_schedule(ctx.sampling, ctx.sizes, epoch, phase.epochs,
+                                       cfg.steps_per_epoch, cfg.seed + st.phase)
         started = time.time()
         while st.step < cfg.steps_per_epoch:
             position = (epoch - 1) * cfg.steps_per_epoch + st.step   # within the phase
@@ -414,8 +389,8 @@ class Run:
         if len(self.pending_losses) >= self.loss_sync_every:
             self._sync_losses(ctx)
         if self.bar is not None:
-            self.bar.update(1, f"{ctx.phase.name} epoch {epoch}/{ctx.phase.epochs} loss "
-                               f"{st.loss_sum / max(1, st.loss_count):.4f}{self.last_dev}")
+            self.bar.update(f"{ctx.phase.name} epoch {epoch}/{ctx.phase.epochs} loss "
+                            f"{st.loss_sum / max(1, st.loss_count):.4f}{self.last_dev}")
 
     def _sync_losses(self, ctx: PhaseContext) -> None:
         """Fold the steps' losses into the running mean with one host transfer, and stop at the
@@ -458,7 +433,8 @@ class Run:
         """The task's loss on a batch at the phase's 0-based step `position` (a device tensor,
         so that the teacher's weight can change inside a recorded graph)."""
         distilling = self.teachers is not None and ctx.phase.name == "joint"
-        with autocast(self.cfg, self.dist.device):
+        with torch.autocast(self.dist.device.type, dtype=torch.bfloat16,
+                            enabled=self.cfg.precision == "bf16"):
             raw = ctx.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
                             task=spec.name)
             teacher = self.teachers.outputs(spec.name, batch) if distilling else None
@@ -487,10 +463,8 @@ class Run:
             gen = torch.Generator().manual_seed(self.cfg.seed * 31 + self.state.step)
             combined = (ctx.gradvac(per_task, gen) if ctx.gradvac is not None
                         else pcgrad(per_task, gen))
-            offset = 0
-            for p in shared:
-                p.grad = combined[offset:offset + p.numel()].view_as(p).clone()
-                offset += p.numel()
+            for p, grad in zip(shared, combined.split([p.numel() for p in shared])):
+                p.grad = grad.view_as(p).clone()
         if self.cfg.max_grad_norm:
             torch.nn.utils.clip_grad_norm_(ctx.opts.order, self.cfg.max_grad_norm)
         for opt in ctx.opts.opts.values():
@@ -508,8 +482,7 @@ class Run:
         kill_point("dev")
         score, best = self._judge(ctx, dev)
         improved = best is not st.best
-        alpha = (sampling_alpha(self.cfg.sampling, epoch, ctx.phase.epochs)
-                 if len(ctx.specs) > 1 else None)
+        alpha = sampling_alpha(ctx.sampling, epoch, ctx.phase.epochs)
         record = {"phase": ctx.phase.name, "epoch": epoch, "global_epoch": st.global_epoch + 1,
                   "train_loss": st.loss_sum / max(1, st.loss_count), "alpha": alpha,
                   "task_probs": dict(zip([s.name for s in ctx.specs],
@@ -524,8 +497,10 @@ class Run:
         self.last_dev = f" | dev avg {100 * dev['avg']:.2f} (epoch {st.global_epoch + 1})"
         if improved:
             st.best = best
-            self.save_best({**best, "params": self.model.param_counts(),
-                            "config": self.cfg.to_dict(), "wall_time_s": round(st.elapsed_s, 1)})
+            save_best(self.out, st.global_epoch + 1, self.model, self.tokenizer,
+                      self.frozen_trunk_file, {**best, "params": self.model.param_counts(),
+                                               "config": self.cfg.to_dict(),
+                                               "wall_time_s": round(st.elapsed_s, 1)})
 
     def _judge(self, ctx: PhaseContext, dev: dict[str, float]) -> tuple[float, dict | None]:
         """This epoch's score and the best result so far (a new dict when this epoch is best).

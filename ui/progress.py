@@ -49,13 +49,12 @@ def track(items: Iterable[T], description: str, total: int | None = None) -> Ite
 
 
 class StepBar:
-    """A bar over a known number of steps whose status text changes (training: loss, dev score).
+    """A bar over a known number of steps whose status text changes (training: loss, dev score):
+    a live rich bar on a terminal, otherwise a line every PLAIN_EVERY steps."""
+    PLAIN_EVERY = 50
 
-    On a terminal it is a live rich bar; otherwise it prints a line every `plain_every` steps.
-    """
-
-    def __init__(self, description: str, total: int, done: int = 0, plain_every: int = 50) -> None:
-        self.total, self.done, self.plain_every = total, done, plain_every
+    def __init__(self, description: str, total: int, done: int = 0) -> None:
+        self.total, self.done = total, done
         self.description, self.status = description, ""
         self._start, self._start_done = time.monotonic(), done
         self._bar = _bar() if _stderr.is_terminal else None
@@ -63,13 +62,13 @@ class StepBar:
             self._bar.start()
             self._task = self._bar.add_task(description, total=total, completed=done, status="")
 
-    def update(self, steps: int = 1, status: str | None = None) -> None:
-        self.done += steps
-        if status is not None:
-            self.status = status
+    def update(self, status: str) -> None:
+        """One more step done, and its status text."""
+        self.done += 1
+        self.status = status
         if self._bar is not None:
             self._bar.update(self._task, completed=self.done, status=self.status)
-        elif self.done % self.plain_every == 0 or self.done == self.total:
+        elif self.done % self.PLAIN_EVERY == 0 or self.done == self.total:
             say(self.line())
 
     def line(self) -> str:
@@ -81,9 +80,3 @@ class StepBar:
     def close(self) -> None:
         if self._bar is not None:
             self._bar.stop()
-
-    def __enter__(self) -> "StepBar":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

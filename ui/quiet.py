@@ -64,11 +64,9 @@ def configure(verbose: bool) -> None:
 
 @contextmanager
 def native_stderr_filtered() -> Iterator[None]:
-    """Drop ExecuTorch's known start-up lines that native code writes to file descriptor 2.
-
-    The descriptor is pointed at a temporary file for the duration; afterwards every other line is
-    written back to the real stderr, and on an exception every line is, noise included.
-    """
+    """Drop ExecuTorch's known start-up lines that native code writes to file descriptor 2: it
+    points at a temporary file meanwhile, then every other line (on an exception, every line) is
+    written back to the real stderr."""
     if is_verbose():
         yield
         return

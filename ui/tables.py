@@ -12,7 +12,8 @@ _stdout = Console(highlight=False)
 METRICS = {"acc": "accuracy", "f1": "F1", "pearson": "Pearson", "spearman": "Spearman"}
 
 
-def _points(value: float | None) -> str:
+def points(value: float | None) -> str:
+    """A score in points (×100, one decimal); – when missing."""
     return "–" if value is None else f"{value * 100:.1f}"
 
 
@@ -27,9 +28,9 @@ def metrics_table(result: dict[str, Any], title: str) -> None:
         table.add_column(METRICS[m], justify="right")
     table.add_column("average", justify="right")
     for t in tasks:
-        table.add_row(t, *(_points(result.get(f"{t}_{m}")) for m in present), "")
+        table.add_row(t, *(points(result.get(f"{t}_{m}")) for m in present), "")
     table.add_section()
-    table.add_row("all tasks", *[""] * len(present), _points(result["avg"]))
+    table.add_row("all tasks", *[""] * len(present), points(result["avg"]))
     _stdout.print(table)
     _stdout.print("average: mean of the accuracies and (Pearson+1)/2, in points", style="dim")
 
