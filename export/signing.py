@@ -1,54 +1,9 @@
 """Signed bundles: an OpenSSF Model Signing signature (`model.sig`) that a loader checks before
 any runtime, or even the manifest parser, sees a byte of the bundle.
 
-    priv, pub = generate_keypair(Path("keys"))            # ECDSA P-256, PEM files
-    sign_bundle(Path("bundles/NAME"), priv)              # writes bundles/NAME/model.sig
-    verify_bundle_signature(Path("bundles/NAME"), pub)   # every file hashed; SignatureError
-    verify_bundle_signature(folder, pub, check_files=False)  # loaders: manifest only (below)
-
-Signing uses the `model-signing` package (OpenSSF Model Signing 1.1, elliptic-key signer,
-`pip install 'palkit[sign]'`). Verifying needs only `cryptography`: it is the format below,
-written out, so that the Android app checks the very same steps with `java.security`
-(`android_demo/core/src/test/resources/signing/` holds the golden vectors both sides test).
-
-The format of `model.sig` (a Sigstore bundle, v0.3, JSON):
-
-    {"mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
-     "verificationMaterial": {"publicKey": {"hint": HINT}, "tlogEntries": []},
-     "dsseEnvelope": {"payloadType": "application/vnd.in-toto+json",
-                      "payload": base64(STATEMENT),
-                      "signatures": [{"sig": base64(DER ECDSA signature), "keyid": ""}]}}
-
-* HINT: hex SHA-256 of the signer's public key as PEM text: "-----BEGIN PUBLIC KEY-----\\n",
-  the base64 of its X.509 SubjectPublicKeyInfo DER in lines of 64 characters, each ending in
-  "\\n", then "-----END PUBLIC KEY-----\\n" (Java: `Base64.getMimeEncoder(64, "\\n".getBytes())`
-  of `PublicKey.getEncoded()`, plus a final "\\n").
-* The signature is ECDSA on P-256 with SHA-256 (Java `SHA256withECDSA`, DER-encoded) over the
-  DSSE pre-authentication encoding of the payload *bytes as carried*:
-  PAE = "DSSEv1 28 application/vnd.in-toto+json " + len(STATEMENT) + " " + STATEMENT.
-  No JSON canonicalization is involved: the verifier decodes the base64 and verifies those bytes.
-* STATEMENT (an in-toto Statement v1) has "_type": "https://in-toto.io/Statement/v1",
-  "predicateType": "https://model_signing/signature/v1.0" and a predicate with
-  "serialization": {"method": "files", "hash_type": "sha256", "ignore_paths": ["model.sig"],
-  "allow_symlinks": false} and "resources": [{"name": relative '/' path, "algorithm":
-  "sha256", "digest": hex}] — one per file of the bundle folder except model.sig.
-
-Verification, in this order (each failure is one SignatureError line naming a file, with a
-`reason` code the Java side reports too):
-
-1. `model.sig` missing -> "unsigned"; not the JSON above -> "bad_format".
-2. HINT present and not the trusted key's -> "wrong_key".
-3. ECDSA over PAE fails with the trusted key -> "bad_signature" (model.sig edited).
-4. Statement types, serialization and algorithms as above, else "bad_format".
-5. SHA-256 of manifest.json's bytes != its signed digest -> "manifest_changed".
-6. An entry of manifest.json's "files" absent from the statement, or with another digest
-   -> "manifest_changed" (the manifest and the signature disagree).
-7. Only when `check_files`: each signed file hashed -> "file_missing" / "file_changed"; a file
-   in the folder that the statement does not list -> "file_unsigned".
-
-A loader runs 1-6 (one 8 KiB hash and one ECDSA check, ~1 ms) before reading the manifest: the
-manifest is then authentic, and it pins every file's size and SHA-256, which the loader checks
-before a runtime opens each file. `palkit verify` runs 1-7.
+Signing uses the `model-signing` package (`pip install 'palkit[sign]'`). Verifying needs only
+`cryptography`: it is the format written out step by step (export/BUNDLE.md, "model.sig"), so
+that the Android app checks the very same steps with `java.security`.
 """
 from __future__ import annotations
 
@@ -57,7 +12,6 @@ import binascii
 import hashlib
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -300,107 +254,3 @@ def check_signed_files(folder: Path, signed: dict[str, str]) -> None:
         if rel != SIGNATURE_FILE and rel not in signed:
             raise SignatureError(path, "file_unsigned", "not covered by the signature (added "
                                  "after signing); remove it or sign the bundle again")
-
-
-# ---- golden vectors for the app (python -m export.signing golden OUT_DIR) --------------------
-
-# Placeholders named .bin, not .pte/.ptd/.onnx*: no runtime may ever take them for models.
-GOLDEN_FILES = {"vocab.txt": b"[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\nfilm\n",
-                "executorch/trunk-program.bin": b"golden vector: stands for trunk.pte\n",
-                "executorch/trunk-data.bin": b"golden vector: stands for trunk.ptd\n",
-                "executorch/sst-program.bin": b"golden vector: stands for a task's weights file\n",
-                "onnx/trunk-graph.bin": b"golden vector: stands for trunk.onnx\n",
-                "onnx/sst-adapter.bin": b"golden vector: stands for a task's .onnx_adapter\n"}
-
-
-def golden_manifest(folder: Path):
-    """A valid manifest over GOLDEN_FILES (placeholders: no runtime ever loads them)."""
-    from export.manifest import (IO, ExecuTorchSection, FileEntry, Manifest, OnnxRuntimeSection,
-                                 TaskEntry, TokenizerSettings, Trunk)
-    trunk_sha = hashlib.sha256(b"golden trunk").hexdigest()
-    return Manifest(
-        palkit_version="0.1.0", trunk=Trunk(trunk_sha, "golden", 8, 2, None),
-        tokenizer=TokenizerSettings("vocab.txt", True, True, 16, "[CLS]", "[SEP]", "[PAD]",
-                                    "[UNK]", "[MASK]", 100),
-        quantization={"scheme": "fp32", "details": "none"},
-        runtimes={"executorch": ExecuTorchSection("1.5.1", "2.13.0", "xnnpack",
-                                                  "executorch/trunk-program.bin",
-                                                  "executorch/trunk-data.bin", "forward",
-                                                  ["head.out.weight_t"], 16,
-                                                  {"min": 2, "max": 16, "dynamic": True}, None),
-                  "onnxruntime": OnnxRuntimeSection("1.31.1", 17, "onnx/trunk-graph.bin", 16,
-                                                    None, None)},
-        tasks=[TaskEntry("sst", "single_classification", ["negative", "positive"], None,
-                         "accuracy", 2, trunk_sha, {"executorch": "executorch/sst-program.bin",
-                                                    "onnxruntime": "onnx/sst-adapter.bin"}, {})],
-        files={rel: FileEntry(*file_digest(folder / rel)) for rel in GOLDEN_FILES}, io=IO)
-
-
-def write_golden(out: Path, keys: Path) -> dict[str, dict[str, str]]:
-    """One bundle folder per case under `out`, signed with keys/signer.key.pem (wrong_key: with
-    keys/other.key.pem), and each case's verdicts against keys/signer.pub.pem, also written to
-    out/expected.json: {"full": reason, "manifest_only": reason, "file": path it names}.
-    manifest_only "ok" for tampered_file: the loader's manifest hash check refuses that file."""
-    import shutil
-
-    from export.manifest import write_manifest
-
-    def fresh(name: str, key: Path | None) -> Path:
-        folder = out / name
-        shutil.rmtree(folder, ignore_errors=True)
-        for rel, data in GOLDEN_FILES.items():
-            write_bytes(folder / rel, data)
-        write_manifest(folder, golden_manifest(folder))
-        if key is not None:
-            sign_bundle(folder, key)
-        return folder
-
-    signer, other = keys / "signer.key.pem", keys / "other.key.pem"
-    fresh("valid", signer)
-    fresh("unsigned", None)
-    fresh("wrong_key", other)
-    edited = fresh("tampered_manifest", signer) / MANIFEST_FILE
-    write_bytes(edited, edited.read_bytes().replace(b'"positive"', b'"negative"', 1))
-    changed = fresh("tampered_file", signer) / "executorch" / "sst-program.bin"
-    write_bytes(changed, changed.read_bytes().replace(b"task", b"TASK"))
-    sig = fresh("tampered_signature", signer) / SIGNATURE_FILE
-    doc = json.loads(sig.read_bytes())   # a payload edit keeps the hint: only ECDSA catches it
-    payload = base64.b64decode(doc["dsseEnvelope"]["payload"]).replace(b"sst-program", b"sst-programs")
-    doc["dsseEnvelope"]["payload"] = base64.b64encode(payload).decode()
-    write_bytes(sig, json.dumps(doc, indent=2).encode())
-    cases = sorted(p.name for p in out.iterdir() if p.is_dir() and p.name != "keys")
-    expected = {name: golden_verdicts(out / name, keys / "signer.pub.pem") for name in cases}
-    write_bytes(out / "expected.json",
-                (json.dumps(expected, indent=2, sort_keys=True) + "\n").encode())
-    return expected
-
-
-def golden_verdicts(folder: Path, trusted: Path) -> dict[str, str]:
-    verdicts = {}
-    for mode, check_files in (("full", True), ("manifest_only", False)):
-        try:
-            verify_bundle_signature(folder, trusted, check_files)
-            verdicts[mode] = "ok"
-        except SignatureError as e:
-            verdicts[mode] = e.reason
-            verdicts.setdefault("file", Path(e.file).relative_to(folder).as_posix())
-    return verdicts
-
-
-def main(argv: list[str]) -> int:
-    if len(argv) != 2 or argv[0] != "golden":
-        print("usage: python -m export.signing golden OUT_DIR   (test keys: OUT_DIR/keys/, made "
-              "when absent)", file=sys.stderr)
-        return 2
-    out = Path(argv[1])
-    keys = out / "keys"
-    if not (keys / "signer.key.pem").is_file():
-        generate_keypair(keys, "signer")
-        generate_keypair(keys, "other")
-    for name, verdict in write_golden(out, keys).items():
-        print(f"{name}: {verdict}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

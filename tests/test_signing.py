@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -16,11 +17,11 @@ import pytest
 
 from export.manifest import BundleError, FileEntry, read_manifest, write_manifest
 from export.signing import (SIGNATURE_FILE, TRUST_KEY_ENV, SignatureError, generate_keypair,
-                            golden_verdicts, resolve_trust_key, sign_bundle,
-                            verify_bundle_signature, write_golden)
+                            resolve_trust_key, sign_bundle, verify_bundle_signature)
 from trainer.fileio import file_digest
 
 GOLDEN = Path(__file__).parents[1] / "android_demo/core/src/test/resources/signing"
+VECTORS = Path(__file__).parents[1] / "android_demo/host/signing_vectors.py"
 KEYS = GOLDEN / "keys"
 TRUSTED = KEYS / "signer.pub.pem"
 
@@ -193,18 +194,26 @@ def test_trust_key_from_option_then_environment(monkeypatch, tmp_path):
 
 # ---- golden vectors for the app --------------------------------------------------------------
 
+def _vectors():
+    """android_demo/host/signing_vectors.py (the app's folder is not a Python package)."""
+    spec = importlib.util.spec_from_file_location("palkit_signing_vectors", VECTORS)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_committed_golden_vectors_give_their_verdicts():
     expected = json.loads((GOLDEN / "expected.json").read_text())
     assert set(expected) == {"valid", "unsigned", "wrong_key", "tampered_manifest",
                              "tampered_file", "tampered_signature"}
     for name, verdict in expected.items():
-        assert golden_verdicts(GOLDEN / name, TRUSTED) == verdict, name
+        assert _vectors().golden_verdicts(GOLDEN / name, TRUSTED) == verdict, name
         assert reference_accepts(GOLDEN / name, TRUSTED) == (verdict["full"] == "ok"), name
 
 
 def test_regenerated_golden_vectors_give_the_same_verdicts(tmp_path):
     shutil.copytree(KEYS, tmp_path / "keys")
-    regenerated = write_golden(tmp_path, tmp_path / "keys")
+    regenerated = _vectors().write_golden(tmp_path, tmp_path / "keys")
     assert regenerated == json.loads((GOLDEN / "expected.json").read_text())
     # same files and manifests; only the ECDSA signatures (random nonce) differ
     for name in regenerated:
