@@ -202,7 +202,7 @@ def test_reexport_is_byte_identical(onnx_fp32, tiny_pal_run, tiny_data, tmp_path
 
 
 @pytest.mark.slow
-def test_executorch_reexport_is_byte_identical(et_fp32, tiny_pal_run, tiny_data, tmp_path):
+def test_executorch_fp32_reexport_is_byte_identical(et_fp32, tiny_pal_run, tiny_data, tmp_path):
     # the programs, their trunk data and every task's weights file, bit for bit
     again = tmp_path / "again"
     export_run(tiny_pal_run, again, target="android", quant="fp32", tasks=["sst", "sts"],
@@ -532,7 +532,8 @@ def test_crash_during_export_leaves_no_half_bundle(onnx_fp32, tiny_pal_run, tiny
 
 
 @pytest.mark.slow
-def test_executorch_reexport_is_byte_identical(android_int8, tiny_pal_run, tiny_data, tmp_path):
+def test_executorch_int8_reexport_is_byte_identical(android_int8, tiny_pal_run, tiny_data,
+                                                    tmp_path):
     again = tmp_path / "again"
     export_run(tiny_pal_run, again, target="android", quant="int8", tasks=["quora"],
                data_dir=tiny_data, **QUIET)
