@@ -113,15 +113,17 @@ def subject_flops(s: Subject, seq: int, sequential_all: bool) -> dict[str, int |
 
 # ---- one job each ------------------------------------------------------------------------------
 
-def record_ceiling(threads: int, data: dict[str, Any], timeout: float) -> None:
-    r = run_worker({"mode": "ceiling", "threads": threads, "min_seconds": 0.5}, timeout)
-    data["ceiling"][str(threads)] = r
-    say(f"ceiling, {threads} thread(s): fp32 {r.get('fp32_gflops_best', 0):.1f} GFLOP/s, "
+def record_ceiling(job: Job, data: dict[str, Any], o: BenchOptions) -> None:
+    r = run_worker({"mode": "ceiling", "threads": job.threads, "min_seconds": 0.5},
+                   o.worker_timeout)
+    data["ceiling"][str(job.threads)] = r
+    say(f"ceiling, {job.threads} thread(s): fp32 {r.get('fp32_gflops_best', 0):.1f} GFLOP/s, "
         f"int8 {r.get('int8_gops_best') or 0:.1f} GOP/s")
 
 
-def record_load(s: Subject, job: Job, data: dict[str, Any], timeout: float) -> None:
+def record_load(job: Job, data: dict[str, Any], o: BenchOptions) -> None:
     """Cold load, swap and memory of one subject (and of its all-tasks program alone)."""
+    s, timeout = job.subject, o.worker_timeout
     entry = {"role": s.role, "runtime": s.runtime, "precision": s.precision, "label": s.label,
              "pal_layers": list(s.pal_layers), "num_layers": s.num_layers, "tasks": list(s.tasks),
              "bundle": s.sizes, "all_tasks_program": s.all_tasks is not None,
@@ -191,13 +193,17 @@ def latency_spec(subject: dict[str, Any], configs: list[str], t: LatencyBudget) 
             "block": t.block}
 
 
-def record_latency(s: Subject, job: Job, timing: LatencyBudget, data: dict[str, Any],
-                    timeout: float) -> None:
+def p50s(rows: list[dict[str, Any]]) -> str:
+    return ", ".join(f"{row['config']}={row['p50_ms']:.2f}ms" if row["p50_ms"] is not None
+                     else f"{row['config']}=failed" for row in rows)
+
+
+def record_latency(job: Job, data: dict[str, Any], o: BenchOptions) -> None:
     """p50/p90 of each task and of all tasks on one input, timed in interleaved rounds of blocks."""
-    n, seq = job.threads, job.seq_len
+    s, n, seq = job.subject, job.threads, job.seq_len
     configs = [f"task:{t}" for t in s.tasks] + (["all_tasks"] if len(s.tasks) > 1 else [])
-    r = run_worker({**latency_spec(s.worker_subject(), configs, timing), "threads": n,
-                    "seq_len": seq}, timeout)
+    r = run_worker({**latency_spec(s.worker_subject(), configs, o.timing), "threads": n,
+                    "seq_len": seq}, o.worker_timeout)
     rows = r.get("rows") or [{"config": c, "p50_ms": None, "p90_ms": None, "runs": 0,
                               "error": r.get("error", "no result")} for c in configs]
     sequential = any(row.get("all_tasks_mode") == "sequential" for row in rows) \
@@ -211,21 +217,19 @@ def record_latency(s: Subject, job: Job, timing: LatencyBudget, data: dict[str, 
                    matmul_flops=flops.get(row["config"]), round=job.round)
         data["results"].append(row)
     say(f"{s.name} threads={n} seq={seq}" + (f" (round {job.round + 1})" if job.round else "")
-        + ": " + ", ".join(
-        f"{row['config']}={row['p50_ms']:.2f}ms" if row["p50_ms"] is not None
-        else f"{row['config']}=failed" for row in rows))
+        + f": {p50s(rows)}")
 
 
-def record_native_path(s: Subject, job: Job, timing: LatencyBudget, data: dict[str, Any],
-                        timeout: float) -> None:
+def record_native_path(job: Job, data: dict[str, Any], o: BenchOptions) -> None:
     """The app's own C++ path (JNI over ExecuTorch's Module) on a PAL bundle's ExecuTorch files:
     its latency rows and, once, its load and memory as a subject of its own."""
     from bench.native import NativePathError, measure_native, native_subject_entry
 
+    s = job.subject
     name = s.name.replace("/executorch", "/executorch-cpp")
     try:
-        r = measure_native(s.extra["bundle_dir"], job.seq_len, job.threads, timing.min_runs,
-                           timing.warmup, timeout)
+        r = measure_native(s.extra["bundle_dir"], job.seq_len, job.threads, o.timing.min_runs,
+                           o.timing.warmup, o.worker_timeout)
     except NativePathError as e:
         data["notes"].append(f"{name}: not measured: {e}")
         say(f"{name}: not measured: {e}")
@@ -236,8 +240,11 @@ def record_native_path(s: Subject, job: Job, timing: LatencyBudget, data: dict[s
                    seq_len=job.seq_len, precision=s.precision,
                    id=latency_id(name, row["config"], job.threads, job.seq_len))
         data["results"].append(row)
-    say(f"{name} threads={job.threads} seq={job.seq_len}: " + ", ".join(
-        f"{row['config']}={row['p50_ms']:.2f}ms" for row in r["rows"]))
+    say(f"{name} threads={job.threads} seq={job.seq_len}: {p50s(r['rows'])}")
+
+
+RECORD = {"ceiling": record_ceiling, "load": record_load, "latency": record_latency,
+          "native": record_native_path}
 
 
 # ---- accuracy ----------------------------------------------------------------------------------
@@ -249,7 +256,7 @@ def evaluate_accuracy(subjects: list[Subject], runs: list[Path], data_dir: Path,
     acc: dict[str, Any] = {}
     jobs = [(s, None, split) for s in subjects if s.role != "peer" for split in splits] + \
            [(None, run, split) for run in runs for split in splits]
-    for s, run, split in track(jobs, "bench: accuracy", total=len(jobs)):
+    for s, run, split in track(jobs, "bench: accuracy"):
         try:
             if s is not None:
                 acc.setdefault(s.name, {})[split] = bundle_accuracy(s, data_dir, split,
@@ -338,15 +345,8 @@ def bench(bundles: list[Path], runs: list[Path], out: Path,
                          "for the peers")
     data = new_bench_data(machine, notes, o)
     jobs = plan(subjects, o.threads, o.seq_lens, o.ceiling, o.native, o.rounds)
-    for job in track(jobs, "bench", total=len(jobs)):
-        if job.subject is None:
-            record_ceiling(job.threads, data, o.worker_timeout)
-        elif job.kind == "load":
-            record_load(job.subject, job, data, o.worker_timeout)
-        elif job.kind == "native":
-            record_native_path(job.subject, job, o.timing, data, o.worker_timeout)
-        else:
-            record_latency(job.subject, job, o.timing, data, o.worker_timeout)
+    for job in track(jobs, "bench"):
+        RECORD[job.kind](job, data, o)
     data["results"] = merge_rounds(data["results"])
     if o.splits and o.data_dir is None:
         notes.append("accuracy skipped: no data directory")

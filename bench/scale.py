@@ -91,11 +91,6 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def folder_bytes(folder: Path) -> dict[str, int]:
-    return {p.relative_to(folder).as_posix(): p.stat().st_size
-            for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
 def export_timed(model_dir: Path, tasks: int, opts: ScaleOptions) -> dict[str, Any]:
     """Export a bundle of `tasks` synthetic tasks (timed: lowering and task files), make it
     loadable (vocabulary and manifest, not timed), and time adding one more task to a copy."""
@@ -115,7 +110,10 @@ def export_timed(model_dir: Path, tasks: int, opts: ScaleOptions) -> dict[str, A
     details = write_executorch(model, exported, out, opts.int8, opts.seq_len, calib, True, say)
     result: dict[str, Any] = {"export_s": time.perf_counter() - t0,
                               "export_cpu_s": cpu_seconds() - c0, "tasks": exported,
-                              "files": folder_bytes(out / "executorch"), "bundle": str(out)}
+                              "bundle": str(out)}
+    files = out / "executorch"
+    result["files"] = {p.relative_to(files).as_posix(): p.stat().st_size
+                       for p in sorted(files.rglob("*")) if p.is_file()}
     write_vocab(tokenizer, out / "vocab.txt")
     details["float_layers"] = []
     write_manifest(out, build_manifest(out, model, model_dir, trunk_sha, tokenizer, opts.seq_len,
