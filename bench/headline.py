@@ -160,10 +160,10 @@ def headline(data: dict[str, Any], prefix: str, m: Measurements) -> tuple[dict[s
         _all_tasks_ratio(h, key, names)
     _accuracy(h, pal)
     for key in SUMMARY_KEYS:
-        if key not in ("machine", "notes", *TARGET_CONTEXT.values()) and h.out[key] is None:
-            if not any(n.startswith(f"{key}:") for n in h.notes):
-                why = MISSING_INPUT.get(key, "not measured (the inputs lack what it needs)")
-                h.notes.append(f"{key}: {why}")
+        if (key not in ("machine", "notes", *TARGET_CONTEXT.values()) and h.out[key] is None
+                and not any(n.startswith(f"{key}:") for n in h.notes)):
+            why = MISSING_INPUT.get(key, "not measured (the inputs lack what it needs)")
+            h.notes.append(f"{key}: {why}")
     h.notes.append(f"accuracy in points (0-100, the trainer's average: accuracies and "
                    f"(Pearson+1)/2) on the {accuracy_split(data)} split")
     h.out["notes"] = h.notes
@@ -381,8 +381,7 @@ def ceiling_fraction(hosts: list[BenchInput], m: Measurements) -> list[dict[str,
             flops, p50 = row.get("matmul_flops"), row.get("p50_ms")
             if not flops or not p50:
                 continue
-            prec = subs.get(row.get("subject"), {}).get("precision", "fp32")
-            kind = "int8" if prec == "int8" else "fp32"
+            kind = "int8" if subs.get(row.get("subject"), {}).get("precision") == "int8" else "fp32"
             ceil = m.get(measurement_id(prefix, "ceiling", kind, f"t{row['threads']}"))
             achieved = flops / (p50 / 1e3) / 1e9
             out.append({"id": f"{prefix}{row['id']}", "subject": row["subject"],

@@ -143,15 +143,6 @@ def add_task_timed(model, tokenizer, task: str, bundle: Path) -> dict[str, Any]:
 
 # ---- measuring ---------------------------------------------------------------------------------
 
-def subject(export: dict[str, Any], vocab_size: int) -> dict[str, Any]:
-    """bench/worker.py's subject for an exported bundle."""
-    folder, names = str(export["bundle"]), export["tasks"]
-    tasks = {n: {"format": "bundle", "bundle": folder, "task": n} for n in names}
-    every = {"format": "bundle", "bundle": folder, "task": ALL_TASKS}
-    return {"name": f"T{len(names)}", "runtime": "executorch", "vocab_size": vocab_size,
-            "tasks": tasks, "all_tasks": every if len(names) > 1 else None}
-
-
 def worker(spec: dict[str, Any], opts: ScaleOptions) -> dict[str, Any]:
     result = run_worker({"threads": opts.threads, "seq_len": opts.seq_len, **spec}, opts.timeout_s)
     if "error" in result:
@@ -165,8 +156,11 @@ def p50_of(rows: list[dict[str, Any]], config: str) -> float | None:
 
 def measure(export: dict[str, Any], vocab_size: int, opts: ScaleOptions) -> dict[str, Any]:
     """Every quantity of one exported bundle, each process fresh."""
-    subj = subject(export, vocab_size)
-    names = export["tasks"]
+    folder, names = str(export["bundle"]), export["tasks"]
+    every = {"format": "bundle", "bundle": folder, "task": ALL_TASKS}
+    subj = {"name": f"T{len(names)}", "runtime": "executorch", "vocab_size": vocab_size,
+            "tasks": {n: {"format": "bundle", "bundle": folder, "task": n} for n in names},
+            "all_tasks": every if len(names) > 1 else None}  # bench/worker.py's subject
     load = worker({"mode": "load", "subject": subj}, opts)
     configs = [f"task:{names[0]}"] + (["all_tasks"] if len(names) > 1 else [])
     lat = worker(latency_spec(subj, configs, opts.timing), opts)["rows"]
