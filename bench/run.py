@@ -19,7 +19,8 @@ from typing import Any
 
 from bench.flops import model_flops
 from bench.machine import host_machine
-from bench.schema import PEERS, SCHEMA, VERSION, BenchError, BenchFileError, latency_id, validate
+from bench.schema import (PEERS, SCHEMA, VERSION, BenchError, BenchFileError, latency_id,
+                          swap_and_memory, validate)
 from bench.subjects import Subject, discover
 from export.manifest import RUNTIMES
 from trainer.checkpoint import read_metrics, read_run_config, separate_models
@@ -133,12 +134,12 @@ def record_load(job: Job, data: dict[str, Any], o: BenchOptions) -> None:
     # A cold load and a swap happen once per process; one process's figure moved by 2x between
     # bench runs on the same files, so the figures are medians over LOAD_REPEATS processes.
     loads = [run_worker({"mode": "load", **spec}, timeout) for _ in range(LOAD_REPEATS)]
-    load = next((r for r in loads if "error" in r), None) or median_load(loads)
-    if "error" in load:
-        entry["error"] = load["error"]
-        data["notes"].append(f"{s.name}: load measurement failed: {load['error']}")
+    failed = next((r["error"] for r in loads if "error" in r), None)
+    if failed:
+        entry["error"] = failed
+        data["notes"].append(f"{s.name}: load measurement failed: {failed}")
     else:
-        entry.update(load_entry(s, load))
+        entry.update(load_entry(s, loads))
     if s.all_tasks is not None and "error" not in entry:
         # Every task resident the cheap way: the all-tasks program holding the trunk once.
         prog = run_worker({"mode": "load_program", **spec}, timeout)
@@ -153,37 +154,24 @@ def record_load(job: Job, data: dict[str, Any], o: BenchOptions) -> None:
     data["subjects"][s.name] = entry
 
 
-def median_load(loads: list[dict[str, Any]]) -> dict[str, Any]:
-    """One load result from several processes' results: the median of each time (per task for
-    swaps), the memory of the first; every process's result kept under "repeats"."""
-    out = {**loads[0], "repeats": loads}
+def load_entry(s: Subject, loads: list[dict[str, Any]]) -> dict[str, Any]:
+    """The subject entry's load, swap and memory figures from its load workers' results: the
+    median of each time (per task for swaps), the memory of the first; every process's result
+    kept under load_detail's "repeats"."""
+    load = {**loads[0], "repeats": loads}
     for key in ("load_ms", "first_run_ms"):
-        out[key] = statistics.median(r[key] for r in loads)
+        load[key] = statistics.median(r[key] for r in loads)
     for key in ("swap_ms", "first_run_after_swap_ms"):
-        out[key] = {t: statistics.median(r[key][t] for r in loads) for t in loads[0][key]}
-    return out
-
-
-def load_entry(s: Subject, load: dict[str, Any]) -> dict[str, Any]:
-    """The subject entry's load, swap and memory figures from a load worker's result."""
-    base = load["rss_after_import"]
-    swaps = list(load["swap_ms"].values())
-    return {
-        "load_ms": {s.runtime: load["load_ms"]},
-        "first_result_ms": {s.runtime: load["load_ms"] + load["first_run_ms"]},
-        "swap_ms": {s.runtime: (sorted(swaps)[len(swaps) // 2] if swaps else None),
-                    "per_task": load["swap_ms"],
-                    "first_run_after_swap_ms": load["first_run_after_swap_ms"]},
-        "memory_rss_bytes": {
-            "after_import": base,
-            "one_task": load["rss_one_task"], "all_tasks": load["rss_all_tasks"],
-            "peak_one_task": load["peak_rss_one_task"],
-            "peak_all_tasks": load["peak_rss_all_tasks"],
-            # Current RSS, not the peak: on Linux a forked worker's ru_maxrss starts at the
-            # parent's peak, so it would measure this bench process, not the model.
-            "model_one_task": load["rss_one_task"] - base,
-            "model_all_tasks": load["rss_all_tasks"] - base},
-        "load_detail": load}
+        load[key] = {t: statistics.median(r[key][t] for r in loads) for t in loads[0][key]}
+    entry = {"load_ms": {s.runtime: load["load_ms"]},
+             "first_result_ms": {s.runtime: load["load_ms"] + load["first_run_ms"]},
+             **swap_and_memory(s.runtime, load["swap_ms"], load["first_run_after_swap_ms"],
+                               load["rss_after_import"], load["rss_one_task"],
+                               load["rss_all_tasks"]),
+             "load_detail": load}
+    entry["memory_rss_bytes"].update(peak_one_task=load["peak_rss_one_task"],
+                                     peak_all_tasks=load["peak_rss_all_tasks"])
+    return entry
 
 
 def latency_spec(subject: dict[str, Any], configs: list[str], t: LatencyBudget) -> dict[str, Any]:
