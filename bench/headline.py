@@ -105,12 +105,9 @@ class Headline:
         return task_p50(self.m, self.prefix, name, self.subs[name]["tasks"], self.threads, self.seq)
 
     def fastest(self, names: list[str]) -> tuple[str | None, float | None, list[str]]:
-        best: tuple[str | None, float | None, list[str]] = (None, None, [])
-        for n in names:
-            v, ids = self.task_p50(n)
-            if v is not None and (best[1] is None or v < best[1]):
-                best = (n, v, ids)
-        return best
+        timed = [(v, n, ids) for n in names for v, ids in [self.task_p50(n)] if v is not None]
+        v, n, ids = min(timed, key=lambda t: t[0], default=(None, None, []))
+        return n, v, ids
 
     def set(self, key: str, value: float | None, ids: list[str]) -> None:
         self.out[key], self.src[key] = value, ids

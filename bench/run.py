@@ -26,6 +26,8 @@ from export.manifest import RUNTIMES
 from trainer.checkpoint import read_metrics, read_run_config, separate_models
 from trainer.errors import PalkitError
 from trainer.fileio import write_text
+from trainer.metrics import average_score
+from trainer.tasks import BUILTIN_TASKS
 from ui.progress import say, track
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -264,9 +266,7 @@ def bundle_accuracy(s: Subject, data_dir: Path, split: str, max_examples: int | 
                     notes: list[str]) -> dict[str, Any]:
     """A subject's tasks scored from its bundle(s) as its runtime runs them, and their average
     over the tasks that have `split` (CFIMDB has no test split), said in a note when not all."""
-    from trainer.metrics import average_score
-    from export.evaluate import evaluate_bundle
-    from trainer.tasks import BUILTIN_TASKS
+    from export.evaluate import evaluate_bundle  # looked up per call: tests replace it
 
     merged: dict[str, Any] = {}
     for b in sorted({src["bundle"] for src in s.tasks.values()}):
@@ -296,9 +296,7 @@ def optimizer_steps(run: Path) -> int | None:
 def run_accuracy(run: Path, subjects: list[Subject], data_dir: Path, split: str,
                  max_examples: int | None, notes: list[str]) -> dict[str, Any]:
     """A training run in fp32 PyTorch, averaged over the tasks the benchmarked bundles have."""
-    from trainer.metrics import average_score
     from trainer.scoring import score_run
-    from trainer.tasks import BUILTIN_TASKS
 
     r = score_run(Path(run), data_dir, split, None, max_examples)
     # Compare like with like: a run that also holds tasks no benchmarked bundle has (e.g. one

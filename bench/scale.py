@@ -150,10 +150,6 @@ def worker(spec: dict[str, Any], opts: ScaleOptions) -> dict[str, Any]:
     return result
 
 
-def p50_of(rows: list[dict[str, Any]], config: str) -> float | None:
-    return next((r.get("p50_ms") for r in rows if r["config"] == config), None)
-
-
 def measure(export: dict[str, Any], vocab_size: int, opts: ScaleOptions) -> dict[str, Any]:
     """Every quantity of one exported bundle, each process fresh."""
     folder, names = str(export["bundle"]), export["tasks"]
@@ -164,6 +160,7 @@ def measure(export: dict[str, Any], vocab_size: int, opts: ScaleOptions) -> dict
     load = worker({"mode": "load", "subject": subj}, opts)
     configs = [f"task:{names[0]}"] + (["all_tasks"] if len(names) > 1 else [])
     lat = worker(latency_spec(subj, configs, opts.timing), opts)["rows"]
+    p50 = {r["config"]: r.get("p50_ms") for r in lat}
     swaps = list(load["swap_ms"].values())
     files = export["files"]
     task_files = [b for rel, b in files.items() if rel.startswith("syn")]
@@ -175,8 +172,8 @@ def measure(export: dict[str, Any], vocab_size: int, opts: ScaleOptions) -> dict
         "memory_all_ready_bytes": load["rss_all_tasks"] - load["rss_after_import"],
         "memory_one_task_bytes": load["rss_one_task"] - load["rss_after_import"],
         "swap_p50_ms": percentile(swaps, 50) if swaps else None,
-        "one_task_p50_ms": p50_of(lat, configs[0]),
-        "all_tasks_p50_ms": p50_of(lat, configs[-1]),  # T=1: its one task
+        "one_task_p50_ms": p50.get(configs[0]),
+        "all_tasks_p50_ms": p50.get(configs[-1]),  # T=1: its one task
         "task_file_bytes": statistics.fmean(task_files) if task_files else None,
         "task_tensor_bytes": task_tensor_bytes(Path(export["bundle"]), names),
         "detail": {"files": files, "load_ms": load["load_ms"], "swap_ms": load["swap_ms"],
