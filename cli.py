@@ -50,7 +50,6 @@ def main_options(
         "--version", callback=_print_version, is_eager=True, help="print the version and exit")]
         = None,
 ) -> None:
-    """palkit: one BERT trunk, swappable PAL adapters per task, quantized for phones."""
     quiet.configure(verbose)
 
 

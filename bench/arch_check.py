@@ -82,15 +82,6 @@ def native_logits(build, bundle: Path, task: str, encoded: list[Encoded]) -> tor
     return torch.tensor(json.loads(done.stdout), dtype=torch.float32)
 
 
-def task_record(spec, fp32: torch.Tensor, host: torch.Tensor, phone: torch.Tensor,
-                gold: list[float], source: str, gate: Gate) -> dict[str, Any]:
-    """One task's record: the phone against the host's int8 and fp32, and the host against fp32."""
-    return {"examples": len(fp32), "source": source,
-            "vs_host_int8": compare(spec, host, phone, None, source, gate),
-            "vs_fp32": compare(spec, fp32, phone, gold, source, gate),
-            "host_int8_vs_fp32": compare(spec, fp32, host, gold, source, gate)}
-
-
 def dev_sample(spec, tokenizer, max_len: int, data_dir: Path,
                n: int | None) -> tuple[list[Encoded], list[float], str]:
     """The task's dev examples (a stratified sample of n), encoded, their labels and source."""
@@ -146,22 +137,21 @@ def check_architecture(bundle: Path, run: Path, data_dir: Path, arch: str,
             f"in {time.time() - t0:.0f} s")
         host, _ = run_task(engine, name, encoded)
         fp32 = reference_batched(model, name, encoded)
-        tasks[name] = task_record(model.tasks[name], fp32, host, phone, gold, source, gate)
+        spec = model.tasks[name]  # the phone against the host's int8 and fp32; the host vs fp32
+        tasks[name] = {"examples": len(fp32), "source": source,
+                       "vs_host_int8": compare(spec, host, phone, None, source, gate),
+                       "vs_fp32": compare(spec, fp32, phone, gold, source, gate),
+                       "host_int8_vs_fp32": compare(spec, fp32, host, gold, source, gate)}
         failures += [f for f in [failure(tasks[name]["vs_fp32"], f"{arch}/{name}", True, gate)]
                      if f]
     return {"arch": arch, "runtime": "executorch", "path": "the app's JNI and Java "
             "(android_demo/host/native_host.py)",
             "launcher": " ".join([*map(str, build.launcher[:-1]), "java"]),
-            "qemu": _qemu_version(build.launcher[0]),
+            "qemu": (".".join(map(str, native_host().qemu_version(build.launcher[0])))
+                     if "qemu" in Path(build.launcher[0]).name else None),
             "host_int8": "executorch Python runtime on this host", "gate": asdict(gate),
             "confidence": CONFIDENCE, "date": time.strftime("%Y-%m-%d", time.gmtime()),
             "tasks": tasks, "passed": not failures, "failures": failures}
-
-
-def _qemu_version(launcher: str) -> str | None:
-    if "qemu" not in Path(launcher).name:
-        return None
-    return ".".join(map(str, native_host().qemu_version(launcher)))
 
 
 def record_architecture(bundle: Path, record: dict[str, Any]) -> Path:

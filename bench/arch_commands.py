@@ -10,17 +10,17 @@ from typing import Annotated, Literal, Optional
 
 import typer
 
+from bench.commands import MEASURE
 from trainer.errors import PalkitError
 from trainer.options import DataDirOption
 
 app = typer.Typer()
-PANEL = "Measure and report"
 # Per task: about 8 minutes for the three tasks of a MiniLM bundle under qemu on the loaded
 # 2-core host (about 1 s an example, 2026-11-26); the whole split with --max-examples 0.
 DEFAULT_EXAMPLES = 150
 
 
-@app.command("verify-arch", rich_help_panel=PANEL, epilog="Example: palkit verify-arch "
+@app.command("verify-arch", rich_help_panel=MEASURE, epilog="Example: palkit verify-arch "
              "bundles/default-int8 --run runs/default --arch aarch64")
 def verify_arch(
     bundle: Annotated[Path, typer.Argument(metavar="BUNDLE", help="an int8 (or fp32) bundle "

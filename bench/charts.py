@@ -141,7 +141,13 @@ def draw_headline(rows: list[Row], data: dict[str, Any]):
     _headline_legend(fig, rows, targets, peer_target is not None, any(hatched))
     fig.suptitle(f"{machine_label(data['machine'])} · {seq} tokens, {threads} thread(s), batch 1",
                  fontsize=15)
-    fig.text(0.01, 0.01, _target_caption(), fontsize=12, color="#333333")
+    b = {k: v[1] for k, v in TARGETS.items()}
+    fig.text(0.01, 0.01, f"targets: size ≤ {b['size_ratio_vs_three_separate']:.2f}× three "
+             f"separate int8 models · one task ≤ {b['latency_ratio_pal_vs_plain']:.2f}× plain "
+             "int8 classifier on the same runtime, and ≤ the fastest peer\n"
+             f"all tasks ≤ {b['all_tasks_ratio_all_layers']}× one task (all-layer PALs), "
+             f"≤ {b['all_tasks_ratio_top_half']}× one task (top-half PALs)",
+             fontsize=12, color="#333333")
     fig.tight_layout(rect=(0, 0.07, 1, 0.885))
     for ax in axes:
         fit_labels(ax)
@@ -205,15 +211,6 @@ def _headline_legend(fig, rows: list[Row], targets: bool, peer_target: bool,
                              label="tasks run one after the other"))
     fig.legend(handles=handles, loc="upper center", ncol=3, frameon=False,
                bbox_to_anchor=(0.5, 0.955))
-
-
-def _target_caption() -> str:
-    b = {k: v[1] for k, v in TARGETS.items()}
-    return (f"targets: size ≤ {b['size_ratio_vs_three_separate']:.2f}× three separate int8 models · "
-            f"one task ≤ {b['latency_ratio_pal_vs_plain']:.2f}× plain int8 classifier on the same "
-            f"runtime, and ≤ the fastest peer\n"
-            f"all tasks ≤ {b['all_tasks_ratio_all_layers']}× one task (all-layer PALs), "
-            f"≤ {b['all_tasks_ratio_top_half']}× one task (top-half PALs)")
 
 
 # ---- accuracy vs size --------------------------------------------------------------------------

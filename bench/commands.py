@@ -6,16 +6,13 @@ Default outputs go under runs/reports/ (git-ignored), never over the committed r
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import Annotated, Optional
 
 import typer
 
 from bench.schema import PEERS
 from export.manifest import RUNTIMES
 from trainer.options import DataDirOption, TrustKeyOption
-
-if TYPE_CHECKING:
-    from bench.run import LatencyBudget
 
 app = typer.Typer()
 MEASURE = "Measure and report"
@@ -36,20 +33,6 @@ def _words(values: list[str], allowed: tuple[str, ...], flag: str) -> list[str]:
         raise typer.BadParameter(f"{', '.join(unknown)}: choose from {', '.join(allowed)}",
                                  param_hint=flag)
     return words
-
-
-def _scale(tasks: str, runs: list[Path], out: Path, threads: int, seq_len: int,
-           timing: "LatencyBudget", work: Path) -> None:
-    """`palkit bench --scale`: bench/scale.py on the first --run's model."""
-    from bench.scale import ScaleOptions, scale
-
-    if not runs:
-        raise typer.BadParameter("--scale needs --run RUN (the model whose trunk and task "
-                                 "shapes the synthetic tasks take)", param_hint="--scale")
-    target = DEFAULT_SCALE_OUT if out == DEFAULT_BENCH_OUT else out
-    scale(runs[0], target, ScaleOptions(tasks=_ints([tasks]), threads=threads, seq_len=seq_len,
-                                        timing=timing, work=work / "scale"))
-    typer.echo(f"wrote {target} and its .md and .png")
 
 
 @app.command(rich_help_panel=MEASURE, epilog="Example: palkit bench bundles/default "
@@ -111,8 +94,17 @@ def bench(
     from ui.progress import say
 
     timing = LatencyBudget(warmup, min_runs, min_seconds, max_seconds, block)
-    if scale:
-        _scale(scale, runs or [], out, _ints(threads)[0], _ints(seq_lens)[-1], timing, work)
+    if scale:  # bench/scale.py on the first --run's model
+        from bench.scale import ScaleOptions, scale as run_scale
+
+        if not runs:
+            raise typer.BadParameter("--scale needs --run RUN (the model whose trunk and task "
+                                     "shapes the synthetic tasks take)", param_hint="--scale")
+        target = DEFAULT_SCALE_OUT if out == DEFAULT_BENCH_OUT else out
+        run_scale(runs[0], target, ScaleOptions(
+            tasks=_ints([scale]), threads=_ints(threads)[0], seq_len=_ints(seq_lens)[-1],
+            timing=timing, work=work / "scale"))
+        typer.echo(f"wrote {target} and its .md and .png")
         return
     options = BenchOptions(
         runtimes=_words([runtimes], RUNTIMES, "--runtimes"),
@@ -156,6 +148,7 @@ def report(
     printed as a table.
     """
     from bench.report import build_report
+    from ui.progress import say
     from ui.tables import comparison_table, targets_table
 
     if not bench_files and not device_results:
@@ -166,21 +159,15 @@ def report(
     targets_table(result["targets"], "headline against the targets")
     for note in result["add_task"]["notes"][:1]:  # the recommendation, or what is missing
         typer.echo(note)
-    say_what_is_missing(result)
-    typer.echo(f"wrote {out / 'report.md'}, {out / 'report.json'} and "
-               f"{len(result['charts'])} charts" + (f"; summary {summary}" if summary else ""))
-
-
-def say_what_is_missing(report: dict) -> None:
-    """On the terminal, not only in report.md: each headline row left empty, with its reason,
-    and the bench's own notes (they name the command that fills the gap)."""
-    from ui.progress import say
-
-    notes = report["summary"].get("notes") or []
-    for key, target in report["targets"].items():
+    # On the terminal, not only in report.md: each headline row left empty, with its reason,
+    # and the bench's own notes (they name the command that fills the gap).
+    notes = result["summary"].get("notes") or []
+    for key, target in result["targets"].items():
         if target["value"] is None:
             why = next((n.split(": ", 1)[1] for n in notes if n.startswith(f"{key}: ")),
                        "not measured (see report.md)")
             say(f"not measured: {key}: {why}")
-    for note in report["host_notes"]:
+    for note in result["host_notes"]:
         say(f"bench note: {note}")
+    typer.echo(f"wrote {out / 'report.md'}, {out / 'report.json'} and "
+               f"{len(result['charts'])} charts" + (f"; summary {summary}" if summary else ""))

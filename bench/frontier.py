@@ -75,10 +75,6 @@ def frontier_points(data: dict[str, Any], prefix: str, m: Measurements,
     return points, split
 
 
-def _fastest_one_task(p: dict[str, Any]) -> float:
-    return min((v for v in p["one_task_ms"].values() if v is not None), default=float("inf"))
-
-
 def _fastest_then_smallest(points: list[dict[str, Any]], latency) -> str:
     """The fastest point, or among those within LATENCY_TIE of it the one with fewest bytes."""
     best = min(latency(p) for p in points)
@@ -101,7 +97,8 @@ def recommend(points: list[dict[str, Any]], split: str) -> dict[str, Any]:
     timed = [p for p in eligible if p.get("all_tasks_ms") is not None]
     if timed:
         out["all_tasks"] = _fastest_then_smallest(timed, lambda p: p["all_tasks_ms"])
-    out["one_task"] = _fastest_then_smallest(eligible, _fastest_one_task)
+    out["one_task"] = _fastest_then_smallest(eligible, lambda p: min(
+        (v for v in p["one_task_ms"].values() if v is not None), default=float("inf")))
     placements = [p for p in timed if p["name"].startswith("pals-")]
     if placements:
         best = min(placements, key=lambda p: p["all_tasks_ratio"] or float("inf"))
@@ -130,13 +127,6 @@ def frontier(data: dict[str, Any], prefix: str, m: Measurements,
 
 LATER_TASKS_FILE = Path(__file__).resolve().parent.parent / "results" / "later-tasks.json"
 LATER_TASKS_COMMAND = "python -m lab.later_tasks --work DIR"
-
-
-def add_task_flags(adapter: str) -> str:
-    """The study's adapter name (head, pal-top-1, pal-all) as add-task's options."""
-    if adapter == "head":
-        return "--adapter head"
-    return f"--adapter pal --pal-layers {adapter.removeprefix('pal-')}"
 
 
 def adapter_summary(adapter: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -177,9 +167,12 @@ def add_task_recommendation(path: Path | None) -> dict[str, Any]:
         best = eligible[0]
         out["adapter"] = best["adapter"]
         worst = min(best["vs_joint"].values())
+        # the study's adapter name (head, pal-top-1, pal-all) as add-task's options
+        flags = ("--adapter head" if best["adapter"] == "head" else
+                 f"--adapter pal --pal-layers {best['adapter'].removeprefix('pal-')}")
         out["notes"].append(
             f"how to add a task: {best['adapter']}, `palkit add-task RUN --task T "
-            f"{add_task_flags(best['adapter'])}` (the cheapest within "
+            f"{flags}` (the cheapest within "
             f"{WITHIN_POINTS} point of joint training for every left-out task, "
             f"{', '.join(left_out)}: worst "
             f"{worst:+.2f}; {best['adapter_bytes']:,} bytes, {100 * best['share_of_trunk']:.2f}% "

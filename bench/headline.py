@@ -105,12 +105,9 @@ class Headline:
         return task_p50(self.m, self.prefix, name, self.subs[name]["tasks"], self.threads, self.seq)
 
     def fastest(self, names: list[str]) -> tuple[str | None, float | None, list[str]]:
-        best: tuple[str | None, float | None, list[str]] = (None, None, [])
-        for n in names:
-            v, ids = self.task_p50(n)
-            if v is not None and (best[1] is None or v < best[1]):
-                best = (n, v, ids)
-        return best
+        timed = [(v, n, ids) for n in names for v, ids in [self.task_p50(n)] if v is not None]
+        v, n, ids = min(timed, key=lambda t: t[0], default=(None, None, []))
+        return n, v, ids
 
     def set(self, key: str, value: float | None, ids: list[str]) -> None:
         self.out[key], self.src[key] = value, ids
@@ -160,10 +157,10 @@ def headline(data: dict[str, Any], prefix: str, m: Measurements) -> tuple[dict[s
         _all_tasks_ratio(h, key, names)
     _accuracy(h, pal)
     for key in SUMMARY_KEYS:
-        if key not in ("machine", "notes", *TARGET_CONTEXT.values()) and h.out[key] is None:
-            if not any(n.startswith(f"{key}:") for n in h.notes):
-                why = MISSING_INPUT.get(key, "not measured (the inputs lack what it needs)")
-                h.notes.append(f"{key}: {why}")
+        if (key not in ("machine", "notes", *TARGET_CONTEXT.values()) and h.out[key] is None
+                and not any(n.startswith(f"{key}:") for n in h.notes)):
+            why = MISSING_INPUT.get(key, "not measured (the inputs lack what it needs)")
+            h.notes.append(f"{key}: {why}")
     h.notes.append(f"accuracy in points (0-100, the trainer's average: accuracies and "
                    f"(Pearson+1)/2) on the {accuracy_split(data)} split")
     h.out["notes"] = h.notes
@@ -381,8 +378,7 @@ def ceiling_fraction(hosts: list[BenchInput], m: Measurements) -> list[dict[str,
             flops, p50 = row.get("matmul_flops"), row.get("p50_ms")
             if not flops or not p50:
                 continue
-            prec = subs.get(row.get("subject"), {}).get("precision", "fp32")
-            kind = "int8" if prec == "int8" else "fp32"
+            kind = "int8" if subs.get(row.get("subject"), {}).get("precision") == "int8" else "fp32"
             ceil = m.get(measurement_id(prefix, "ceiling", kind, f"t{row['threads']}"))
             achieved = flops / (p50 / 1e3) / 1e9
             out.append({"id": f"{prefix}{row['id']}", "subject": row["subject"],

@@ -151,17 +151,14 @@ def ingest_device(data: dict[str, Any], file: str, m: Measurements) -> str:
     """A phone's file (the Android app's); returns its id prefix `device:<model>`."""
     label = machine_label(data["machine"])
     dev = "device:" + data["machine"]["model"].replace(" ", "_")
-    for k, v in (data.get("bundle") or {}).items():
-        if isinstance(v, (int, float)):
-            m.add(measurement_id(f"{dev}:", "size", k), v, "bytes", label, file, f"bundle {k}")
-    for rt, v in (data.get("load_ms") or {}).items():
-        m.add(measurement_id(f"{dev}:", "load_ms", rt), v, "ms", label, file, f"cold load on {rt}")
-    for rt, v in (data.get("swap_ms") or {}).items():
-        if isinstance(v, (int, float)):
-            m.add(measurement_id(f"{dev}:", "swap_ms", rt), v, "ms", label, file,
-                  f"adapter swap on {rt}")
-    for k, v in (data.get("memory_rss_bytes") or {}).items():
-        m.add(measurement_id(f"{dev}:", "memory", k), v, "bytes", label, file, f"RSS {k}")
+    # file key: (measurement kind, unit, what), each keyed by a size key, runtime or moment
+    for key, (kind, unit, what) in {"bundle": ("size", "bytes", "bundle {}"),
+                                    "load_ms": ("load_ms", "ms", "cold load on {}"),
+                                    "swap_ms": ("swap_ms", "ms", "adapter swap on {}"),
+                                    "memory_rss_bytes": ("memory", "bytes", "RSS {}")}.items():
+        for k, v in (data.get(key) or {}).items():
+            if isinstance(v, (int, float)):
+                m.add(measurement_id(f"{dev}:", kind, k), v, unit, label, file, what.format(k))
     for row in data["results"]:
         rid = f"{dev}:" + latency_id(row["runtime"], row["config"], row["threads"], row["seq_len"])
         for q in ("p50_ms", "p90_ms"):

@@ -34,9 +34,7 @@ def host_machine() -> dict[str, Any]:
 def _best_rate(fn, flops: int, min_seconds: float) -> float:
     """Best-of-batches rate in FLOP/s (a busy machine only ever makes a batch slower)."""
     fn()
-    best = float("inf")
-    start = time.perf_counter()
-    reps = 1
+    best, reps, start = float("inf"), 1, time.perf_counter()
     while True:
         t0 = time.perf_counter()
         for _ in range(reps):

@@ -28,7 +28,10 @@ def render_markdown(report: dict[str, Any], hosts: list[BenchInput],
                     devices: list[BenchInput]) -> str:
     lines = _machines(report) + _figures(report) + _headline(report) + _frontier(report)
     for host in hosts:
-        lines += _host_sections(report, host)
+        label = machine_label(host.data["machine"])
+        lines += (_sizes(host.data, label) + _latency(host.data, label) + _load(host.data, label)
+                  + _ceiling(report, host, label) + _accuracy(host.data)
+                  + _architectures(host.data))
     if report["pairwise"]:
         lines += _pairwise(report)
     for device in devices:
@@ -79,12 +82,6 @@ def _headline(report: dict[str, Any]) -> list[str]:
     lines += [f"- {n}" for n in s.get("notes") or []]
     lines += [f"- bench: {n}" for n in report.get("host_notes", [])]
     return lines
-
-
-def _host_sections(report: dict[str, Any], host: BenchInput) -> list[str]:
-    label = machine_label(host.data["machine"])
-    return (_sizes(host.data, label) + _latency(host.data, label) + _load(host.data, label)
-            + _ceiling(report, host, label) + _accuracy(host.data) + _architectures(host.data))
 
 
 def _sizes(data: dict[str, Any], label: str) -> list[str]:

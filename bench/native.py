@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from bench.schema import swap_and_memory
 from bench.worker import synthetic_input
 from export.manifest import read_manifest
 from trainer.errors import PalkitError
@@ -70,17 +71,10 @@ def native_subject_entry(pal_entry: dict[str, Any], result: dict[str, Any]) -> d
     """The bench file's subject entry for the native path of a PAL bundle's ExecuTorch files:
     the same bundle bytes, the JVM process's resident memory above the loaded runtime."""
     rss = result["rss_bytes"]
-    base = rss["runtime_loaded"]
-    swaps = list(result["swap_ms"].values())
     return {**{k: pal_entry[k] for k in ("precision", "pal_layers", "num_layers", "tasks",
                                              "bundle")},
             "role": "native", "runtime": "executorch-cpp", "label": f"{Path(result['bundle']).name}"
             f" (executorch C++, the app's native path)", "all_tasks_program": False,
             "first_result_ms": {"executorch-cpp": result["first_load_and_run_ms"]},
-            "swap_ms": {"executorch-cpp": sorted(swaps)[len(swaps) // 2] if swaps else None,
-                        "per_task": result["swap_ms"],
-                        "first_run_after_swap_ms": result["swap_and_run_ms"]},
-            "memory_rss_bytes": {"after_import": base, "one_task": rss["one_task"],
-                                 "all_tasks": rss["all_tasks"],
-                                 "model_one_task": rss["one_task"] - base,
-                                 "model_all_tasks": rss["all_tasks"] - base}}
+            **swap_and_memory("executorch-cpp", result["swap_ms"], result["swap_and_run_ms"],
+                              rss["runtime_loaded"], rss["one_task"], rss["all_tasks"])}

@@ -25,7 +25,7 @@ from torch import nn
 from bench.schema import BenchError
 from export.manifest import TEXT_INPUTS
 from export.onnx_export import OPSET
-from trainer.checkpoint import TRUNK_WEIGHTS, load_model, resolve_model_dir
+from trainer.checkpoint import load_model, resolve_model_dir
 
 PEER_RUNTIME = {"torch": "torch", "ort-int8": "onnxruntime", "et-int8": "executorch"}
 PEER_LABEL = {"torch": "PyTorch eager fp32", "ort-int8": "ORT int8 (Optimum recipe)",
@@ -72,16 +72,6 @@ class Mask4dClassifier(nn.Module):
         for i in range(len(m.trunk.encoder.layer)):
             h = m.layer(i, h, mask, None)
         return _score(self.spec, m.head(self.spec.name, h))
-
-
-def torch_source(model_dir: Path) -> dict[str, Any]:
-    return {"format": "torch", "model_dir": str(resolve_model_dir(model_dir))}
-
-
-def torch_files(model_dir: Path) -> list[Path]:
-    """What a PyTorch deployment ships: the trunk weights and the task's head weights."""
-    d = resolve_model_dir(model_dir)
-    return [d / "trunk" / TRUNK_WEIGHTS, *sorted((d / "tasks").glob("*/adapter.safetensors"))]
 
 
 def build_ort_int8(model_dir: Path, out_dir: Path, seq_len: int = 128) -> dict[str, Any]:

@@ -29,7 +29,15 @@ def build_report(bench_files: list[Path], device_files: list[Path], out: Path,
                           "--device-results FILE (from the Android app)")
     m = Measurements()
     hosts, devices = read_inputs(bench_files, device_files, m)
-    summary, sources = _summary(hosts, m)
+    if hosts:  # the headline of the first host file, every cited id checked to exist
+        summary, sources = headline(hosts[0].data, hosts[0].key, m)
+        for key, ids in sources.items():
+            missing = [i for i in ids if i not in m.items]
+            if summary.get(key) is not None and missing:
+                raise ReportError(f"internal: headline {key} cites unknown measurements {missing}")
+    else:
+        summary, sources = {k: None for k in SUMMARY_KEYS}, {}
+        summary["notes"] = ["no host bench file: the headline needs `palkit bench` results"]
     deployment = None
     if accuracy_file is not None and hosts:
         deployment = frontier(hosts[0].data, hosts[0].key, m, accuracy_file)
@@ -62,20 +70,6 @@ def build_report(bench_files: list[Path], device_files: list[Path], out: Path,
                                              "report": str(out / "report.json")},
                                             indent=1, sort_keys=True) + "\n")
     return report
-
-
-def _summary(hosts, m: Measurements) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The headline of the first host file, every cited id checked to exist."""
-    if not hosts:
-        summary: dict[str, Any] = {k: None for k in SUMMARY_KEYS}
-        summary["notes"] = ["no host bench file: the headline needs `palkit bench` results"]
-        return summary, {}
-    summary, sources = headline(hosts[0].data, hosts[0].key, m)
-    for key, ids in sources.items():
-        missing = [i for i in ids if i not in m.items]
-        if summary.get(key) is not None and missing:
-            raise ReportError(f"internal: headline {key} cites unknown measurements {missing}")
-    return summary, sources
 
 
 def _add_frontier_summary(summary: dict[str, Any], sources: dict[str, Any],

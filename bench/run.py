@@ -19,12 +19,15 @@ from typing import Any
 
 from bench.flops import model_flops
 from bench.machine import host_machine
-from bench.schema import PEERS, SCHEMA, VERSION, BenchError, BenchFileError, latency_id, validate
+from bench.schema import (PEERS, SCHEMA, VERSION, BenchError, BenchFileError, latency_id,
+                          swap_and_memory, validate)
 from bench.subjects import Subject, discover
 from export.manifest import RUNTIMES
 from trainer.checkpoint import read_metrics, read_run_config, separate_models
 from trainer.errors import PalkitError
 from trainer.fileio import write_text
+from trainer.metrics import average_score
+from trainer.tasks import BUILTIN_TASKS
 from ui.progress import say, track
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -113,15 +116,17 @@ def subject_flops(s: Subject, seq: int, sequential_all: bool) -> dict[str, int |
 
 # ---- one job each ------------------------------------------------------------------------------
 
-def record_ceiling(threads: int, data: dict[str, Any], timeout: float) -> None:
-    r = run_worker({"mode": "ceiling", "threads": threads, "min_seconds": 0.5}, timeout)
-    data["ceiling"][str(threads)] = r
-    say(f"ceiling, {threads} thread(s): fp32 {r.get('fp32_gflops_best', 0):.1f} GFLOP/s, "
+def record_ceiling(job: Job, data: dict[str, Any], o: BenchOptions) -> None:
+    r = run_worker({"mode": "ceiling", "threads": job.threads, "min_seconds": 0.5},
+                   o.worker_timeout)
+    data["ceiling"][str(job.threads)] = r
+    say(f"ceiling, {job.threads} thread(s): fp32 {r.get('fp32_gflops_best', 0):.1f} GFLOP/s, "
         f"int8 {r.get('int8_gops_best') or 0:.1f} GOP/s")
 
 
-def record_load(s: Subject, job: Job, data: dict[str, Any], timeout: float) -> None:
+def record_load(job: Job, data: dict[str, Any], o: BenchOptions) -> None:
     """Cold load, swap and memory of one subject (and of its all-tasks program alone)."""
+    s, timeout = job.subject, o.worker_timeout
     entry = {"role": s.role, "runtime": s.runtime, "precision": s.precision, "label": s.label,
              "pal_layers": list(s.pal_layers), "num_layers": s.num_layers, "tasks": list(s.tasks),
              "bundle": s.sizes, "all_tasks_program": s.all_tasks is not None,
@@ -131,12 +136,12 @@ def record_load(s: Subject, job: Job, data: dict[str, Any], timeout: float) -> N
     # A cold load and a swap happen once per process; one process's figure moved by 2x between
     # bench runs on the same files, so the figures are medians over LOAD_REPEATS processes.
     loads = [run_worker({"mode": "load", **spec}, timeout) for _ in range(LOAD_REPEATS)]
-    load = next((r for r in loads if "error" in r), None) or median_load(loads)
-    if "error" in load:
-        entry["error"] = load["error"]
-        data["notes"].append(f"{s.name}: load measurement failed: {load['error']}")
+    failed = next((r["error"] for r in loads if "error" in r), None)
+    if failed:
+        entry["error"] = failed
+        data["notes"].append(f"{s.name}: load measurement failed: {failed}")
     else:
-        entry.update(load_entry(s, load))
+        entry.update(load_entry(s, loads))
     if s.all_tasks is not None and "error" not in entry:
         # Every task resident the cheap way: the all-tasks program holding the trunk once.
         prog = run_worker({"mode": "load_program", **spec}, timeout)
@@ -151,37 +156,24 @@ def record_load(s: Subject, job: Job, data: dict[str, Any], timeout: float) -> N
     data["subjects"][s.name] = entry
 
 
-def median_load(loads: list[dict[str, Any]]) -> dict[str, Any]:
-    """One load result from several processes' results: the median of each time (per task for
-    swaps), the memory of the first; every process's result kept under "repeats"."""
-    out = {**loads[0], "repeats": loads}
+def load_entry(s: Subject, loads: list[dict[str, Any]]) -> dict[str, Any]:
+    """The subject entry's load, swap and memory figures from its load workers' results: the
+    median of each time (per task for swaps), the memory of the first; every process's result
+    kept under load_detail's "repeats"."""
+    load = {**loads[0], "repeats": loads}
     for key in ("load_ms", "first_run_ms"):
-        out[key] = statistics.median(r[key] for r in loads)
+        load[key] = statistics.median(r[key] for r in loads)
     for key in ("swap_ms", "first_run_after_swap_ms"):
-        out[key] = {t: statistics.median(r[key][t] for r in loads) for t in loads[0][key]}
-    return out
-
-
-def load_entry(s: Subject, load: dict[str, Any]) -> dict[str, Any]:
-    """The subject entry's load, swap and memory figures from a load worker's result."""
-    base = load["rss_after_import"]
-    swaps = list(load["swap_ms"].values())
-    return {
-        "load_ms": {s.runtime: load["load_ms"]},
-        "first_result_ms": {s.runtime: load["load_ms"] + load["first_run_ms"]},
-        "swap_ms": {s.runtime: (sorted(swaps)[len(swaps) // 2] if swaps else None),
-                    "per_task": load["swap_ms"],
-                    "first_run_after_swap_ms": load["first_run_after_swap_ms"]},
-        "memory_rss_bytes": {
-            "after_import": base,
-            "one_task": load["rss_one_task"], "all_tasks": load["rss_all_tasks"],
-            "peak_one_task": load["peak_rss_one_task"],
-            "peak_all_tasks": load["peak_rss_all_tasks"],
-            # Current RSS, not the peak: on Linux a forked worker's ru_maxrss starts at the
-            # parent's peak, so it would measure this bench process, not the model.
-            "model_one_task": load["rss_one_task"] - base,
-            "model_all_tasks": load["rss_all_tasks"] - base},
-        "load_detail": load}
+        load[key] = {t: statistics.median(r[key][t] for r in loads) for t in loads[0][key]}
+    entry = {"load_ms": {s.runtime: load["load_ms"]},
+             "first_result_ms": {s.runtime: load["load_ms"] + load["first_run_ms"]},
+             **swap_and_memory(s.runtime, load["swap_ms"], load["first_run_after_swap_ms"],
+                               load["rss_after_import"], load["rss_one_task"],
+                               load["rss_all_tasks"]),
+             "load_detail": load}
+    entry["memory_rss_bytes"].update(peak_one_task=load["peak_rss_one_task"],
+                                     peak_all_tasks=load["peak_rss_all_tasks"])
+    return entry
 
 
 def latency_spec(subject: dict[str, Any], configs: list[str], t: LatencyBudget) -> dict[str, Any]:
@@ -191,13 +183,17 @@ def latency_spec(subject: dict[str, Any], configs: list[str], t: LatencyBudget) 
             "block": t.block}
 
 
-def record_latency(s: Subject, job: Job, timing: LatencyBudget, data: dict[str, Any],
-                    timeout: float) -> None:
+def p50s(rows: list[dict[str, Any]]) -> str:
+    return ", ".join(f"{row['config']}={row['p50_ms']:.2f}ms" if row["p50_ms"] is not None
+                     else f"{row['config']}=failed" for row in rows)
+
+
+def record_latency(job: Job, data: dict[str, Any], o: BenchOptions) -> None:
     """p50/p90 of each task and of all tasks on one input, timed in interleaved rounds of blocks."""
-    n, seq = job.threads, job.seq_len
+    s, n, seq = job.subject, job.threads, job.seq_len
     configs = [f"task:{t}" for t in s.tasks] + (["all_tasks"] if len(s.tasks) > 1 else [])
-    r = run_worker({**latency_spec(s.worker_subject(), configs, timing), "threads": n,
-                    "seq_len": seq}, timeout)
+    r = run_worker({**latency_spec(s.worker_subject(), configs, o.timing), "threads": n,
+                    "seq_len": seq}, o.worker_timeout)
     rows = r.get("rows") or [{"config": c, "p50_ms": None, "p90_ms": None, "runs": 0,
                               "error": r.get("error", "no result")} for c in configs]
     sequential = any(row.get("all_tasks_mode") == "sequential" for row in rows) \
@@ -211,21 +207,19 @@ def record_latency(s: Subject, job: Job, timing: LatencyBudget, data: dict[str, 
                    matmul_flops=flops.get(row["config"]), round=job.round)
         data["results"].append(row)
     say(f"{s.name} threads={n} seq={seq}" + (f" (round {job.round + 1})" if job.round else "")
-        + ": " + ", ".join(
-        f"{row['config']}={row['p50_ms']:.2f}ms" if row["p50_ms"] is not None
-        else f"{row['config']}=failed" for row in rows))
+        + f": {p50s(rows)}")
 
 
-def record_native_path(s: Subject, job: Job, timing: LatencyBudget, data: dict[str, Any],
-                        timeout: float) -> None:
+def record_native_path(job: Job, data: dict[str, Any], o: BenchOptions) -> None:
     """The app's own C++ path (JNI over ExecuTorch's Module) on a PAL bundle's ExecuTorch files:
     its latency rows and, once, its load and memory as a subject of its own."""
     from bench.native import NativePathError, measure_native, native_subject_entry
 
+    s = job.subject
     name = s.name.replace("/executorch", "/executorch-cpp")
     try:
-        r = measure_native(s.extra["bundle_dir"], job.seq_len, job.threads, timing.min_runs,
-                           timing.warmup, timeout)
+        r = measure_native(s.extra["bundle_dir"], job.seq_len, job.threads, o.timing.min_runs,
+                           o.timing.warmup, o.worker_timeout)
     except NativePathError as e:
         data["notes"].append(f"{name}: not measured: {e}")
         say(f"{name}: not measured: {e}")
@@ -236,8 +230,11 @@ def record_native_path(s: Subject, job: Job, timing: LatencyBudget, data: dict[s
                    seq_len=job.seq_len, precision=s.precision,
                    id=latency_id(name, row["config"], job.threads, job.seq_len))
         data["results"].append(row)
-    say(f"{name} threads={job.threads} seq={job.seq_len}: " + ", ".join(
-        f"{row['config']}={row['p50_ms']:.2f}ms" for row in r["rows"]))
+    say(f"{name} threads={job.threads} seq={job.seq_len}: {p50s(r['rows'])}")
+
+
+RECORD = {"ceiling": record_ceiling, "load": record_load, "latency": record_latency,
+          "native": record_native_path}
 
 
 # ---- accuracy ----------------------------------------------------------------------------------
@@ -249,7 +246,7 @@ def evaluate_accuracy(subjects: list[Subject], runs: list[Path], data_dir: Path,
     acc: dict[str, Any] = {}
     jobs = [(s, None, split) for s in subjects if s.role != "peer" for split in splits] + \
            [(None, run, split) for run in runs for split in splits]
-    for s, run, split in track(jobs, "bench: accuracy", total=len(jobs)):
+    for s, run, split in track(jobs, "bench: accuracy"):
         try:
             if s is not None:
                 acc.setdefault(s.name, {})[split] = bundle_accuracy(s, data_dir, split,
@@ -269,9 +266,7 @@ def bundle_accuracy(s: Subject, data_dir: Path, split: str, max_examples: int | 
                     notes: list[str]) -> dict[str, Any]:
     """A subject's tasks scored from its bundle(s) as its runtime runs them, and their average
     over the tasks that have `split` (CFIMDB has no test split), said in a note when not all."""
-    from trainer.metrics import average_score
-    from export.evaluate import evaluate_bundle
-    from trainer.tasks import BUILTIN_TASKS
+    from export.evaluate import evaluate_bundle  # looked up per call: tests replace it
 
     merged: dict[str, Any] = {}
     for b in sorted({src["bundle"] for src in s.tasks.values()}):
@@ -301,9 +296,7 @@ def optimizer_steps(run: Path) -> int | None:
 def run_accuracy(run: Path, subjects: list[Subject], data_dir: Path, split: str,
                  max_examples: int | None, notes: list[str]) -> dict[str, Any]:
     """A training run in fp32 PyTorch, averaged over the tasks the benchmarked bundles have."""
-    from trainer.metrics import average_score
     from trainer.scoring import score_run
-    from trainer.tasks import BUILTIN_TASKS
 
     r = score_run(Path(run), data_dir, split, None, max_examples)
     # Compare like with like: a run that also holds tasks no benchmarked bundle has (e.g. one
@@ -338,15 +331,8 @@ def bench(bundles: list[Path], runs: list[Path], out: Path,
                          "for the peers")
     data = new_bench_data(machine, notes, o)
     jobs = plan(subjects, o.threads, o.seq_lens, o.ceiling, o.native, o.rounds)
-    for job in track(jobs, "bench", total=len(jobs)):
-        if job.subject is None:
-            record_ceiling(job.threads, data, o.worker_timeout)
-        elif job.kind == "load":
-            record_load(job.subject, job, data, o.worker_timeout)
-        elif job.kind == "native":
-            record_native_path(job.subject, job, o.timing, data, o.worker_timeout)
-        else:
-            record_latency(job.subject, job, o.timing, data, o.worker_timeout)
+    for job in track(jobs, "bench"):
+        RECORD[job.kind](job, data, o)
     data["results"] = merge_rounds(data["results"])
     if o.splits and o.data_dir is None:
         notes.append("accuracy skipped: no data directory")

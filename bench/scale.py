@@ -91,11 +91,6 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def folder_bytes(folder: Path) -> dict[str, int]:
-    return {p.relative_to(folder).as_posix(): p.stat().st_size
-            for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
 def export_timed(model_dir: Path, tasks: int, opts: ScaleOptions) -> dict[str, Any]:
     """Export a bundle of `tasks` synthetic tasks (timed: lowering and task files), make it
     loadable (vocabulary and manifest, not timed), and time adding one more task to a copy."""
@@ -115,7 +110,10 @@ def export_timed(model_dir: Path, tasks: int, opts: ScaleOptions) -> dict[str, A
     details = write_executorch(model, exported, out, opts.int8, opts.seq_len, calib, True, say)
     result: dict[str, Any] = {"export_s": time.perf_counter() - t0,
                               "export_cpu_s": cpu_seconds() - c0, "tasks": exported,
-                              "files": folder_bytes(out / "executorch"), "bundle": str(out)}
+                              "bundle": str(out)}
+    files = out / "executorch"
+    result["files"] = {p.relative_to(files).as_posix(): p.stat().st_size
+                       for p in sorted(files.rglob("*")) if p.is_file()}
     write_vocab(tokenizer, out / "vocab.txt")
     details["float_layers"] = []
     write_manifest(out, build_manifest(out, model, model_dir, trunk_sha, tokenizer, opts.seq_len,
@@ -145,15 +143,6 @@ def add_task_timed(model, tokenizer, task: str, bundle: Path) -> dict[str, Any]:
 
 # ---- measuring ---------------------------------------------------------------------------------
 
-def subject(export: dict[str, Any], vocab_size: int) -> dict[str, Any]:
-    """bench/worker.py's subject for an exported bundle."""
-    folder, names = str(export["bundle"]), export["tasks"]
-    tasks = {n: {"format": "bundle", "bundle": folder, "task": n} for n in names}
-    every = {"format": "bundle", "bundle": folder, "task": ALL_TASKS}
-    return {"name": f"T{len(names)}", "runtime": "executorch", "vocab_size": vocab_size,
-            "tasks": tasks, "all_tasks": every if len(names) > 1 else None}
-
-
 def worker(spec: dict[str, Any], opts: ScaleOptions) -> dict[str, Any]:
     result = run_worker({"threads": opts.threads, "seq_len": opts.seq_len, **spec}, opts.timeout_s)
     if "error" in result:
@@ -161,17 +150,17 @@ def worker(spec: dict[str, Any], opts: ScaleOptions) -> dict[str, Any]:
     return result
 
 
-def p50_of(rows: list[dict[str, Any]], config: str) -> float | None:
-    return next((r.get("p50_ms") for r in rows if r["config"] == config), None)
-
-
 def measure(export: dict[str, Any], vocab_size: int, opts: ScaleOptions) -> dict[str, Any]:
     """Every quantity of one exported bundle, each process fresh."""
-    subj = subject(export, vocab_size)
-    names = export["tasks"]
+    folder, names = str(export["bundle"]), export["tasks"]
+    every = {"format": "bundle", "bundle": folder, "task": ALL_TASKS}
+    subj = {"name": f"T{len(names)}", "runtime": "executorch", "vocab_size": vocab_size,
+            "tasks": {n: {"format": "bundle", "bundle": folder, "task": n} for n in names},
+            "all_tasks": every if len(names) > 1 else None}  # bench/worker.py's subject
     load = worker({"mode": "load", "subject": subj}, opts)
     configs = [f"task:{names[0]}"] + (["all_tasks"] if len(names) > 1 else [])
     lat = worker(latency_spec(subj, configs, opts.timing), opts)["rows"]
+    p50 = {r["config"]: r.get("p50_ms") for r in lat}
     swaps = list(load["swap_ms"].values())
     files = export["files"]
     task_files = [b for rel, b in files.items() if rel.startswith("syn")]
@@ -183,8 +172,8 @@ def measure(export: dict[str, Any], vocab_size: int, opts: ScaleOptions) -> dict
         "memory_all_ready_bytes": load["rss_all_tasks"] - load["rss_after_import"],
         "memory_one_task_bytes": load["rss_one_task"] - load["rss_after_import"],
         "swap_p50_ms": percentile(swaps, 50) if swaps else None,
-        "one_task_p50_ms": p50_of(lat, configs[0]),
-        "all_tasks_p50_ms": p50_of(lat, configs[-1]),  # T=1: its one task
+        "one_task_p50_ms": p50.get(configs[0]),
+        "all_tasks_p50_ms": p50.get(configs[-1]),  # T=1: its one task
         "task_file_bytes": statistics.fmean(task_files) if task_files else None,
         "task_tensor_bytes": task_tensor_bytes(Path(export["bundle"]), names),
         "detail": {"files": files, "load_ms": load["load_ms"], "swap_ms": load["swap_ms"],

@@ -53,6 +53,18 @@ def p50_id(prefix: str, subject: str, config: str, threads: int, seq_len: int) -
     """The report measurement id of a latency row's p50."""
     return f"{prefix}{latency_id(subject, config, threads, seq_len)}:p50_ms"
 
+
+def swap_and_memory(runtime: str, swaps: dict[str, float], after_swap: dict[str, float],
+                    base: int, one: int, every: int) -> dict[str, Any]:
+    """A subject's swap_ms (the upper median over tasks) and memory_rss_bytes, the model's own
+    above `base` (the RSS before it loads). Current RSS, not the peak: on Linux a forked worker's
+    ru_maxrss starts at the parent's peak, so it would measure the bench, not the model."""
+    median = sorted(swaps.values())[len(swaps) // 2] if swaps else None
+    return {"swap_ms": {runtime: median, "per_task": swaps, "first_run_after_swap_ms": after_swap},
+            "memory_rss_bytes": {"after_import": base, "one_task": one, "all_tasks": every,
+                                 "model_one_task": one - base, "model_all_tasks": every - base}}
+
+
 RESULT_KEYS = ("runtime", "config", "threads", "seq_len", "p50_ms", "p90_ms", "runs")
 MAP_KEYS = ("bundle", "load_ms", "swap_ms", "memory_rss_bytes")
 

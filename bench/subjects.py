@@ -16,6 +16,7 @@ from bench.schema import ALL_TASKS, BenchError
 from export.manifest import VERIFY_FILE, Manifest, read_manifest
 from trainer.checkpoint import TRUNK_WEIGHTS, read_json, resolve_model_dir, separate_models
 from trainer.fileio import sha256_file, write_json
+from trainer.tasks import TaskSpec
 from ui.progress import say
 
 
@@ -57,18 +58,9 @@ def model_info(model_dir: Path) -> ModelInfo:
     tasks, pal = {}, None
     for cfg_path in sorted((d / "tasks").glob("*/adapter_config.json")):
         cfg = read_json(cfg_path)
-        spec = cfg["task"]
-        tasks[spec["name"]] = 1 if spec["kind"] == "pair_regression" else len(spec["labels"])
+        tasks[cfg["task"]["name"]] = TaskSpec.from_dict(cfg["task"]).num_outputs
         pal = cfg.get("pal")
     return ModelInfo(d, bert, pal, tasks)
-
-
-def run_model_dirs(run: Path) -> list[Path]:
-    """A run's model folders: RUN/model, or RUN/models/<task>/model for --mode separate."""
-    run = Path(run)
-    if not run.exists():
-        raise BenchError(f"{run}: run directory not found")
-    return [resolve_model_dir(p) for p in separate_models(run)] or [resolve_model_dir(run)]
 
 
 def bundle_sizes(bundle: Path, m: Manifest, runtime: str) -> dict[str, Any]:
@@ -104,7 +96,10 @@ def discover(bundles: list[Path], runs: list[Path], runtimes: list[str], peers: 
     by_sha: dict[str, ModelInfo] = {}
     run_models: dict[str, ModelInfo] = {}
     for run in runs:
-        for d in run_model_dirs(run):
+        if not Path(run).exists():
+            raise BenchError(f"{run}: run directory not found")
+        # RUN/model, or RUN/models/<task>/model for --mode separate
+        for d in [resolve_model_dir(p) for p in separate_models(run)] or [resolve_model_dir(run)]:
             info = model_info(d)
             by_sha[sha256_file(d / "trunk" / TRUNK_WEIGHTS)] = info
             run_models[str(d)] = info
@@ -201,9 +196,11 @@ def build_peer_subject(peer: str, separate: dict[str, ModelInfo], work: Path) ->
 
     tasks, sizes = {}, {"per_model_bytes": {}}
     for task, info in separate.items():
-        if peer == "torch":
-            tasks[task] = P.torch_source(info.model_dir)
-            files = P.torch_files(info.model_dir)
+        if peer == "torch":  # what a PyTorch deployment ships: trunk and head weights
+            d = resolve_model_dir(info.model_dir)
+            tasks[task] = {"format": "torch", "model_dir": str(d)}
+            files = [d / "trunk" / TRUNK_WEIGHTS,
+                     *sorted((d / "tasks").glob("*/adapter.safetensors"))]
         else:
             tasks[task] = _built_peer(peer, task, info, work / "peers" / peer / task)
             files = [Path(tasks[task]["path"])]

@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 import psutil
 
+from bench.machine import measure_ceiling
 from bench.schema import ALL_TASKS, percentile
 from export import engines
 from export.manifest import TEXT_INPUTS
@@ -271,22 +272,18 @@ def measure_latency(spec: dict[str, Any]) -> dict[str, Any]:
             f"configuration in a row per round{untimed}"}
 
 
+MODES = {"load": measure_load, "load_program": measure_program_load, "latency": measure_latency,
+         "ceiling": lambda spec: measure_ceiling(spec["threads"], spec.get("min_seconds", 0.5))}
+
+
 def main(argv: list[str]) -> int:
     spec_path, out_path = argv
     spec = json.loads(Path(spec_path).read_text())
     mode = spec["mode"]
-    started = time.time()
-    if mode == "load":
-        result = measure_load(spec)
-    elif mode == "load_program":
-        result = measure_program_load(spec)
-    elif mode == "latency":
-        result = measure_latency(spec)
-    elif mode == "ceiling":
-        from bench.machine import measure_ceiling
-        result = measure_ceiling(spec["threads"], spec.get("min_seconds", 0.5))
-    else:
+    if mode not in MODES:
         raise SystemExit(f"unknown mode {mode}")
+    started = time.time()
+    result = MODES[mode](spec)
     result.update(mode=mode, threads=spec.get("threads"), pid=os.getpid(),
                   wall_s=time.time() - started, load_avg_1min=os.getloadavg()[0])
     Path(out_path).write_text(json.dumps(result, indent=1))

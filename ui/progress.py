@@ -29,9 +29,9 @@ def _bar() -> Progress:
                     TextColumn("ETA"), TimeRemainingColumn(), console=_stderr, transient=False)
 
 
-def track(items: Iterable[T], description: str, total: int | None = None) -> Iterator[T]:
+def track(items: Iterable[T], description: str) -> Iterator[T]:
     """Yield `items`, showing progress: a live bar on a terminal, one line per item otherwise."""
-    total = total if total is not None else (len(items) if hasattr(items, "__len__") else None)
+    total = len(items) if hasattr(items, "__len__") else None
     if _stderr.is_terminal:
         with _bar() as bar:
             task = bar.add_task(description, total=total, status="")

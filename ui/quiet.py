@@ -1,15 +1,11 @@
 """Silence third-party noise that a user cannot act on; `--verbose` keeps all of it.
 
-What is silenced (measured on export / predict / evaluate / bench, torch 2.13, torchao 0.18,
-executorch 1.5.1): torchao's "Failed to load .../_C_mxfp8...so" warnings (CUDA kernels absent on
-a CPU build), torch's `_pytree` Enum-registration warnings, FutureWarning / DeprecationWarning
-from export internals, onnxruntime quantization's "consider pre-processing" root-logger warning,
-the tracer's notes on bench's legacy ONNX export of transformers' BertModel (the peers; their
-graphs are scored like every subject), transformers' info chatter, and ExecuTorch's native
-`[cpuinfo_utils.cpp:..]` / `[threadpool.cpp:..]` lines (printed by its C++ runtime on the stderr
-file descriptor, so they are filtered at the descriptor). Errors are never hidden: logging at
-ERROR and above stays on, and native output captured around a call that fails is printed in full.
-"""
+The noise (measured on export / predict / evaluate / bench; torch 2.13, torchao 0.18, executorch
+1.5.1): the log chatter and warnings of NOISY_LOGGERS (e.g. torchao's "Failed to load
+..._C_mxfp8...so": CUDA kernels absent on a CPU build), the tracer's TRACER_NOTES on the peers'
+legacy ONNX export, and ExecuTorch's NATIVE_NOISE, printed by its C++ runtime on file descriptor
+2 and so filtered there. Errors are never hidden: logging at ERROR and above stays on, and native
+output captured around a call that fails is printed in full."""
 from __future__ import annotations
 
 import logging
