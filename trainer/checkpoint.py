@@ -270,10 +270,10 @@ class TrainingState:
     gradvac_targets: list[list[float]] | None = None
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], where: str) -> "TrainingState":
-        names = {f.name for f in fields(cls)}
+    def read(cls, path: Path) -> "TrainingState":
+        d, names = read_json(path), {f.name for f in fields(cls)}
         if set(d) != names:
-            raise CheckpointError(f"{where}: keys {sorted(set(d) ^ names)} do not match this "
+            raise CheckpointError(f"{path}: keys {sorted(set(d) ^ names)} do not match this "
                                   "palkit's training state; resume with the palkit that wrote it")
         return cls(**d)
 
@@ -391,8 +391,7 @@ def tidy_run(run: Path) -> None:
 
 def load_checkpoint(ckpt_dir: Path) -> Checkpoint:
     tensors = load_file(ckpt_dir / "optimizer.safetensors")
-    state = TrainingState.from_dict(read_json(ckpt_dir / "state.json"),
-                                    str(ckpt_dir / "state.json"))
+    state = TrainingState.read(ckpt_dir / "state.json")
     metrics_file = ckpt_dir / "metrics.jsonl"   # absent in the old layout (upgrade_legacy_run)
     metrics = metrics_file.read_text().splitlines() if metrics_file.is_file() else []
     return Checkpoint(state, tensors, tensors.pop(RNG_KEY), metrics)
@@ -420,8 +419,7 @@ def mark_finished(run: Path, state: TrainingState) -> None:
 
 
 def read_training_state(run: Path) -> TrainingState:
-    return TrainingState.from_dict(read_json(run / "last" / "state.json"),
-                                   str(run / "last" / "state.json"))
+    return TrainingState.read(run / "last" / "state.json")
 
 
 def run_finished(run: Path) -> bool:

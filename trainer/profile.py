@@ -1,16 +1,10 @@
 """`palkit bench-train`: how fast the trainer trains a config, and where a step's time goes.
 
-It builds the same Run as `palkit train` and runs the joint phase's first steps through the
-training loop's own step (Run.batch, then TrainStep: eager, compiled, or recorded as CUDA
-graphs), without dev scoring or checkpoints. Besides steps/s and tokens/s it reports the
-process's CPU time (cpu_s / wall_s shows how many cores the step kept busy; on a GPU, CPU seconds
-close to wall seconds mean the host's kernel launches bound it), the shares of batch building,
-forward+backward and the optimisers (a captured step is one graph: data and graph), and on CUDA
-the model-FLOP utilisation (step_flops over MODEL_PEAK_FLOPS) and the peak memory.
-
-On CUDA the shares need a synchronisation at each section boundary, which slows the step, so
-there the throughput comes from a separate pass without them. Each repeat is a fresh set of
-steps on the same Run; the entry keeps every repeat, and its headline figures are the median.
+It builds the same Run as `palkit train` and times the joint phase's first steps through the
+training loop's own Run.batch and TrainStep, without dev scoring or checkpoints. cpu_s / wall_s
+shows how many cores the step kept busy; on a GPU, CPU seconds close to wall seconds mean the
+host's kernel launches bound it. On CUDA the section shares need a synchronisation at each
+boundary, which slows the step, so there the throughput comes from a separate pass without them.
 """
 from __future__ import annotations
 

@@ -1,25 +1,20 @@
 """One training step, written so that a CUDA graph can hold all of it.
 
-The step is forward (bf16 autocast when asked), the task's loss, backward, gradient clipping
-and AdamW. Eager training and `--cuda-graphs` run the same `TrainStep.compute`; capture is the
-only part that needs a GPU. What makes the step capturable, and why each piece still computes
-what the plain eager step computed:
+Eager training and `--cuda-graphs` run the same `TrainStep.compute` (forward, loss, backward,
+clipping, AdamW); capture is the only part that needs a GPU. What makes it capturable, and why
+each piece still computes what the plain eager step computed:
 
-- Static inputs. With `--cuda-graphs` a batch is padded up to one of a few fixed widths
-  (`--graph-widths`) and gathered straight into that (task, width)'s input tensors (`Run.batch`,
-  `TrainingSplit.gather`), so a graph is recorded once per (task, width) and replayed on fresh
-  data. Padded positions are masked out.
-- Gradients that stay put. Every trainable parameter's .grad is allocated once, before any
-  capture, and zeroed in place at the start of a step; backward accumulates into it.
-- Optimizers that touch only what the step trained: one AdamW for the trunk and one per task.
-  A step of task t steps the trunk's and t's own, so no other task's moments, step count or
-  weight decay move -- exactly what one AdamW over everything did when the other tasks'
-  gradients were None.
-- The learning-rate schedule as device arithmetic: the step's position is an input buffer and
-  `lr_at` turns it into the learning rate inside the step (a float64 tensor on a CPU, where
-  fused AdamW reads it as the double it was; float32 on CUDA, the kernel's type).
-- Clipping without a host read: clip_grad_norm_ scales by min(1, max_norm / norm) on the device.
-- The loss stays on the device; the training loop reads a block of them every few steps.
+- Static inputs: a batch is padded up to one of a few widths (`--graph-widths`) and gathered
+  straight into that (task, width)'s input tensors, so a graph is recorded once per (task,
+  width) and replayed on fresh data. Padded positions are masked out.
+- Every trainable parameter's .grad is allocated once, before any capture, and zeroed in place.
+- One AdamW for the trunk and one per task: a step of task t steps the trunk's and t's own, so
+  no other task's moments, step count or weight decay move -- exactly what one AdamW over
+  everything did when the other tasks' gradients were None.
+- The learning rate is device arithmetic on the step's position (`lr_at`): a float64 tensor on
+  a CPU, where fused AdamW reads it as the double it was; float32 on CUDA, the kernel's type.
+- clip_grad_norm_ scales by min(1, max_norm / norm) on the device, and the loss stays there:
+  no host read inside the step.
 
 Dropout inside a graph draws new numbers on each replay: during capture PyTorch records the
 philox offset the graph consumes and each replay advances the default CUDA generator's offset by

@@ -1,16 +1,13 @@
 """The training recipe, as plain code: config in, run directory out (see trainer/checkpoint.py).
 
-A run is a list of phases: "joint" trains all tasks together (PALs or fully shared); with
---tune-adapters-after N, one "tune:<task>" phase per task follows, training only that task's
-adapter and head on a frozen trunk, starting from the best joint model. Each phase has its own
-AdamW (one for the trunk, one per task) and warmup-then-linear-decay schedule. Epochs are a fixed
-number of steps. The step itself lives in trainer/step.py, written so that `--cuda-graphs` can
-record it whole.
+A run is a list of phases: "joint" trains all tasks together; with --tune-adapters-after N, one
+"tune:<task>" phase per task follows, training only that task's adapter and head on a frozen
+trunk, starting from the best joint model. Each phase has its own optimizers and warmup-then-
+linear-decay schedule; epochs are a fixed number of steps; the step is trainer/step.py.
 
-Resumption is exact: the data order is a pure function of the seed (trainer/sampling.py), and a
-checkpoint holds the weights, AdamW's moments, the torch RNG state, the stream positions and the
-metrics so far; the run's other files resolve through RUN/last (trainer/checkpoint.py), so a kill
-at any instant resumes to the same final folder as an uninterrupted run.
+Resumption is exact: the data order is a pure function of the seed (trainer/sampling.py) and a
+checkpoint holds everything else that moves (weights, AdamW's moments, RNG state, stream
+positions, metrics), so a kill at any instant resumes to the same final folder.
 """
 from __future__ import annotations
 
