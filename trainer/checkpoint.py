@@ -286,29 +286,6 @@ class TrainingState:
             self.phase + 1, 0, 0, 0.0, 0
 
 
-def optimizer_tensors(opt: torch.optim.Optimizer, names: list[str]) -> dict[str, torch.Tensor]:
-    """The optimizer's state_dict() state, keyed "<parameter name>.<key>" for safetensors (no
-    pickle). `names` are the parameter names in param_groups order."""
-    return {f"{names[index]}.{key}": value.detach().cpu().contiguous()
-            for index, state in opt.state_dict()["state"].items() for key, value in state.items()}
-
-
-def restore_optimizer(opt: torch.optim.Optimizer, names: list[str],
-                      tensors: dict[str, torch.Tensor]) -> None:
-    """Load optimizer_tensors() back through load_state_dict (the groups are the config's)."""
-    index = {name: i for i, name in enumerate(names)}
-    saved: dict[int, dict[str, torch.Tensor]] = {}
-    for stored, value in tensors.items():
-        name, key = stored.rsplit(".", 1)
-        if name not in index:
-            raise CheckpointError(f"optimizer state for '{name}', which this phase does not "
-                                  "train; resume with the options the run was started with")
-        saved.setdefault(index[name], {})[key] = value
-    state_dict = opt.state_dict()
-    state_dict["state"] = saved
-    opt.load_state_dict(state_dict)
-
-
 @dataclass
 class Checkpoint:
     """What RUN/last holds besides the model: the loop position, optimizer tensors, RNG state and

@@ -29,7 +29,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from trainer.checkpoint import optimizer_tensors, restore_optimizer
+from trainer.checkpoint import CheckpointError
 from trainer.config import TrainConfig
 from trainer.tasks import TaskSpec
 
@@ -94,18 +94,26 @@ class PhaseOptimizers:
         return [o for o in ("trunk", task) if o in self.opts]
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
-        """Every optimizer's state keyed "<parameter name>.<key>" (what one AdamW saved)."""
-        return {key: value for owner, opt in self.opts.items()
-                for key, value in optimizer_tensors(opt, self.names[owner]).items()}
+        """Every optimizer's state_dict() state keyed "<parameter name>.<key>" (what one AdamW
+        saved), for safetensors: no pickle."""
+        return {f"{self.names[owner][index]}.{key}": value.detach().cpu().contiguous()
+                for owner, opt in self.opts.items()
+                for index, state in opt.state_dict()["state"].items()
+                for key, value in state.items()}
 
     def restore(self, tensors: dict[str, torch.Tensor]) -> None:
-        owner_of = {n: o for o, names in self.names.items() for n in names}
-        split: dict[str, dict[str, torch.Tensor]] = {o: {} for o in self.opts}
+        """Load state_tensors() back through each optimizer's load_state_dict."""
+        slot = {n: (o, i) for o, names in self.names.items() for i, n in enumerate(names)}
+        saved: dict[str, dict[int, dict[str, torch.Tensor]]] = {o: {} for o in self.opts}
         for stored, value in tensors.items():
-            name = stored.rsplit(".", 1)[0]
-            split[owner_of.get(name, "trunk")][stored] = value   # unknown names: refused there
+            name, key = stored.rsplit(".", 1)
+            if name not in slot:
+                raise CheckpointError(f"optimizer state for '{name}', which this phase does not "
+                                      "train; resume with the options the run was started with")
+            owner, index = slot[name]
+            saved[owner].setdefault(index, {})[key] = value
         for owner, opt in self.opts.items():
-            restore_optimizer(opt, self.names[owner], split[owner])
+            opt.load_state_dict({**opt.state_dict(), "state": saved[owner]})
             for group in opt.param_groups:   # load_state_dict put a copy of the LR tensor there
                 group["lr"] = self.lr
 
