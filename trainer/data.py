@@ -158,12 +158,10 @@ def collate(split: EncodedSplit, indices: list[int], pad_id: int,
 
 @dataclass(frozen=True)
 class TrainingSplit:
-    """A task's encoded training split held once as padded tensors on the training device.
-
-    A step's batch is gathered there by index: a few indexing kernels, no per-row Python and no
-    copy of the batch from the host (only the batch's indices travel). The batch equals what
-    `collate` builds from the same indices, tensor for tensor. The lengths are kept on the host
-    as well, so that a batch's width is known without waiting for the device."""
+    """A task's encoded training split held once as padded tensors on the training device, so
+    that a step's batch is gathered there by index (only the indices travel), equal to what
+    `collate` builds from them. The lengths are also on the host, so that a batch's width is
+    known without waiting for the device."""
     input_ids: torch.Tensor        # [examples, columns], pad id after each row's tokens
     token_type_ids: torch.Tensor   # [examples, columns], 0 after each row's tokens
     lengths: torch.Tensor          # [examples] tokens per row

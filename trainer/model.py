@@ -1,9 +1,7 @@
 """PAL-BERT: a BERT trunk with Projected Attention Layers per task (Stickland & Murray, 2019).
 
-Read top to bottom: the PAL (a small multi-head attention in a projected space), one task's
-adapter (the PALs of every adapted layer, V^E/V^D shared across layers as in the paper), a
-task head, and the model that runs transformers' `BertModel` weights layer by layer so that it
-can add each task's PAL output in parallel inside every layer:
+The model runs transformers' `BertModel` weights layer by layer so that it can add each task's
+PAL output (a small multi-head attention in a projected space) in parallel inside every layer:
 
     a       = LN1(h + SelfAttention(h))
     h_next  = LN2(a + FFN(a) + PAL_t(h))          PAL_t(h) = GELU(V^D · MH_t(V^E · h))
@@ -11,8 +9,6 @@ can add each task's PAL output in parallel inside every layer:
 PAL_t reads the layer's input h and is added before the layer's output LayerNorm, as in the
 authors' released code; the GELU on the decoder output is theirs too. With a zero V^D (weight and
 bias) the PAL adds exactly 0 and the layer is plain BERT.
-
-The same module is used by training, export and tests.
 """
 from __future__ import annotations
 
@@ -279,13 +275,12 @@ class PalBert(nn.Module):
 
     def branched(self, h: torch.Tensor, mask: torch.Tensor,
                  branches: list[tuple[int, str | list[str] | None, int]]) -> list[torch.Tensor]:
-        """The encoder for several branches on one embedded input. A branch is (its first
-        adapted layer, its `task` argument to layer(), its row count n); it reads the plain
-        trunk below its first layer, and the first layer's attention and feed-forward are the
-        plain trunk's too, so only its PALs and join run per branch ([n·B, S, d], slice t is
-        task t). A branch whose first layer is the layer count (head-only) reads the plain
-        trunk's output. So the trunk runs once up to the highest branch point, and every branch
-        adds only its own layers. Same sums in the same order as forward(), slice for slice."""
+        """The encoder for several branches on one embedded input, the trunk run once up to the
+        highest branch point. A branch is (its first adapted layer, its `task` argument to
+        layer(), its row count n): below that layer, and for that layer's attention and
+        feed-forward, it reads the plain trunk, so only its PALs and join run per branch
+        ([n·B, S, d], slice t is task t); a head-only branch (first layer = the layer count)
+        reads the plain trunk's output. Same sums in the same order as forward()."""
         layers = len(self.trunk.encoder.layer)
         split = max(first for first, _, _ in branches)
         states: dict[int, torch.Tensor] = {}

@@ -199,12 +199,9 @@ def bench_training(cfg: TrainConfig, steps: int, warmup: int, repeats: int) -> d
     passes, section_passes = [], []
     for r in range(repeats):
         part = schedule[warmup + r * steps:warmup + (r + 1) * steps]
-        if device.type == "cuda":   # the shares' synchronisations would slow this pass
-            passes.append(timed_steps(run, ctx, part, sections=False))
-            section_passes.append(timed_steps(run, ctx, part, sections=True))
-        else:
-            passes.append(timed_steps(run, ctx, part, sections=True))
-            section_passes.append(passes[-1])
+        cuda = device.type == "cuda"   # there the shares' synchronisations would slow the pass
+        passes.append(timed_steps(run, ctx, part, sections=not cuda))
+        section_passes.append(timed_steps(run, ctx, part, sections=True) if cuda else passes[-1])
     figures = [summarise(t, peak) for t in passes]
     headline = {key: statistics.median(f[key] for f in figures)
                 for key in ("steps_per_s", "tokens_per_s", "padded_tokens_per_s", "cpu_s")}

@@ -313,11 +313,9 @@ class Run:
         if self.cfg.compile:
             model = torch.compile(model, mode=self.cfg.compile_mode)
         specs = [s for s in self.specs if s.name in phase.tasks]
-        order = [s.name for s in self.specs]
-        streams = {s.name: TaskStream(len(self.train_data[s.name]), self.cfg.seed,
-                                      order.index(s.name), self.state.streams.get(s.name, 0),
-                                      self._buckets(s.name))
-                   for s in specs}
+        streams = {s.name: TaskStream(len(self.train_data[s.name]), self.cfg.seed, index,
+                                      self.state.streams.get(s.name, 0), self._buckets(s.name))
+                   for index, s in enumerate(self.specs) if s.name in phase.tasks}
         gradvac = GradVac(len(specs)) if self.cfg.grad_surgery == "gradvac" else None
         if gradvac is not None and self.state.gradvac_targets is not None:
             gradvac.targets = torch.tensor(self.state.gradvac_targets, dtype=torch.float64)
