@@ -67,8 +67,7 @@ def read_examples(task: TaskSpec, data_dir: Path, split: str,
         if header is None:
             raise DataError(f"{path}: file is empty")
         columns = {name.strip(): i for i, name in enumerate(header)}
-        needed = [*task.text_columns, task.label_column]
-        missing = [c for c in needed if c not in columns]
+        missing = [c for c in (*task.text_columns, task.label_column) if c not in columns]
         if missing:
             raise DataError(f"{path}:1: missing column(s) {missing}; header has {list(columns)}")
         for row in reader:

@@ -239,10 +239,10 @@ class PalBert(nn.Module):
         `task` may list one task per equal slice of the batch, all of one placement
         (forward_all runs such a group as one batch)."""
         a, ffn = self.trunk_sublayers(index, h, mask)
-        if task is not None:
-            names = task if isinstance(task, list) else [task]
-            if self.adapted(index, names[0]):
-                ffn = ffn + self.task_pals(index, h, mask, names, shared=False)
+        names = task if isinstance(task, list) else [task]
+        pal = None if task is None else self.task_pal(names[0])
+        if pal is not None and index in pal.layers:
+            ffn = ffn + self.task_pals(index, h, mask, names, shared=False)
         return self.trunk.encoder.layer[index].output.LayerNorm(ffn + a)
 
     def task_pals(self, index: int, h: torch.Tensor, mask: torch.Tensor, tasks: list[str],
@@ -254,10 +254,6 @@ class PalBert(nn.Module):
         hs = [h] * n if shared else h.chunk(n)
         masks = mask.chunk(n) if not shared and mask.shape[0] > 1 else [mask] * n
         return torch.cat([self.adapters[t](index, x, m) for t, x, m in zip(tasks, hs, masks)])
-
-    def adapted(self, index: int, task: str) -> bool:
-        pal = self.task_pal(task)
-        return pal is not None and index in pal.layers
 
     def first_adapted_layer(self, task: str) -> int:
         """Layers below this one are the plain trunk for `task` (the layer count: a head only)."""

@@ -220,10 +220,9 @@ class Run:
         self.frozen_trunk_file = ckpt / "trunk" / TRUNK_WEIGHTS if self.cfg.freeze_trunk else None
         if self.dist.main:
             upgrade_legacy_run(self.out)
-        saved_ckpt = load_checkpoint(ckpt)
-        self.state, self.optimizer_state = saved_ckpt.state, saved_ckpt.optimizer
-        self.metrics = saved_ckpt.metrics
-        torch.set_rng_state(saved_ckpt.rng_state)
+        held = load_checkpoint(ckpt)
+        self.state, self.optimizer_state, self.metrics = held.state, held.optimizer, held.metrics
+        torch.set_rng_state(held.rng_state)
         if not self.state.finished:
             self.log(f"resuming {self.out} at phase {self.phases[self.state.phase].name}, "
                      f"epoch {self.state.epoch + 1}, step {self.state.step}")
