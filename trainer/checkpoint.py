@@ -17,16 +17,14 @@
       models/<task>/           (--mode separate) one complete single-task run per task
 
 RUN/metrics.jsonl and RUN/model are fixed links through RUN/last, so moving `last` (one rename)
-moves every file a reader opens from one checkpoint to the next together: whatever the instant of
-a crash or kill, the metrics, the best model and the checkpoint agree, and `--resume` redoes
-exactly the work the checkpoint does not hold. A best model is written as RUN/best-EEEE before
-the checkpoint that names it; folders no link reaches are deleted after each checkpoint and on
-resume.
+moves every file a reader opens to the next checkpoint at once: whatever the instant of a kill,
+the metrics, the best model and the checkpoint agree, and `--resume` redoes exactly the work the
+checkpoint does not hold. A best model is written as RUN/best-EEEE before the checkpoint that
+names it; folders no link reaches are deleted after each checkpoint and on resume.
 
-This module writes and reads every one of these files. Only safetensors and JSON are written or
-read: nothing here can execute code on load. Every file and folder is written under a temporary
-name and put in place with trainer/fileio.py, so a full disk never leaves a half checkpoint where
-a reader looks.
+Only safetensors and JSON are read or written (nothing can execute code on load), each under a
+temporary name put in place by trainer/fileio.py, so a full disk never leaves a half checkpoint
+where a reader looks.
 """
 from __future__ import annotations
 
@@ -302,9 +300,8 @@ def best_tag(epoch: int) -> str:
 
 def save_snapshot(run: Path, tag: str, kind: str, model: PalBert, tokenizer,
                   trunk_file: Path | None, write_extra: Callable[[Path], None]) -> None:
-    """Write the model and `write_extra(folder)` into a temporary folder, then put it in place as
-    RUN/<tag> (an existing RUN/<tag> is swapped for it in one step). `kind` names its kill
-    points."""
+    """Write the model and `write_extra(folder)` into a temporary folder, then swap it in as
+    RUN/<tag> in one step; `kind` names its kill points."""
     build = run / f".{tag}.tmp"
     remove_tree(build)
     try:
@@ -418,8 +415,3 @@ def write_run_config(run: Path, config: dict[str, Any]) -> None:
 
 def read_run_config(run: Path) -> dict[str, Any]:
     return read_json(run / "config.json")
-
-
-def write_rank_report(run: Path, rank: int, report: dict[str, Any]) -> None:
-    """RUN/rank<N>.json (multi-process runs): what this rank saw, to check the ranks agree."""
-    write_json(run / f"rank{rank}.json", report)

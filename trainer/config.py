@@ -247,9 +247,8 @@ def resolve_step(cfg: TrainConfig, cuda: bool, processes: int) -> tuple[TrainCon
         if blocked:
             note = (f"training eagerly, without CUDA graphs: {'; '.join(blocked)} "
                     "(pass --no-cuda-graphs to silence this)")
-    compile = cfg.compile
-    if compile is None:
-        compile = graphs and run_steps(cfg) > COMPILE_PAYS_AFTER_STEPS
+    compile = cfg.compile if cfg.compile is not None else (
+        graphs and run_steps(cfg) > COMPILE_PAYS_AFTER_STEPS)
     return cfg.replace(cuda_graphs=graphs, compile=compile), note
 
 
@@ -290,13 +289,11 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found")
+    parse = {".toml": tomllib.loads, ".json": json.loads}.get(path.suffix)
+    if parse is None:
+        raise ConfigError(f"{path}: config files must end in .json or .toml")
     try:
-        if path.suffix == ".toml":
-            data = tomllib.loads(path.read_text(encoding="utf-8-sig"))
-        elif path.suffix == ".json":
-            data = json.loads(path.read_text(encoding="utf-8-sig"))
-        else:
-            raise ConfigError(f"{path}: config files must end in .json or .toml")
+        data = parse(path.read_text(encoding="utf-8-sig"))
     except (json.JSONDecodeError, tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: cannot parse ({e})") from None
     if not isinstance(data, dict):

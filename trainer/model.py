@@ -80,13 +80,12 @@ def additive_mask(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Ten
 
 def multi_head_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int,
                          mask: torch.Tensor, dropout_p: float, training: bool) -> torch.Tensor:
-    """Scaled dot-product attention. Training runs PyTorch's fused kernel (flash or
-    memory-efficient on a GPU, one fused loop on a CPU: one call where the written-out form
-    launches about eight). Evaluation and export run it written out as 3-D batched matrix
-    multiplies over batch x heads, every reshape spelled with -1 for the sequence length:
-    ExecuTorch's XNNPACK delegate takes reshapes with one inferred size but not a symbolic one,
-    nor a 4-D matmul's expands, so in this form a layer's attention stays inside one delegate.
-    A mask with one row broadcasts over the batch."""
+    """Scaled dot-product attention. Training runs PyTorch's fused kernel (one call where the
+    written-out form launches about eight). Evaluation and export run it written out as 3-D
+    batched matrix multiplies over batch x heads, every reshape spelled with -1 for the sequence
+    length: ExecuTorch's XNNPACK delegate takes reshapes with one inferred size but not a
+    symbolic one, nor a 4-D matmul's expands, so in this form a layer's attention stays inside
+    one delegate. A mask with one row broadcasts over the batch."""
     b, s, width = q.shape
     head_dim = width // heads
     scale = head_dim ** -0.5

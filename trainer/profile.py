@@ -26,7 +26,6 @@ from trainer.fileio import write_json
 from trainer.host import cpu_model
 from trainer.model import PalBert
 from trainer.sampling import epoch_task_schedule
-from trainer.step import width_for
 from trainer.train import PhaseContext, Run, TrainingError
 
 # Dense peak FLOP/s by GPU name fragment and precision (vendor datasheets, SXM parts; fp32 is
@@ -66,8 +65,8 @@ def step_flops(model: PalBert, task: str, batch: int, width: int) -> float:
     the GPU multiplies it too). Forward: 2 per weight of every Linear per row it is applied to
     (the encoder's and the task's PALs' on every token, the pooler and the head on the [CLS]
     row only, a PAL's shared V^E/V^D once per adapted layer) plus QK^T and PV in every attention;
-    backward twice the forward (gradients of inputs and of weights). The embedding tables are
-    lookups, not matmuls, and LayerNorm, softmax and biases are not matmuls: none counts."""
+    backward twice the forward (gradients of inputs and of weights). Embedding lookups,
+    LayerNorm, softmax and biases are not matmuls and do not count."""
     def weights(module: nn.Module) -> int:
         return sum(m.in_features * m.out_features for m in module.modules()
                    if isinstance(m, nn.Linear))
@@ -134,9 +133,7 @@ def timed_steps(run: Run, ctx: PhaseContext, schedule: list[int], sections: bool
             opt_s = marks.get("optimizer_end", t2) - marks.get("optimizer", t2)
             timing.sections_s["forward_backward"] += t2 - t1 - opt_s
             timing.sections_s["optimizer"] += opt_s
-        rows, width = batch["input_ids"].shape
-        if ctx.step.widths is not None:
-            width = width_for(width, ctx.step.widths)
+        rows, width = batch["input_ids"].shape   # with graph widths, already one of them
         tokens += batch["attention_mask"].sum()
         timing.padded_tokens += rows * width
         timing.flops += step_flops(run.model, spec.name, rows, width)

@@ -143,10 +143,9 @@ class TrainStep:
         self.forward_loss, self.opts, self.cfg, self.device = forward_loss, opts, cfg, device
         self.total, self.widths, self.capture, self.graphs = total_steps, widths, capture, graphs
         # The gradients a step of task t writes and clips, in the one-AdamW order.
-        self.step_params: dict[str, list[torch.nn.Parameter]] = {}
-        for task, own in task_params.items():
-            mine = {id(p) for p in (*trunk_params, *own)}
-            self.step_params[task] = [p for p in opts.order if id(p) in mine]
+        mine = {task: {id(p) for p in (*trunk_params, *own)} for task, own in task_params.items()}
+        self.step_params = {task: [p for p in opts.order if id(p) in ids]
+                            for task, ids in mine.items()}
         for p in opts.order:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
