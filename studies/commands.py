@@ -37,11 +37,8 @@ def study(
 
     if parallel < 1:
         raise PalkitError("--parallel must be at least 1")
-    machine = {"data_dir": str(resolve_data_dir(data_dir))}
-    if base_model:
-        machine["base_model"] = base_model
-    if device:
-        machine["device"] = device
+    given = {"base_model": base_model, "device": device}
+    machine = {"data_dir": str(resolve_data_dir(data_dir)), **{k: v for k, v in given.items() if v}}
     jobs = plan_jobs(read_study(study_file), out, machine)
     typer.echo(f"{len(jobs)} jobs, {parallel} at a time; status in {out / 'study.json'}")
     if not run_study(jobs, out, parallel, threads_per_job):

@@ -63,20 +63,20 @@ def plan_jobs(study: dict[str, Any], out: Path, machine: dict[str, Any]) -> list
     for run in study["run"]:
         for seed in run.get("seeds", [0]):
             options = {**base, **run.get("options", {}), **machine, "seed": seed}
-            options, after = _resolve_references(options, run["name"], seed, out)
+            after = _resolve_references(options, seed, out)
             jobs += _run_jobs(run["name"], seed, out / run["name"] / f"seed-{seed}", options, after)
     return jobs
 
 
-def _resolve_references(options: dict[str, Any], name: str, seed: int,
-                        out: Path) -> tuple[dict[str, Any], tuple[str, ...]]:
+def _resolve_references(options: dict[str, Any], seed: int, out: Path) -> tuple[str, ...]:
+    """Replace each "run:NAME" value with that run's folder (in place); the jobs it needs."""
     after = []
     for key, value in options.items():
         if isinstance(value, str) and value.startswith(RUN_REFERENCE):
             other = value[len(RUN_REFERENCE):]
             options[key] = str(out / other / f"seed-{seed}")
             after.append(f"{other}/seed-{seed}")
-    return options, tuple(after)
+    return tuple(after)
 
 
 def _run_jobs(name: str, seed: int, folder: Path, options: dict[str, Any],

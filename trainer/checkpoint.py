@@ -17,16 +17,14 @@
       models/<task>/           (--mode separate) one complete single-task run per task
 
 RUN/metrics.jsonl and RUN/model are fixed links through RUN/last, so moving `last` (one rename)
-moves every file a reader opens from one checkpoint to the next together: whatever the instant of
-a crash or kill, the metrics, the best model and the checkpoint agree, and `--resume` redoes
-exactly the work the checkpoint does not hold. A best model is written as RUN/best-EEEE before
-the checkpoint that names it; folders no link reaches are deleted after each checkpoint and on
-resume.
+moves every file a reader opens to the next checkpoint at once: whatever the instant of a kill,
+the metrics, the best model and the checkpoint agree, and `--resume` redoes exactly the work the
+checkpoint does not hold. A best model is written as RUN/best-EEEE before the checkpoint that
+names it; folders no link reaches are deleted after each checkpoint and on resume.
 
-This module writes and reads every one of these files. Only safetensors and JSON are written or
-read: nothing here can execute code on load. Every file and folder is written under a temporary
-name and put in place with trainer/fileio.py, so a full disk never leaves a half checkpoint where
-a reader looks.
+Only safetensors and JSON are read or written (nothing can execute code on load), each under a
+temporary name put in place by trainer/fileio.py, so a full disk never leaves a half checkpoint
+where a reader looks.
 """
 from __future__ import annotations
 
@@ -270,10 +268,10 @@ class TrainingState:
     gradvac_targets: list[list[float]] | None = None
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], where: str) -> "TrainingState":
-        names = {f.name for f in fields(cls)}
+    def read(cls, path: Path) -> "TrainingState":
+        d, names = read_json(path), {f.name for f in fields(cls)}
         if set(d) != names:
-            raise CheckpointError(f"{where}: keys {sorted(set(d) ^ names)} do not match this "
+            raise CheckpointError(f"{path}: keys {sorted(set(d) ^ names)} do not match this "
                                   "palkit's training state; resume with the palkit that wrote it")
         return cls(**d)
 
@@ -284,29 +282,6 @@ class TrainingState:
     def next_phase(self) -> None:
         self.phase, self.epoch, self.step, self.loss_sum, self.loss_count = \
             self.phase + 1, 0, 0, 0.0, 0
-
-
-def optimizer_tensors(opt: torch.optim.Optimizer, names: list[str]) -> dict[str, torch.Tensor]:
-    """The optimizer's state_dict() state, keyed "<parameter name>.<key>" for safetensors (no
-    pickle). `names` are the parameter names in param_groups order."""
-    return {f"{names[index]}.{key}": value.detach().cpu().contiguous()
-            for index, state in opt.state_dict()["state"].items() for key, value in state.items()}
-
-
-def restore_optimizer(opt: torch.optim.Optimizer, names: list[str],
-                      tensors: dict[str, torch.Tensor]) -> None:
-    """Load optimizer_tensors() back through load_state_dict (the groups are the config's)."""
-    index = {name: i for i, name in enumerate(names)}
-    saved: dict[int, dict[str, torch.Tensor]] = {}
-    for stored, value in tensors.items():
-        name, key = stored.rsplit(".", 1)
-        if name not in index:
-            raise CheckpointError(f"optimizer state for '{name}', which this phase does not "
-                                  "train; resume with the options the run was started with")
-        saved.setdefault(index[name], {})[key] = value
-    state_dict = opt.state_dict()
-    state_dict["state"] = saved
-    opt.load_state_dict(state_dict)
 
 
 @dataclass
@@ -325,9 +300,8 @@ def best_tag(epoch: int) -> str:
 
 def save_snapshot(run: Path, tag: str, kind: str, model: PalBert, tokenizer,
                   trunk_file: Path | None, write_extra: Callable[[Path], None]) -> None:
-    """Write the model and `write_extra(folder)` into a temporary folder, then put it in place as
-    RUN/<tag> (an existing RUN/<tag> is swapped for it in one step). `kind` names its kill
-    points."""
+    """Write the model and `write_extra(folder)` into a temporary folder, then swap it in as
+    RUN/<tag> in one step; `kind` names its kill points."""
     build = run / f".{tag}.tmp"
     remove_tree(build)
     try:
@@ -391,8 +365,7 @@ def tidy_run(run: Path) -> None:
 
 def load_checkpoint(ckpt_dir: Path) -> Checkpoint:
     tensors = load_file(ckpt_dir / "optimizer.safetensors")
-    state = TrainingState.from_dict(read_json(ckpt_dir / "state.json"),
-                                    str(ckpt_dir / "state.json"))
+    state = TrainingState.read(ckpt_dir / "state.json")
     metrics_file = ckpt_dir / "metrics.jsonl"   # absent in the old layout (upgrade_legacy_run)
     metrics = metrics_file.read_text().splitlines() if metrics_file.is_file() else []
     return Checkpoint(state, tensors, tensors.pop(RNG_KEY), metrics)
@@ -420,8 +393,7 @@ def mark_finished(run: Path, state: TrainingState) -> None:
 
 
 def read_training_state(run: Path) -> TrainingState:
-    return TrainingState.from_dict(read_json(run / "last" / "state.json"),
-                                   str(run / "last" / "state.json"))
+    return TrainingState.read(run / "last" / "state.json")
 
 
 def run_finished(run: Path) -> bool:
@@ -443,8 +415,3 @@ def write_run_config(run: Path, config: dict[str, Any]) -> None:
 
 def read_run_config(run: Path) -> dict[str, Any]:
     return read_json(run / "config.json")
-
-
-def write_rank_report(run: Path, rank: int, report: dict[str, Any]) -> None:
-    """RUN/rank<N>.json (multi-process runs): what this rank saw, to check the ranks agree."""
-    write_json(run / f"rank{rank}.json", report)

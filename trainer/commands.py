@@ -13,24 +13,18 @@ from typing import Annotated, Any, Literal, Optional
 
 import typer
 
-from trainer.config import (ADAPTERS, TrainConfig, build_config, config_fields, field_default,
-                            read_config_file)
+from trainer.config import (ADAPTERS, FIELD_TYPES, TrainConfig, build_config, config_fields,
+                            field_default, read_config_file)
 from trainer.options import TRAINING, DataDirOption
 from trainer.tasks import TASK_KINDS, resolve_tasks
 
 app = typer.Typer()
 
-# The Python type a flag parses into, by the dataclass field's declared type.
-_FLAG_TYPES: dict[str, Any] = {"str": str, "str | None": str, "int": int, "int | None": int,
-                               "float": float, "bool": bool, "bool | None": bool,
-                               "tuple[str, ...]": list[str],
-                               "tuple[dict, ...]": list[Path]}
-
 
 def _train_parameter(f: Field) -> inspect.Parameter:
     """One `palkit train` flag from one TrainConfig field (None = not given on the command line)."""
     choices = f.metadata["choices"]
-    kind = Literal[choices] if choices else _FLAG_TYPES[f.type]
+    kind = Literal[choices] if choices else FIELD_TYPES[f.type][0]
     flag = f.name.replace("_", "-")
     names = [f"--{flag}/--no-{flag}"] if kind is bool else [f"--{flag}"]
     default = field_default(f)

@@ -192,8 +192,8 @@ class TrainConfig:
             raise ConfigError(f"{source}: unknown option(s) {sorted(unknown)}")
         for name, value in d.items():
             if not _holds(types[name], value):
-                raise ConfigError(f"{source}: '{name}' must be {_TYPE_WORDS[types[name]]}, got "
-                                 f"{value!r:.60}")
+                words = FIELD_TYPES[types[name]][1]
+                raise ConfigError(f"{source}: '{name}' must be {words}, got {value!r:.60}")
         # JSON and TOML give lists; the frozen config holds tuples.
         return cls(**{k: tuple(v) if k in ("tasks", "custom_tasks") else v for k, v in d.items()})
 
@@ -231,11 +231,9 @@ def run_steps(cfg: TrainConfig) -> int:
 
 
 def resolve_step(cfg: TrainConfig, cuda: bool, processes: int) -> tuple[TrainConfig, str | None]:
-    """How the run's step runs: cuda_graphs and compile as given, or when not given (None):
-    captured on a CUDA device unless an option cannot be captured (gradient surgery, several
-    processes, compile_mode reduce-overhead), compiled when captured and the run is long enough
-    to repay the first compile; eager and uncompiled on a CPU. Returns the config with both set
-    and the one line to show when a default fell back to eager (else None)."""
+    """The config with cuda_graphs and compile set where not given (None): captured on CUDA
+    unless an option cannot be, compiled when captured and the run repays the first compile;
+    eager on a CPU. Also the one line to show when a default fell back to eager (else None)."""
     if not cuda:
         return cfg.replace(cuda_graphs=bool(cfg.cuda_graphs), compile=bool(cfg.compile)), None
     graphs, note = cfg.cuda_graphs, None
@@ -249,9 +247,8 @@ def resolve_step(cfg: TrainConfig, cuda: bool, processes: int) -> tuple[TrainCon
         if blocked:
             note = (f"training eagerly, without CUDA graphs: {'; '.join(blocked)} "
                     "(pass --no-cuda-graphs to silence this)")
-    compile = cfg.compile
-    if compile is None:
-        compile = graphs and run_steps(cfg) > COMPILE_PAYS_AFTER_STEPS
+    compile = cfg.compile if cfg.compile is not None else (
+        graphs and run_steps(cfg) > COMPILE_PAYS_AFTER_STEPS)
     return cfg.replace(cuda_graphs=graphs, compile=compile), note
 
 
@@ -264,11 +261,14 @@ def field_default(f: Field) -> Any:
     return f.default if f.default is not MISSING else None
 
 
-# What a config file's value may be, by the field's declared type (JSON/TOML can give anything).
-_TYPE_WORDS = {"str": "a string", "str | None": "a string", "int": "an integer",
-               "int | None": "an integer", "float": "a number", "bool": "true or false",
-               "bool | None": "true or false",
-               "tuple[str, ...]": "a list of strings", "tuple[dict, ...]": "a list of tables"}
+# By a field's declared type: the Python type its flag parses into, and what a config file's
+# value must be (JSON/TOML can give anything).
+FIELD_TYPES: dict[str, tuple[Any, str]] = {
+    "str": (str, "a string"), "str | None": (str, "a string"), "int": (int, "an integer"),
+    "int | None": (int, "an integer"), "float": (float, "a number"),
+    "bool": (bool, "true or false"), "bool | None": (bool, "true or false"),
+    "tuple[str, ...]": (list[str], "a list of strings"),
+    "tuple[dict, ...]": (list[Path], "a list of tables")}
 
 
 def _holds(declared: str, value: Any) -> bool:
@@ -289,13 +289,11 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found")
+    parse = {".toml": tomllib.loads, ".json": json.loads}.get(path.suffix)
+    if parse is None:
+        raise ConfigError(f"{path}: config files must end in .json or .toml")
     try:
-        if path.suffix == ".toml":
-            data = tomllib.loads(path.read_text(encoding="utf-8-sig"))
-        elif path.suffix == ".json":
-            data = json.loads(path.read_text(encoding="utf-8-sig"))
-        else:
-            raise ConfigError(f"{path}: config files must end in .json or .toml")
+        data = parse(path.read_text(encoding="utf-8-sig"))
     except (json.JSONDecodeError, tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: cannot parse ({e})") from None
     if not isinstance(data, dict):

@@ -67,8 +67,7 @@ def read_examples(task: TaskSpec, data_dir: Path, split: str,
         if header is None:
             raise DataError(f"{path}: file is empty")
         columns = {name.strip(): i for i, name in enumerate(header)}
-        needed = [*task.text_columns, task.label_column]
-        missing = [c for c in needed if c not in columns]
+        missing = [c for c in (*task.text_columns, task.label_column) if c not in columns]
         if missing:
             raise DataError(f"{path}:1: missing column(s) {missing}; header has {list(columns)}")
         for row in reader:
@@ -158,12 +157,10 @@ def collate(split: EncodedSplit, indices: list[int], pad_id: int,
 
 @dataclass(frozen=True)
 class TrainingSplit:
-    """A task's encoded training split held once as padded tensors on the training device.
-
-    A step's batch is gathered there by index: a few indexing kernels, no per-row Python and no
-    copy of the batch from the host (only the batch's indices travel). The batch equals what
-    `collate` builds from the same indices, tensor for tensor. The lengths are kept on the host
-    as well, so that a batch's width is known without waiting for the device."""
+    """A task's encoded training split held once as padded tensors on the training device, so
+    that a step's batch is gathered there by index (only the indices travel), equal to what
+    `collate` builds from them. The lengths are also on the host, so that a batch's width is
+    known without waiting for the device."""
     input_ids: torch.Tensor        # [examples, columns], pad id after each row's tokens
     token_type_ids: torch.Tensor   # [examples, columns], 0 after each row's tokens
     lengths: torch.Tensor          # [examples] tokens per row

@@ -1,9 +1,8 @@
 """Files and folders written so that a reader sees the old or the new, never half of either.
 
-One implementation each, used by training, add-task and export. Files are written under a
-temporary name, fsync'd and renamed; `replace_dir` swaps an existing folder for the new one
-atomically (Linux renameat2 RENAME_EXCHANGE), so a symlink or a reader that names the final
-folder never sees it missing.
+Files are written under a temporary name, fsync'd and renamed; `replace_dir` swaps an existing
+folder for the new one atomically (Linux renameat2 RENAME_EXCHANGE), so a symlink or a reader
+that names the final folder never sees it missing.
 
 Every rename goes through `_rename`, `_exchange` or `_swap_link`, and every delete through
 `remove_tree`, so tests/test_publish_faults.py can crash between any two of them.

@@ -14,15 +14,11 @@ def pearson(x: torch.Tensor, y: torch.Tensor) -> float:
 
 def ranks(x: torch.Tensor) -> torch.Tensor:
     """Average ranks (ties share the mean rank), as Spearman's rho needs."""
-    order = torch.argsort(x.double(), stable=True)
-    r = torch.empty(len(x), dtype=torch.float64)
-    r[order] = torch.arange(len(x), dtype=torch.float64)
     values = x.double()
-    for v in torch.unique(values):
-        tie = values == v
-        if tie.sum() > 1:
-            r[tie] = r[tie].mean()
-    return r
+    r = torch.empty(len(x), dtype=torch.float64)
+    r[torch.argsort(values, stable=True)] = torch.arange(len(x), dtype=torch.float64)
+    _, tie, counts = torch.unique(values, return_inverse=True, return_counts=True)
+    return (torch.zeros(len(counts), dtype=torch.float64).index_add_(0, tie, r) / counts)[tie]
 
 
 def spearman(x: torch.Tensor, y: torch.Tensor) -> float:

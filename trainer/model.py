@@ -1,9 +1,7 @@
 """PAL-BERT: a BERT trunk with Projected Attention Layers per task (Stickland & Murray, 2019).
 
-Read top to bottom: the PAL (a small multi-head attention in a projected space), one task's
-adapter (the PALs of every adapted layer, V^E/V^D shared across layers as in the paper), a
-task head, and the model that runs transformers' `BertModel` weights layer by layer so that it
-can add each task's PAL output in parallel inside every layer:
+The model runs transformers' `BertModel` weights layer by layer so that it can add each task's
+PAL output (a small multi-head attention in a projected space) in parallel inside every layer:
 
     a       = LN1(h + SelfAttention(h))
     h_next  = LN2(a + FFN(a) + PAL_t(h))          PAL_t(h) = GELU(V^D · MH_t(V^E · h))
@@ -11,8 +9,6 @@ can add each task's PAL output in parallel inside every layer:
 PAL_t reads the layer's input h and is added before the layer's output LayerNorm, as in the
 authors' released code; the GELU on the decoder output is theirs too. With a zero V^D (weight and
 bias) the PAL adds exactly 0 and the layer is plain BERT.
-
-The same module is used by training, export and tests.
 """
 from __future__ import annotations
 
@@ -84,13 +80,12 @@ def additive_mask(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Ten
 
 def multi_head_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int,
                          mask: torch.Tensor, dropout_p: float, training: bool) -> torch.Tensor:
-    """Scaled dot-product attention. Training runs PyTorch's fused kernel (flash or
-    memory-efficient on a GPU, one fused loop on a CPU: one call where the written-out form
-    launches about eight). Evaluation and export run it written out as 3-D batched matrix
-    multiplies over batch x heads, every reshape spelled with -1 for the sequence length:
-    ExecuTorch's XNNPACK delegate takes reshapes with one inferred size but not a symbolic one,
-    nor a 4-D matmul's expands, so in this form a layer's attention stays inside one delegate.
-    A mask with one row broadcasts over the batch."""
+    """Scaled dot-product attention. Training runs PyTorch's fused kernel (one call where the
+    written-out form launches about eight). Evaluation and export run it written out as 3-D
+    batched matrix multiplies over batch x heads, every reshape spelled with -1 for the sequence
+    length: ExecuTorch's XNNPACK delegate takes reshapes with one inferred size but not a
+    symbolic one, nor a 4-D matmul's expands, so in this form a layer's attention stays inside
+    one delegate. A mask with one row broadcasts over the batch."""
     b, s, width = q.shape
     head_dim = width // heads
     scale = head_dim ** -0.5
@@ -243,10 +238,10 @@ class PalBert(nn.Module):
         `task` may list one task per equal slice of the batch, all of one placement
         (forward_all runs such a group as one batch)."""
         a, ffn = self.trunk_sublayers(index, h, mask)
-        if task is not None:
-            names = task if isinstance(task, list) else [task]
-            if self.adapted(index, names[0]):
-                ffn = ffn + self.task_pals(index, h, mask, names, shared=False)
+        names = task if isinstance(task, list) else [task]
+        pal = None if task is None else self.task_pal(names[0])
+        if pal is not None and index in pal.layers:
+            ffn = ffn + self.task_pals(index, h, mask, names, shared=False)
         return self.trunk.encoder.layer[index].output.LayerNorm(ffn + a)
 
     def task_pals(self, index: int, h: torch.Tensor, mask: torch.Tensor, tasks: list[str],
@@ -258,10 +253,6 @@ class PalBert(nn.Module):
         hs = [h] * n if shared else h.chunk(n)
         masks = mask.chunk(n) if not shared and mask.shape[0] > 1 else [mask] * n
         return torch.cat([self.adapters[t](index, x, m) for t, x, m in zip(tasks, hs, masks)])
-
-    def adapted(self, index: int, task: str) -> bool:
-        pal = self.task_pal(task)
-        return pal is not None and index in pal.layers
 
     def first_adapted_layer(self, task: str) -> int:
         """Layers below this one are the plain trunk for `task` (the layer count: a head only)."""
@@ -279,13 +270,12 @@ class PalBert(nn.Module):
 
     def branched(self, h: torch.Tensor, mask: torch.Tensor,
                  branches: list[tuple[int, str | list[str] | None, int]]) -> list[torch.Tensor]:
-        """The encoder for several branches on one embedded input. A branch is (its first
-        adapted layer, its `task` argument to layer(), its row count n); it reads the plain
-        trunk below its first layer, and the first layer's attention and feed-forward are the
-        plain trunk's too, so only its PALs and join run per branch ([n·B, S, d], slice t is
-        task t). A branch whose first layer is the layer count (head-only) reads the plain
-        trunk's output. So the trunk runs once up to the highest branch point, and every branch
-        adds only its own layers. Same sums in the same order as forward(), slice for slice."""
+        """The encoder for several branches on one embedded input, the trunk run once up to the
+        highest branch point. A branch is (its first adapted layer, its `task` argument to
+        layer(), its row count n): below that layer, and for that layer's attention and
+        feed-forward, it reads the plain trunk, so only its PALs and join run per branch
+        ([n·B, S, d], slice t is task t); a head-only branch (first layer = the layer count)
+        reads the plain trunk's output. Same sums in the same order as forward()."""
         layers = len(self.trunk.encoder.layer)
         split = max(first for first, _, _ in branches)
         states: dict[int, torch.Tensor] = {}

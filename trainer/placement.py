@@ -19,12 +19,11 @@ _INDICES = re.compile(r"\d+(,\d+)*")
 
 def check_placement(which: str) -> None:
     """Refuse a spelling that no trunk could mean (ValueError naming the option)."""
-    if which in NAMED or _TOP_N.fullmatch(which) or _INDICES.fullmatch(which):
-        if _TOP_N.fullmatch(which) and int(which[4:]) < 1:
-            raise ConfigError("pal_layers top-N needs N >= 1")
-        return
-    raise ConfigError(f"pal_layers must be all, top, bottom, top-N or layer indices like 3,4,5; "
-                     f"got '{which}'")
+    if not (which in NAMED or _TOP_N.fullmatch(which) or _INDICES.fullmatch(which)):
+        raise ConfigError(f"pal_layers must be all, top, bottom, top-N or layer indices like "
+                          f"3,4,5; got '{which}'")
+    if _TOP_N.fullmatch(which) and int(which[4:]) < 1:
+        raise ConfigError("pal_layers top-N needs N >= 1")
 
 
 def pal_layer_indices(num_layers: int, which: str) -> tuple[int, ...]:

@@ -1,16 +1,10 @@
 """`palkit bench-train`: how fast the trainer trains a config, and where a step's time goes.
 
-It builds the same Run as `palkit train` and runs the joint phase's first steps through the
-training loop's own step (Run.batch, then TrainStep: eager, compiled, or recorded as CUDA
-graphs), without dev scoring or checkpoints. Besides steps/s and tokens/s it reports the
-process's CPU time (cpu_s / wall_s shows how many cores the step kept busy; on a GPU, CPU seconds
-close to wall seconds mean the host's kernel launches bound it), the shares of batch building,
-forward+backward and the optimisers (a captured step is one graph: data and graph), and on CUDA
-the model-FLOP utilisation (step_flops over MODEL_PEAK_FLOPS) and the peak memory.
-
-On CUDA the shares need a synchronisation at each section boundary, which slows the step, so
-there the throughput comes from a separate pass without them. Each repeat is a fresh set of
-steps on the same Run; the entry keeps every repeat, and its headline figures are the median.
+It builds the same Run as `palkit train` and times the joint phase's first steps through the
+training loop's own Run.batch and TrainStep, without dev scoring or checkpoints. cpu_s / wall_s
+shows how many cores the step kept busy; on a GPU, CPU seconds close to wall seconds mean the
+host's kernel launches bound it. On CUDA the section shares need a synchronisation at each
+boundary, which slows the step, so there the throughput comes from a separate pass without them.
 """
 from __future__ import annotations
 
@@ -32,7 +26,6 @@ from trainer.fileio import write_json
 from trainer.host import cpu_model
 from trainer.model import PalBert
 from trainer.sampling import epoch_task_schedule
-from trainer.step import width_for
 from trainer.train import PhaseContext, Run, TrainingError
 
 # Dense peak FLOP/s by GPU name fragment and precision (vendor datasheets, SXM parts; fp32 is
@@ -72,8 +65,8 @@ def step_flops(model: PalBert, task: str, batch: int, width: int) -> float:
     the GPU multiplies it too). Forward: 2 per weight of every Linear per row it is applied to
     (the encoder's and the task's PALs' on every token, the pooler and the head on the [CLS]
     row only, a PAL's shared V^E/V^D once per adapted layer) plus QK^T and PV in every attention;
-    backward twice the forward (gradients of inputs and of weights). The embedding tables are
-    lookups, not matmuls, and LayerNorm, softmax and biases are not matmuls: none counts."""
+    backward twice the forward (gradients of inputs and of weights). Embedding lookups,
+    LayerNorm, softmax and biases are not matmuls and do not count."""
     def weights(module: nn.Module) -> int:
         return sum(m.in_features * m.out_features for m in module.modules()
                    if isinstance(m, nn.Linear))
@@ -140,9 +133,7 @@ def timed_steps(run: Run, ctx: PhaseContext, schedule: list[int], sections: bool
             opt_s = marks.get("optimizer_end", t2) - marks.get("optimizer", t2)
             timing.sections_s["forward_backward"] += t2 - t1 - opt_s
             timing.sections_s["optimizer"] += opt_s
-        rows, width = batch["input_ids"].shape
-        if ctx.step.widths is not None:
-            width = width_for(width, ctx.step.widths)
+        rows, width = batch["input_ids"].shape   # with graph widths, already one of them
         tokens += batch["attention_mask"].sum()
         timing.padded_tokens += rows * width
         timing.flops += step_flops(run.model, spec.name, rows, width)
@@ -205,12 +196,9 @@ def bench_training(cfg: TrainConfig, steps: int, warmup: int, repeats: int) -> d
     passes, section_passes = [], []
     for r in range(repeats):
         part = schedule[warmup + r * steps:warmup + (r + 1) * steps]
-        if device.type == "cuda":   # the shares' synchronisations would slow this pass
-            passes.append(timed_steps(run, ctx, part, sections=False))
-            section_passes.append(timed_steps(run, ctx, part, sections=True))
-        else:
-            passes.append(timed_steps(run, ctx, part, sections=True))
-            section_passes.append(passes[-1])
+        cuda = device.type == "cuda"   # there the shares' synchronisations would slow the pass
+        passes.append(timed_steps(run, ctx, part, sections=not cuda))
+        section_passes.append(timed_steps(run, ctx, part, sections=True) if cuda else passes[-1])
     figures = [summarise(t, peak) for t in passes]
     headline = {key: statistics.median(f[key] for f in figures)
                 for key in ("steps_per_s", "tokens_per_s", "padded_tokens_per_s", "cpu_s")}

@@ -90,12 +90,10 @@ def record(results: Path, name: str, facts: dict[str, Any], split: str,
            metrics: dict[str, Any], command: str, extra: dict[str, Any] | None = None) -> None:
     """Add or replace the (name, split) entry, then rewrite the Markdown table beside it."""
     entries = read_json(results) if results.is_file() else []
-    entry = {"name": name, "mode": facts["mode"], "sampling": facts["sampling"], "split": split,
+    entry = {"name": name, "split": split, **{k: v for k, v in facts.items() if k != "config"},
              **{k: v for k, v in metrics.items() if k.endswith(METRIC_SUFFIXES)},
-             "avg": metrics["avg"], "params_total": facts["params_total"],
-             "params_task_specific": facts["params_task_specific"],
-             "total_steps": total_steps(facts["config"]),
-             "wall_time_s": facts["wall_time_s"], "wall_time_note": WALL_TIME_NOTE,
+             "avg": metrics["avg"], "total_steps": total_steps(facts["config"]),
+             "wall_time_note": WALL_TIME_NOTE,
              "command": command, "machine": machine_name(), **(extra or {})}
     entries = [e for e in entries if (e["name"], e["split"]) != (name, split)] + [entry]
     write_json(results, entries)

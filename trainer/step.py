@@ -1,25 +1,20 @@
 """One training step, written so that a CUDA graph can hold all of it.
 
-The step is forward (bf16 autocast when asked), the task's loss, backward, gradient clipping
-and AdamW. Eager training and `--cuda-graphs` run the same `TrainStep.compute`; capture is the
-only part that needs a GPU. What makes the step capturable, and why each piece still computes
-what the plain eager step computed:
+Eager training and `--cuda-graphs` run the same `TrainStep.compute` (forward, loss, backward,
+clipping, AdamW); capture is the only part that needs a GPU. What makes it capturable, and why
+each piece still computes what the plain eager step computed:
 
-- Static inputs. With `--cuda-graphs` a batch is padded up to one of a few fixed widths
-  (`--graph-widths`) and gathered straight into that (task, width)'s input tensors (`Run.batch`,
-  `TrainingSplit.gather`), so a graph is recorded once per (task, width) and replayed on fresh
-  data. Padded positions are masked out.
-- Gradients that stay put. Every trainable parameter's .grad is allocated once, before any
-  capture, and zeroed in place at the start of a step; backward accumulates into it.
-- Optimizers that touch only what the step trained: one AdamW for the trunk and one per task.
-  A step of task t steps the trunk's and t's own, so no other task's moments, step count or
-  weight decay move -- exactly what one AdamW over everything did when the other tasks'
-  gradients were None.
-- The learning-rate schedule as device arithmetic: the step's position is an input buffer and
-  `lr_at` turns it into the learning rate inside the step (a float64 tensor on a CPU, where
-  fused AdamW reads it as the double it was; float32 on CUDA, the kernel's type).
-- Clipping without a host read: clip_grad_norm_ scales by min(1, max_norm / norm) on the device.
-- The loss stays on the device; the training loop reads a block of them every few steps.
+- Static inputs: a batch is padded up to one of a few widths (`--graph-widths`) and gathered
+  straight into that (task, width)'s input tensors, so a graph is recorded once per (task,
+  width) and replayed on fresh data. Padded positions are masked out.
+- Every trainable parameter's .grad is allocated once, before any capture, and zeroed in place.
+- One AdamW for the trunk and one per task: a step of task t steps the trunk's and t's own, so
+  no other task's moments, step count or weight decay move -- exactly what one AdamW over
+  everything did when the other tasks' gradients were None.
+- The learning rate is device arithmetic on the step's position (`lr_at`): a float64 tensor on
+  a CPU, where fused AdamW reads it as the double it was; float32 on CUDA, the kernel's type.
+- clip_grad_norm_ scales by min(1, max_norm / norm) on the device, and the loss stays there:
+  no host read inside the step.
 
 Dropout inside a graph draws new numbers on each replay: during capture PyTorch records the
 philox offset the graph consumes and each replay advances the default CUDA generator's offset by
@@ -34,7 +29,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from trainer.checkpoint import optimizer_tensors, restore_optimizer
+from trainer.checkpoint import CheckpointError
 from trainer.config import TrainConfig
 from trainer.tasks import TaskSpec
 
@@ -99,18 +94,26 @@ class PhaseOptimizers:
         return [o for o in ("trunk", task) if o in self.opts]
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
-        """Every optimizer's state keyed "<parameter name>.<key>" (what one AdamW saved)."""
-        return {key: value for owner, opt in self.opts.items()
-                for key, value in optimizer_tensors(opt, self.names[owner]).items()}
+        """Every optimizer's state_dict() state keyed "<parameter name>.<key>" (what one AdamW
+        saved), for safetensors: no pickle."""
+        return {f"{self.names[owner][index]}.{key}": value.detach().cpu().contiguous()
+                for owner, opt in self.opts.items()
+                for index, state in opt.state_dict()["state"].items()
+                for key, value in state.items()}
 
     def restore(self, tensors: dict[str, torch.Tensor]) -> None:
-        owner_of = {n: o for o, names in self.names.items() for n in names}
-        split: dict[str, dict[str, torch.Tensor]] = {o: {} for o in self.opts}
+        """Load state_tensors() back through each optimizer's load_state_dict."""
+        slot = {n: (o, i) for o, names in self.names.items() for i, n in enumerate(names)}
+        saved: dict[str, dict[int, dict[str, torch.Tensor]]] = {o: {} for o in self.opts}
         for stored, value in tensors.items():
-            name = stored.rsplit(".", 1)[0]
-            split[owner_of.get(name, "trunk")][stored] = value   # unknown names: refused there
+            name, key = stored.rsplit(".", 1)
+            if name not in slot:
+                raise CheckpointError(f"optimizer state for '{name}', which this phase does not "
+                                      "train; resume with the options the run was started with")
+            owner, index = slot[name]
+            saved[owner].setdefault(index, {})[key] = value
         for owner, opt in self.opts.items():
-            restore_optimizer(opt, self.names[owner], split[owner])
+            opt.load_state_dict({**opt.state_dict(), "state": saved[owner]})
             for group in opt.param_groups:   # load_state_dict put a copy of the LR tensor there
                 group["lr"] = self.lr
 
@@ -140,10 +143,9 @@ class TrainStep:
         self.forward_loss, self.opts, self.cfg, self.device = forward_loss, opts, cfg, device
         self.total, self.widths, self.capture, self.graphs = total_steps, widths, capture, graphs
         # The gradients a step of task t writes and clips, in the one-AdamW order.
-        self.step_params: dict[str, list[torch.nn.Parameter]] = {}
-        for task, own in task_params.items():
-            mine = {id(p) for p in (*trunk_params, *own)}
-            self.step_params[task] = [p for p in opts.order if id(p) in mine]
+        mine = {task: {id(p) for p in (*trunk_params, *own)} for task, own in task_params.items()}
+        self.step_params = {task: [p for p in opts.order if id(p) in ids]
+                            for task, ids in mine.items()}
         for p in opts.order:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)

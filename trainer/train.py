@@ -1,16 +1,13 @@
 """The training recipe, as plain code: config in, run directory out (see trainer/checkpoint.py).
 
-A run is a list of phases: "joint" trains all tasks together (PALs or fully shared); with
---tune-adapters-after N, one "tune:<task>" phase per task follows, training only that task's
-adapter and head on a frozen trunk, starting from the best joint model. Each phase has its own
-AdamW (one for the trunk, one per task) and warmup-then-linear-decay schedule. Epochs are a fixed
-number of steps. The step itself lives in trainer/step.py, written so that `--cuda-graphs` can
-record it whole.
+A run is a list of phases: "joint" trains all tasks together; with --tune-adapters-after N, one
+"tune:<task>" phase per task follows, training only that task's adapter and head on a frozen
+trunk, starting from the best joint model. Each phase has its own optimizers and warmup-then-
+linear-decay schedule; epochs are a fixed number of steps; the step is trainer/step.py.
 
-Resumption is exact: the data order is a pure function of the seed (trainer/sampling.py), and a
-checkpoint holds the weights, AdamW's moments, the torch RNG state, the stream positions and the
-metrics so far; the run's other files resolve through RUN/last (trainer/checkpoint.py), so a kill
-at any instant resumes to the same final folder as an uninterrupted run.
+Resumption is exact: the data order is a pure function of the seed (trainer/sampling.py) and a
+checkpoint holds everything else that moves (weights, AdamW's moments, RNG state, stream
+positions, metrics), so a kill at any instant resumes to the same final folder.
 """
 from __future__ import annotations
 
@@ -29,13 +26,13 @@ import torch.nn.functional as F
 from trainer.checkpoint import (TRUNK_WEIGHTS, Checkpoint, TrainingState, link_run_files,
                                 load_checkpoint, load_model, load_task_weights, load_trunk,
                                 mark_finished, read_json, runs_beside, save_best, save_checkpoint,
-                                tidy_run, upgrade_legacy_run, write_rank_report, write_run_config)
+                                tidy_run, upgrade_legacy_run, write_run_config)
 from trainer.config import TrainConfig, resolve_step
 from trainer.data import EncodedSplit, TrainingSplit, encode, read_examples, resolve_data_dir
 from trainer.distill import Teachers, distill_loss, teacher_weight
 from trainer.errors import PalkitError
 from trainer.evaluate import evaluate_model
-from trainer.fileio import kill_point
+from trainer.fileio import kill_point, write_json
 from trainer.metrics import average_score, primary_score
 from trainer.model import PalBert, PalConfig, default_pal_size, regression_score
 from trainer.placement import pal_layer_indices
@@ -73,10 +70,9 @@ class Phase:
 
 def plan_phases(cfg: TrainConfig, specs: list[TaskSpec]) -> list[Phase]:
     names = tuple(s.name for s in specs)
-    phases = [Phase("joint", names, cfg.epochs, not cfg.freeze_trunk)]
-    if cfg.tune_adapters_after:
-        phases += [Phase(f"tune:{n}", (n,), cfg.tune_adapters_after, False) for n in names]
-    return phases
+    tuned = names if cfg.tune_adapters_after else ()
+    return [Phase("joint", names, cfg.epochs, not cfg.freeze_trunk),
+            *(Phase(f"tune:{n}", (n,), cfg.tune_adapters_after, False) for n in tuned)]
 
 
 @dataclass(frozen=True)
@@ -125,13 +121,10 @@ def task_loss(spec: TaskSpec, raw: torch.Tensor, labels: torch.Tensor, sts_loss:
 def trainable_parameters(model: PalBert, phase: Phase) -> dict[str, torch.nn.Parameter]:
     """Named parameters this phase updates; everything else gets requires_grad=False."""
     task_owned = {id(p) for task in phase.tasks for p in model.task_parameters(task).values()}
-    out = {}
     for name, p in model.named_parameters():
-        train = id(p) in task_owned or (phase.trunk_trainable and name.startswith("trunk."))
-        p.requires_grad_(train)
-        if train:
-            out[name] = p
-    return out
+        p.requires_grad_(id(p) in task_owned
+                         or (phase.trunk_trainable and name.startswith("trunk.")))
+    return {name: p for name, p in model.named_parameters() if p.requires_grad}
 
 
 @dataclass
@@ -178,7 +171,6 @@ class Run:
         self.last_dev = ""                   # the latest dev score, shown on the bar
         self.pending_losses: list[torch.Tensor] = []   # step losses not yet read to the host
         self.loss_sync_every = loss_sync_interval(self.dist.device)
-        # Compiled models see few distinct shapes when widths are rounded up.
         self.pad_multiple = COMPILE_PAD_MULTIPLE if cfg.compile else 1
         self.graphs = Graphs()               # every phase's CUDA graphs share one memory pool
         torch.manual_seed(cfg.seed)
@@ -223,10 +215,9 @@ class Run:
         self.frozen_trunk_file = ckpt / "trunk" / TRUNK_WEIGHTS if self.cfg.freeze_trunk else None
         if self.dist.main:
             upgrade_legacy_run(self.out)
-        saved_ckpt = load_checkpoint(ckpt)
-        self.state, self.optimizer_state = saved_ckpt.state, saved_ckpt.optimizer
-        self.metrics = saved_ckpt.metrics
-        torch.set_rng_state(saved_ckpt.rng_state)
+        held = load_checkpoint(ckpt)
+        self.state, self.optimizer_state, self.metrics = held.state, held.optimizer, held.metrics
+        torch.set_rng_state(held.rng_state)
         if not self.state.finished:
             self.log(f"resuming {self.out} at phase {self.phases[self.state.phase].name}, "
                      f"epoch {self.state.epoch + 1}, step {self.state.step}")
@@ -316,11 +307,9 @@ class Run:
         if self.cfg.compile:
             model = torch.compile(model, mode=self.cfg.compile_mode)
         specs = [s for s in self.specs if s.name in phase.tasks]
-        order = [s.name for s in self.specs]
-        streams = {s.name: TaskStream(len(self.train_data[s.name]), self.cfg.seed,
-                                      order.index(s.name), self.state.streams.get(s.name, 0),
-                                      self._buckets(s.name))
-                   for s in specs}
+        streams = {s.name: TaskStream(len(self.train_data[s.name]), self.cfg.seed, index,
+                                      self.state.streams.get(s.name, 0), self._buckets(s.name))
+                   for index, s in enumerate(self.specs) if s.name in phase.tasks}
         gradvac = GradVac(len(specs)) if self.cfg.grad_surgery == "gradvac" else None
         if gradvac is not None and self.state.gradvac_targets is not None:
             gradvac.targets = torch.tensor(self.state.gradvac_targets, dtype=torch.float64)
@@ -528,12 +517,12 @@ class Run:
         self.model.load_state_dict(model.state_dict())
 
     def _write_rank_report(self) -> None:
-        """Under DDP: what this rank saw and the weights it ended with, to check ranks agree."""
+        """RUN/rank<N>.json under DDP: what this rank saw and its weights, to check ranks agree."""
         weights = hashlib.sha256()
         for name, t in sorted(self.model.state_dict().items()):
             weights.update(name.encode())
             weights.update(t.detach().cpu().contiguous().numpy().tobytes())
-        write_rank_report(self.out, self.dist.rank, {
+        write_json(self.out / f"rank{self.dist.rank}.json", {
             "rank": self.dist.rank, "world": self.dist.world,
             "examples_seen": self._examples_seen, "weights_sha256": weights.hexdigest()})
 
@@ -545,9 +534,8 @@ def train(cfg: TrainConfig, resume: bool = False) -> Path:
         raise TrainingError(f"{out} already holds a run; pass --resume to continue it or choose "
                             "another --out")
     if resume and not (out / "config.json").is_file():
-        beside = runs_beside(out)
         raise TrainingError(f"{out}: no run to resume there (runs in {out.parent}: "
-                            f"{', '.join(beside) if beside else 'none'}); check --out, or drop "
+                            f"{', '.join(runs_beside(out)) or 'none'}); check --out, or drop "
                             "--resume to start a new run")
     if cfg.mode != "separate":
         return Run(cfg, resume).train()
