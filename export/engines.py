@@ -37,9 +37,7 @@ class BundleFiles(Protocol):
 
 
 class TaskRunner(ABC):
-    def __init__(self, bundle: BundleFiles, threads: int | None):
-        self.bundle = bundle
-        self.threads = threads
+    bundle: BundleFiles
 
     @abstractmethod
     def select(self, task: TaskEntry) -> None:
@@ -105,8 +103,9 @@ def set_executorch_threads(n: int) -> None:
     if _executorch_threads == [n]:
         return
     if _executorch_programs_loaded:
-        raise BundleError(f"ExecuTorch already runs programs on {(_executorch_threads or ['its default'])[0]} "
-                          f"threads in this process; it cannot switch to {n} (start a new process)")
+        current = (_executorch_threads or ["its default"])[0]
+        raise BundleError(f"ExecuTorch already runs programs on {current} threads in this "
+                          f"process; it cannot switch to {n} (start a new process)")
     executorch_lib()._unsafe_reset_threadpool(n)
     _executorch_threads[:] = [n]
 
@@ -156,7 +155,7 @@ class ExecuTorchRunner(TaskRunner):
     lie: nothing is copied per call (export/executorch_export.py)."""
 
     def __init__(self, bundle: BundleFiles, threads: int | None):
-        super().__init__(bundle, threads)
+        self.bundle = bundle
         with native_stderr_filtered():  # the threadpool's start-up lines
             if threads:
                 set_executorch_threads(threads)
@@ -294,8 +293,7 @@ class OnnxRuntimeRunner(TaskRunner):
     def __init__(self, bundle: BundleFiles, threads: int | None):
         import onnxruntime as ort
 
-        super().__init__(bundle, threads)
-        self.ort = ort
+        self.bundle, self.ort = bundle, ort
         trunk = bundle.path(bundle.manifest.trunk_file("onnxruntime"))
         try:
             self.session = ort_session(trunk, threads)
