@@ -245,7 +245,10 @@ class TaskSlotProgram(nn.Module):
             self.paths.append(paths)
 
     def input_names(self, group: int = 0) -> list[str]:
-        return task_input_names(self.paths[group])
+        """The group's task inputs in method order: each matrix's weight ([in, out]) and bias,
+        then the output map."""
+        names = [f"{path}.{s}" for path in self.paths[group] for s in ("weight_t", "bias")]
+        return names + ["output.linear", "output.sigmoid", "output.offset"]
 
     def forward(self, input_ids, attention_mask, token_type_ids, *tensors):
         it = iter(tensors)
@@ -270,13 +273,6 @@ class TaskSlotProgram(nn.Module):
             outs.append((linear * raw + sigmoid * torch.sigmoid(raw) + offset)
                         .reshape(n, PAD_OUTPUTS))
         return outs[0] if len(outs) == 1 else torch.cat(outs)
-
-
-def task_input_names(paths: list[str]) -> list[str]:
-    """The ExecuTorch program's task inputs in method order: each given matrix's weight
-    ([in, out]) and bias, then the output map."""
-    names = [f"{path}.{s}" for path in paths for s in ("weight_t", "bias")]
-    return names + ["output.linear", "output.sigmoid", "output.offset"]
 
 
 def task_tensors(model: PalBert, task: str) -> dict[str, torch.Tensor]:

@@ -510,12 +510,12 @@ def verify_bundle(folder: Path, model, tokenizer, max_len: int, data_dir: Path |
                   int8: bool, gate: Gate, tasks: list[str], log: Log = say) -> dict[str, Any]:
     """Check every runtime of the bundle written in `folder` (no fallback: add-task)."""
     v = Verifier(folder, model, tokenizer, max_len, data_dir, int8, gate, tasks, log)
-    return assemble(v, {r: v.check(r) for r in read_bundle(folder).runtimes}, {}, {})
+    return assemble(v, {r: v.check(r) for r in read_bundle(folder).runtimes})
 
 
-def assemble(v: Verifier, sections: dict[str, dict[str, Any]], layers: dict[str, Any],
-             fallback: dict[str, Any]) -> dict[str, Any]:
-    """verify.json's body."""
+def assemble(v: Verifier, sections: dict[str, dict[str, Any]],
+             **optional: dict[str, Any]) -> dict[str, Any]:
+    """verify.json's body; each of `optional` only when not empty."""
     for s in sections.values():
         del s["mean_ms"]
     failures = [f for s in sections.values() for f in s["failures"]]
@@ -523,11 +523,7 @@ def assemble(v: Verifier, sections: dict[str, dict[str, Any]], layers: dict[str,
     report: dict[str, Any] = {"tolerance_fp32": FP32_TOLERANCE, "gate": asdict(v.gate),
                               "confidence": CONFIDENCE, "runtimes": sections,
                               "passed": not failures, "failures": failures, "notes": notes}
-    if layers:
-        report["layers"] = layers
-    if fallback:
-        report["fallback"] = fallback
-    return report
+    return {**report, **{key: value for key, value in optional.items() if value}}
 
 
 def gated_export(write: Callable[[str, list[str]], None], folder: Path, model, tokenizer,
@@ -558,10 +554,8 @@ def gated_export(write: Callable[[str, list[str]], None], folder: Path, model, t
             else:
                 fallback[runtime] = entry
         sections[runtime] = section
-    report = assemble(v, sections, layers, fallback)
-    if skipped:  # why no layer was kept in float, per runtime
-        report["fallback_skipped"] = skipped
-    return report
+    # fallback_skipped: why no layer was kept in float, per runtime
+    return assemble(v, sections, layers=layers, fallback=fallback, fallback_skipped=skipped)
 
 
 def fall_back(v: Verifier, write: Callable[[str, list[str]], None], runtime: str,
