@@ -197,15 +197,12 @@ class ExecuTorchRunner(TaskRunner):
             self.weights[task.name] = read_task_weights(path, inputs)
         return self.weights[task.name]
 
-    def task_method(self, task: TaskEntry) -> Any:
-        """The one-task method of the task's placement (`forward`, or a later task's own)."""
+    def select(self, task: TaskEntry) -> None:
+        # the one-task method of the task's placement (`forward`, or a later task's own)
         name, _ = self.bundle.manifest.executorch_method(task.name)
         if name not in self.methods:
             self.methods[name] = self.load_method(self.program, self.section.program, name)
-        return self.methods[name]
-
-    def select(self, task: TaskEntry) -> None:
-        self.current_method = self.task_method(task)
+        self.current_method = self.methods[name]
         self.task_weights(task)
         self.current = task.name
 

@@ -207,12 +207,11 @@ def export_method(program: torch.nn.Module, calibration: list[tuple[torch.Tensor
     program = program.eval()
     if int8:
         q.quantize_embeddings(program)
-    example = calibration[0]
-    dynamic: tuple[Any, ...] = tuple({1: seq} for _ in TEXT_INPUTS)
-    if len(example) > len(TEXT_INPUTS):  # a TaskSlotProgram's *tensors: static shapes
-        dynamic += (tuple(None for _ in example[len(TEXT_INPUTS):]),)
-    # the converted module that pt2e re-exports takes its inputs flat
-    flat = tuple({1: seq} if i < len(TEXT_INPUTS) else None for i in range(len(example)))
+    example, n = calibration[0], len(TEXT_INPUTS)
+    # the converted module that pt2e re-exports takes its inputs flat; the program itself takes
+    # a TaskSlotProgram's *tensors (static shapes) as one group
+    flat = tuple({1: seq} if i < n else None for i in range(len(example)))
+    dynamic = (*flat[:n], flat[n:]) if len(example) > n else flat
     with torch.no_grad():
         ep = torch.export.export(program, example, dynamic_shapes=dynamic)
         if int8:

@@ -82,14 +82,6 @@ def given_modules(modules: dict[str, nn.Module]) -> list[tuple[str, str, nn.Modu
     return found
 
 
-def matrix_of(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
-    """The [out, in] weight and bias a given module runs (q/k/v stacked for an attention)."""
-    parts = (module.query, module.key, module.value) if isinstance(module, ProjectedAttention) \
-        else (module,)
-    return (torch.cat([p.weight.detach().float() for p in parts]),
-            torch.cat([p.bias.detach().float() for p in parts]))
-
-
 def given_suffixes(int8: bool) -> tuple[str, ...]:
     """The adapter tensors of one given matrix, after its path: the bias, then the matrix
     transposed ([in, out]), as fp32 or as int8 with one scale per output column."""
@@ -323,7 +315,11 @@ def adapter_tensors(model: PalBert, task: str, int8: bool,
                                           model.trunk.config.hidden_size)
     out: dict[str, torch.Tensor] = {}
     for path, _, module in given_modules(modules):
-        w, b = matrix_of(module)
+        # the [out, in] weight and bias it runs (q/k/v stacked for an attention)
+        parts = (module.query, module.key, module.value) \
+            if isinstance(module, ProjectedAttention) else (module,)
+        w = torch.cat([p.weight.detach().float() for p in parts])
+        b = torch.cat([p.bias.detach().float() for p in parts])
         if path.startswith("head."):
             w = torch.cat([w, w.new_zeros(PAD_OUTPUTS - w.shape[0], w.shape[1])])
             b = torch.cat([b, b.new_zeros(PAD_OUTPUTS - b.shape[0])])

@@ -415,11 +415,6 @@ def run_task(engine: Engine, task: str, encoded: list[Encoded],
     return torch.stack(got), ms / max(1, len(encoded))
 
 
-def runtime_bytes(folder: Path, runtime: str) -> int:
-    sub = folder / ("executorch" if runtime == "executorch" else "onnx")
-    return sum(p.stat().st_size for p in sub.rglob("*") if p.is_file())
-
-
 class Verifier:
     """The inputs and fp32 references of one export, computed once, and the checks of each
     runtime of the bundle written in `folder`."""
@@ -465,7 +460,8 @@ class Verifier:
             # add_adapter leaves the program unchanged; its tasks are then not all checked here
             section["all_tasks_program"] = self.check_all_tasks(engine, program, outputs)
             section["failures"] += section["all_tasks_program"].pop("failures")
-        section["bytes"] = runtime_bytes(self.folder, runtime)
+        files = self.folder / ("executorch" if runtime == "executorch" else "onnx")
+        section["bytes"] = sum(p.stat().st_size for p in files.rglob("*") if p.is_file())
         return section
 
     def check_all_tasks(self, engine: Engine, program: list[str],
