@@ -16,8 +16,7 @@ def _read_line(interactive: bool) -> str | None:
             return input("> ")
         except EOFError:
             return None
-    line = sys.stdin.readline()
-    return line if line else None
+    return sys.stdin.readline() or None
 
 
 def run_demo(engine: Engine, load_ms: float, import_ms: float) -> None:

@@ -4,10 +4,8 @@ Everything that runs a model file goes through here -- predict, demo, evaluate, 
 verification (through export/runtime.py's Engine), bench's worker and the fuzzer (through the
 loaders below) -- so what bench times is what predict runs.
 
-A `TaskRunner` loads a bundle's trunk for one runtime, `select`s a task (loading that task's
-file on first use), `run`s the selected task on token ids, and may `run_all` tasks at once.
-Files come from `bundle.path(rel)`, which checks each file's size and SHA-256 before its first
-use, so a runner never loads a file the manifest does not vouch for.
+A `TaskRunner` reads every file through `bundle.path(rel)`, which checks its size and SHA-256
+before first use, so a runner never loads a file the manifest does not vouch for.
 """
 from __future__ import annotations
 

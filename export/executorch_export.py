@@ -1,13 +1,10 @@
 """Lower a bundle's ExecuTorch/XNNPACK programs over one `trunk.ptd` and write each task's
 weights file, `<task>.safetensors`.
 
-The programs (TaskSlotProgram, export/programs.py) take every task-specific matrix as a method
-input, so one lowering serves every task of a placement, present and future: adding a task
-writes its weights file and no program. `trunk.pte` holds a one-task method per placement;
-`all_tasks.pte`'s `forward_all` runs the bundle's tasks on one input, in a program of its own
-because a runtime plans one program's activation memory for its largest method. Every constant
-the trunk owns is tagged into the external file "trunk" (trunk.ptd), which both programs read.
-Design and layout: export/BUNDLE.md.
+The programs (TaskSlotProgram) take every task-specific matrix as a method input, so adding a
+task writes its weights file and no program. `all_tasks.pte` is a program of its own because a
+runtime plans one program's activation memory for its largest method. The trunk's constants go
+to trunk.ptd, which both programs read. Design and layout: export/BUNDLE.md.
 
 Lowering is single-threaded Python (most of it ExecuTorch's per-partition XNNPACK passes): a
 minute or more of CPU per method for a MiniLM, the same for 3 tasks or 30.

@@ -1,15 +1,11 @@
 """Export's verification: does the written bundle compute what the PyTorch model computes, and
 does int8 cost the user anything they would notice?
 
-Every runtime of the bundle runs every task's whole dev split (or built-in sentences when there
-is no data) against PyTorch fp32 on the same inputs. fp32 bundles must stay within
-FP32_TOLERANCE. int8 bundles are gated on the task metric's change (a paired bootstrap gives its
-95% interval; `resolution` is what the split can resolve): refused when the measured change is a
-drop of more than `max_drop` points (`strict`: when the interval allows one). `layer_sqnr`
-replays the int8 recipe per layer, and `gated_export` keeps the worst layers in float when a
-resolved loss points at them. The rule and what it guarantees: docs/int8-gate.md.
-
-The bootstrap's seed is fixed, so export stays deterministic. verify.json keeps everything.
+Every runtime runs every task's whole dev split (or built-in sentences) against PyTorch fp32 on
+the same inputs. fp32 must stay within FP32_TOLERANCE; int8 is gated on the task metric's
+change, with a paired bootstrap's 95% interval (`Gate`; the rule: docs/int8-gate.md), and
+`gated_export` keeps the worst layers in float when a resolved loss points at them. The
+bootstrap's seed is fixed, so export stays deterministic. verify.json keeps everything.
 """
 from __future__ import annotations
 
@@ -335,11 +331,9 @@ TASK_LAYERS_INT8 = {"executorch": False, "onnxruntime": True}
 
 def layer_sqnr(model, tasks: list[str], inputs: dict[str, Any], runtimes: list[str],
                n: int = SQNR_EXAMPLES) -> dict[str, list[dict[str, Any]]]:
-    """For each runtime, every nn.Linear of the model the tasks use that it runs in int8 (and
-    the int8 word table: `kind` says which), with the SQNR (dB) of its output when its weight
-    and input are quantized as the runtimes do, fed the fp32 model's own input (so each layer's
-    figure is its own error, not its inputs'); over the first n inputs of each task, one at a
-    time as the runtimes see them. Worst first."""
+    """For each runtime, the SQNR (dB) of every layer it runs in int8 (Linears and the word
+    table: `kind`), worst first, over the first n inputs of each task one at a time. Each layer
+    is fed the fp32 model's own input, so its figure is its own error, not its inputs'."""
     sums: dict[str, list[float]] = {}
     names = {m: name for name, m in model.named_modules() if isinstance(m, nn.Linear)
              or isinstance(m, nn.Embedding) and is_int8_table(name)}
@@ -391,10 +385,10 @@ def pointed_layers(runtime: str, layers: list[dict[str, Any]]) -> list[str]:
     return [c for c in fallback_candidates(runtime, layers) if c in low]
 
 
-def layer_table(layers: list[dict[str, Any]], rows: int = 8) -> str:
-    lines = [f"    {'layer':52s} SQNR dB"]
-    lines += [f"    {r['layer']:52s} {r['sqnr_db']:7.1f}" for r in layers[:rows]]
-    return "\n".join(lines)
+def layer_table(layers: list[dict[str, Any]]) -> str:
+    """The eight worst layers."""
+    return "\n".join([f"    {'layer':52s} SQNR dB"] +
+                     [f"    {r['layer']:52s} {r['sqnr_db']:7.1f}" for r in layers[:8]])
 
 
 # ---- running the bundle ----------------------------------------------------------------------
@@ -584,7 +578,16 @@ def fall_back(v: Verifier, write: Callable[[str, list[str]], None], runtime: str
         steps.append({"float_layers": list(kept), "failures": section["failures"],
                       "drop_bounds": {t: drop_bound(r) for t, r in section["tasks"].items()}})
     section["not_rechecked"] = [t for t in v.tasks if t not in section["tasks"]]
-    return section, fallback_costs(first, section, steps)
+    # what keeping layers in float cost: the runtime's bytes and each task's mean latency per
+    # call over its verification inputs (same inputs, same process), before and after
+    return section, {
+        "float_layers": steps[-1]["float_layers"], "steps": steps,
+        "before": {"failures": first["failures"], "bytes": first["bytes"],
+                   "mean_ms": first["mean_ms"],
+                   "drop_bounds": {t: drop_bound(r) for t, r in first["tasks"].items()}},
+        "bytes_ratio": section["bytes"] / first["bytes"], "mean_ms": section["mean_ms"],
+        "latency_ratio": {t: ms / max(first["mean_ms"][t], 1e-9)
+                          for t, ms in section["mean_ms"].items()}}
 
 
 def skip_reason(gate: Gate, unresolved: list[str], candidates: list[str],
@@ -600,17 +603,3 @@ def skip_reason(gate: Gate, unresolved: list[str], candidates: list[str],
         return (f"no layer's SQNR stands out (worst {layers[0]['sqnr_db']:.1f} dB, median "
                 f"{median:.1f}; the fallback needs {POINTED_DB:g} dB below the median)")
     return None
-
-
-def fallback_costs(first: dict[str, Any], last: dict[str, Any],
-                   steps: list[dict[str, Any]]) -> dict[str, Any]:
-    """What keeping layers in float cost: the runtime's bytes and each task's mean latency per
-    call over its verification inputs (same inputs, same process), before and after."""
-    return {"float_layers": steps[-1]["float_layers"], "steps": steps,
-            "before": {"failures": first["failures"], "bytes": first["bytes"],
-                       "mean_ms": first["mean_ms"],
-                       "drop_bounds": {t: drop_bound(r) for t, r in first["tasks"].items()}},
-            "bytes_ratio": last["bytes"] / first["bytes"],
-            "mean_ms": last["mean_ms"],
-            "latency_ratio": {t: ms / max(first["mean_ms"][t], 1e-9)
-                              for t, ms in last["mean_ms"].items()}}
