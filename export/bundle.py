@@ -1,10 +1,9 @@
 """`palkit export`: a run directory in, a verified bundle folder out (layout: export/BUNDLE.md).
 
 The bundle is built in a temporary folder beside the target and swapped into place in one step
-(trainer/fileio.py), so a crash never leaves half a bundle, nor no bundle where one was. After
-writing, export/verify.py checks every runtime against PyTorch fp32 on the dev data (int8: the
-task metric's change, with the fallback that keeps the worst layers in float) and writes
-verify.json.
+(trainer/fileio.py), so a crash never leaves half a bundle, nor no bundle where one was. Before
+that, export/verify.py checks every runtime against PyTorch fp32 (the int8 gate and its
+fallback included) and the report is written as verify.json.
 """
 from __future__ import annotations
 

@@ -59,8 +59,7 @@ class TaskRunner(ABC):
 @functools.cache
 def executorch_lib() -> Any:
     """ExecuTorch's pybindings without `executorch.exir` (the compiler: seconds of imports that a
-    runtime never uses; the pybindings' module only wants a warning class from it). Every
-    ExecuTorch load in palkit goes through this: predict, evaluate, export's check, bench, fuzz."""
+    runtime never uses; the pybindings' module only wants a warning class from it)."""
     import torch  # noqa: F401  (the pybindings link against libtorch_python)
     stubbed = []
     if "executorch.exir" not in sys.modules:

@@ -1,13 +1,9 @@
 """The exported computations, as thin wrappers around the one PalBert (trainer/model.py).
 
-* `TaskSlotProgram`: the bundle's one ExecuTorch program. Every task-specific Linear is a
-  `BmmLinear` whose matrix and bias are method inputs (a task's weights file, `task_tensors`),
-  so one lowering serves every task; `tasks` > 1 runs that many tasks stacked on one input.
-* `SwappableTrunk`: the ONNX graph. Each of the task's nn.Linear is a `GivenLinear` whose matrix
-  and bias are graph inputs, so one graph serves every task; its one placement (`graph_pal`) is
-  the union of its tasks'. The head is padded to `PAD_OUTPUTS` rows and a per-task output map
-  (linear / sigmoid / offset vectors) turns raw outputs into logits or the score. What ONNX
-  Runtime runs for these is in export/onnx_ops.py.
+`TaskSlotProgram` (ExecuTorch) and `SwappableTrunk` (ONNX) take every task-specific matrix as an
+input, so one lowering or graph serves every task. The head is padded to `PAD_OUTPUTS` rows and a
+per-task output map (linear / sigmoid / offset vectors) turns raw outputs into logits or the
+score. What ONNX Runtime runs for these is in export/onnx_ops.py.
 """
 from __future__ import annotations
 
@@ -213,13 +209,11 @@ def task_linears(modules: dict[str, nn.Module]) -> list[tuple[str, nn.Module, st
 
 
 class TaskSlotProgram(nn.Module):
-    """An ExecuTorch method of the bundle's programs: tasks on one input, every task-specific
-    matrix a method input, so one lowering serves every task of a placement and a task is its
-    weights file. `groups` lists (placement, task count): [(pal, 1)] is a one-task method.
-    Inputs: the three text inputs, then each group's `input_names(g)`, each [count, ...]; output
-    [tasks, PAD_OUTPUTS]: row t is task t's logits (or score, column 0) through the same output
-    map as the ONNX graph. The trunk runs once up to where a group's PALs begin
-    (PalBert.branched)."""
+    """An ExecuTorch method: tasks on one input, each task-specific matrix a method input.
+    `groups` lists (placement, task count): [(pal, 1)] is a one-task method. Inputs: the three
+    text inputs, then each group's `input_names(g)`, each [count, ...]; output [tasks,
+    PAD_OUTPUTS]: row t is task t's logits (or score, column 0) through the same output map as
+    the ONNX graph. The trunk runs once up to where a group's PALs begin (PalBert.branched)."""
 
     def __init__(self, model: PalBert, groups: list[tuple[PalConfig | None, int]]):
         super().__init__()

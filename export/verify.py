@@ -77,13 +77,10 @@ Encoded = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 def encode_texts(tokenizer, texts: list[tuple[str, ...]], max_len: int) -> list[Encoded]:
-    encoded = []
-    for t in texts:
-        enc = tokenizer(*t, truncation="longest_first", max_length=max_len,
-                        return_token_type_ids=True)
-        ids = torch.tensor([enc["input_ids"]])
-        encoded.append((ids, torch.ones_like(ids), torch.tensor([enc["token_type_ids"]])))
-    return encoded
+    encs = [tokenizer(*t, truncation="longest_first", max_length=max_len,
+                      return_token_type_ids=True) for t in texts]
+    return [(torch.tensor([e["input_ids"]]), torch.ones(1, len(e["input_ids"]), dtype=torch.long),
+             torch.tensor([e["token_type_ids"]])) for e in encs]
 
 
 def verification_inputs(spec, tokenizer, max_len: int, data_dir: Path | None,
