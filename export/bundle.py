@@ -1,10 +1,9 @@
 """`palkit export`: a run directory in, a verified bundle folder out (layout: export/BUNDLE.md).
 
 The bundle is built in a temporary folder beside the target and swapped into place in one step
-(trainer/fileio.py), so a crash never leaves half a bundle, nor no bundle where one was. After
-writing, export/verify.py checks every runtime against PyTorch fp32 on the dev data (int8: the
-task metric's change, with the fallback that keeps the worst layers in float) and writes
-verify.json.
+(trainer/fileio.py), so a crash never leaves half a bundle, nor no bundle where one was. Before
+that, export/verify.py checks every runtime against PyTorch fp32 (the int8 gate and its
+fallback included) and the report is written as verify.json.
 """
 from __future__ import annotations
 
@@ -45,10 +44,6 @@ class ExportError(PalkitError, RuntimeError):
     """Export produced a bundle that failed verification, or cannot run as asked."""
 
 
-def file_entries(folder: Path, rels: list[str]) -> dict[str, FileEntry]:
-    return {rel: FileEntry(*file_digest(folder / rel)) for rel in sorted(set(rels))}
-
-
 def tokenizer_settings(trunk_dir: Path, tokenizer, max_length: int) -> TokenizerSettings:
     path = trunk_dir / "tokenizer_config.json"
     cfg = read_json(path) if path.is_file() else {}
@@ -65,22 +60,18 @@ def tokenizer_settings(trunk_dir: Path, tokenizer, max_length: int) -> Tokenizer
 def task_entry(spec, trunk_sha: str, runtimes: list[str], adapter: dict[str, Any]) -> TaskEntry:
     paths = {"executorch": f"executorch/{spec.name}.safetensors",
              "onnxruntime": f"onnx/{spec.name}.onnx_adapter"}
-    files = {r: paths[r] for r in runtimes}
     return TaskEntry(name=spec.name, kind=spec.kind,
                      labels=list(spec.labels) if spec.labels else None,
                      score_range=list(spec.score_range) if spec.score_range else None,
                      metric=spec.metric, num_outputs=spec.num_outputs, trunk_sha256=trunk_sha,
-                     files=files, spec=spec.to_dict(), adapter=adapter)
+                     files={r: paths[r] for r in runtimes}, spec=spec.to_dict(), adapter=adapter)
 
 
 # ---- export ----------------------------------------------------------------------------------
 
 def runtimes_for(target: str, onnx: bool) -> list[str]:
-    if target == "executorch":
-        return ["executorch"]
-    if target == "onnx":
-        return ["onnxruntime"]
-    return list(RUNTIMES) if onnx else ["executorch"]
+    one = {"executorch": ["executorch"], "onnx": ["onnxruntime"]}
+    return one.get(target, list(RUNTIMES) if onnx else ["executorch"])
 
 
 def default_max_len(model) -> int:
@@ -282,7 +273,8 @@ def build_manifest(build: Path, model, model_dir: Path, trunk_sha: str, tokenize
         runtimes=runtimes, tasks=[task_entry(model.tasks[n], trunk_sha, list(runtimes),
                                              adapter_of(model.task_pal(n))) for n in names],
         files={}, io=IO)
-    return dataclasses.replace(manifest, files=file_entries(build, list(manifest.files_for())))
+    return dataclasses.replace(manifest, files={rel: FileEntry(*file_digest(build / rel))
+                                                for rel in sorted(manifest.files_for())})
 
 
 # ---- add one adapter to an existing bundle ---------------------------------------------------

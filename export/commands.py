@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Annotated, Literal, Optional
 import typer
 
 from export.gate_limits import DEFAULT_MAX_DROP, MAX_FLOAT_LAYERS
+from export.manifest import RUNTIMES
 from trainer.errors import PalkitError
-from export.options import RuntimeOption, ThreadsOption
 from trainer.options import SCORING, DataDirOption, TrustKeyOption
 
 if TYPE_CHECKING:
@@ -39,6 +39,9 @@ def _comma_list(values: list[str] | None) -> list[str] | None:
     return [v for item in values for v in item.split(",") if v] if values else None
 
 
+RuntimeOption = Annotated[Optional[Literal[RUNTIMES]], typer.Option(  # type: ignore[valid-type]
+    help="which runtime runs the bundle (default: its first; executorch when present)")]
+ThreadsOption = Annotated[int, typer.Option(help="CPU threads the runtime may use")]
 # The int8 gate's options (export and export --adapter), defined once.
 MaxDropOption = Annotated[float, typer.Option(
     help="int8: refuse when a task's measured metric change (accuracy, or Pearson x 100, over the "

@@ -16,8 +16,7 @@ def _read_line(interactive: bool) -> str | None:
             return input("> ")
         except EOFError:
             return None
-    line = sys.stdin.readline()
-    return line if line else None
+    return sys.stdin.readline() or None
 
 
 def run_demo(engine: Engine, load_ms: float, import_ms: float) -> None:
@@ -33,9 +32,8 @@ def run_demo(engine: Engine, load_ms: float, import_ms: float) -> None:
     interactive = sys.stdin.isatty()
     if interactive:
         import readline  # noqa: F401  (importing it gives input() history and line editing)
-    selected, empty, number = tasks, [], 0
-    while (line := _read_line(interactive)) is not None:
-        number += 1
+    selected, empty = tasks, []
+    for number, line in enumerate(iter(lambda: _read_line(interactive), None), 1):
         line = line.strip()
         if line in QUIT:
             break

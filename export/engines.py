@@ -4,10 +4,8 @@ Everything that runs a model file goes through here -- predict, demo, evaluate, 
 verification (through export/runtime.py's Engine), bench's worker and the fuzzer (through the
 loaders below) -- so what bench times is what predict runs.
 
-A `TaskRunner` loads a bundle's trunk for one runtime, `select`s a task (loading that task's
-file on first use), `run`s the selected task on token ids, and may `run_all` tasks at once.
-Files come from `bundle.path(rel)`, which checks each file's size and SHA-256 before its first
-use, so a runner never loads a file the manifest does not vouch for.
+A `TaskRunner` reads every file through `bundle.path(rel)`, which checks its size and SHA-256
+before first use, so a runner never loads a file the manifest does not vouch for.
 """
 from __future__ import annotations
 
@@ -37,9 +35,7 @@ class BundleFiles(Protocol):
 
 
 class TaskRunner(ABC):
-    def __init__(self, bundle: BundleFiles, threads: int | None):
-        self.bundle = bundle
-        self.threads = threads
+    bundle: BundleFiles
 
     @abstractmethod
     def select(self, task: TaskEntry) -> None:
@@ -63,8 +59,7 @@ class TaskRunner(ABC):
 @functools.cache
 def executorch_lib() -> Any:
     """ExecuTorch's pybindings without `executorch.exir` (the compiler: seconds of imports that a
-    runtime never uses; the pybindings' module only wants a warning class from it). Every
-    ExecuTorch load in palkit goes through this: predict, evaluate, export's check, bench, fuzz."""
+    runtime never uses; the pybindings' module only wants a warning class from it)."""
     import torch  # noqa: F401  (the pybindings link against libtorch_python)
     stubbed = []
     if "executorch.exir" not in sys.modules:
@@ -105,8 +100,9 @@ def set_executorch_threads(n: int) -> None:
     if _executorch_threads == [n]:
         return
     if _executorch_programs_loaded:
-        raise BundleError(f"ExecuTorch already runs programs on {(_executorch_threads or ['its default'])[0]} "
-                          f"threads in this process; it cannot switch to {n} (start a new process)")
+        current = (_executorch_threads or ["its default"])[0]
+        raise BundleError(f"ExecuTorch already runs programs on {current} threads in this "
+                          f"process; it cannot switch to {n} (start a new process)")
     executorch_lib()._unsafe_reset_threadpool(n)
     _executorch_threads[:] = [n]
 
@@ -156,7 +152,7 @@ class ExecuTorchRunner(TaskRunner):
     lie: nothing is copied per call (export/executorch_export.py)."""
 
     def __init__(self, bundle: BundleFiles, threads: int | None):
-        super().__init__(bundle, threads)
+        self.bundle = bundle
         with native_stderr_filtered():  # the threadpool's start-up lines
             if threads:
                 set_executorch_threads(threads)
@@ -198,15 +194,12 @@ class ExecuTorchRunner(TaskRunner):
             self.weights[task.name] = read_task_weights(path, inputs)
         return self.weights[task.name]
 
-    def task_method(self, task: TaskEntry) -> Any:
-        """The one-task method of the task's placement (`forward`, or a later task's own)."""
+    def select(self, task: TaskEntry) -> None:
+        # the one-task method of the task's placement (`forward`, or a later task's own)
         name, _ = self.bundle.manifest.executorch_method(task.name)
         if name not in self.methods:
             self.methods[name] = self.load_method(self.program, self.section.program, name)
-        return self.methods[name]
-
-    def select(self, task: TaskEntry) -> None:
-        self.current_method = self.task_method(task)
+        self.current_method = self.methods[name]
         self.task_weights(task)
         self.current = task.name
 
@@ -294,8 +287,7 @@ class OnnxRuntimeRunner(TaskRunner):
     def __init__(self, bundle: BundleFiles, threads: int | None):
         import onnxruntime as ort
 
-        super().__init__(bundle, threads)
-        self.ort = ort
+        self.bundle, self.ort = bundle, ort
         trunk = bundle.path(bundle.manifest.trunk_file("onnxruntime"))
         try:
             self.session = ort_session(trunk, threads)

@@ -1,13 +1,10 @@
 """Lower a bundle's ExecuTorch/XNNPACK programs over one `trunk.ptd` and write each task's
 weights file, `<task>.safetensors`.
 
-The programs (TaskSlotProgram, export/programs.py) take every task-specific matrix as a method
-input, so one lowering serves every task of a placement, present and future: adding a task
-writes its weights file and no program. `trunk.pte` holds a one-task method per placement;
-`all_tasks.pte`'s `forward_all` runs the bundle's tasks on one input, in a program of its own
-because a runtime plans one program's activation memory for its largest method. Every constant
-the trunk owns is tagged into the external file "trunk" (trunk.ptd), which both programs read.
-Design and layout: export/BUNDLE.md.
+The programs (TaskSlotProgram) take every task-specific matrix as a method input, so adding a
+task writes its weights file and no program. `all_tasks.pte` is a program of its own because a
+runtime plans one program's activation memory for its largest method. The trunk's constants go
+to trunk.ptd, which both programs read. Design and layout: export/BUNDLE.md.
 
 Lowering is single-threaded Python (most of it ExecuTorch's per-partition XNNPACK passes): a
 minute or more of CPU per method for a MiniLM, the same for 3 tasks or 30.
@@ -207,12 +204,11 @@ def export_method(program: torch.nn.Module, calibration: list[tuple[torch.Tensor
     program = program.eval()
     if int8:
         q.quantize_embeddings(program)
-    example = calibration[0]
-    dynamic: tuple[Any, ...] = tuple({1: seq} for _ in TEXT_INPUTS)
-    if len(example) > len(TEXT_INPUTS):  # a TaskSlotProgram's *tensors: static shapes
-        dynamic += (tuple(None for _ in example[len(TEXT_INPUTS):]),)
-    # the converted module that pt2e re-exports takes its inputs flat
-    flat = tuple({1: seq} if i < len(TEXT_INPUTS) else None for i in range(len(example)))
+    example, n = calibration[0], len(TEXT_INPUTS)
+    # the converted module that pt2e re-exports takes its inputs flat; the program itself takes
+    # a TaskSlotProgram's *tensors (static shapes) as one group
+    flat = tuple({1: seq} if i < n else None for i in range(len(example)))
+    dynamic = (*flat[:n], flat[n:]) if len(example) > n else flat
     with torch.no_grad():
         ep = torch.export.export(program, example, dynamic_shapes=dynamic)
         if int8:

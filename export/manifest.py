@@ -4,7 +4,7 @@ This module is the only code that reads or writes manifest.json, and the one pla
 its format name and version:
 
     manifest = read_manifest(folder)          # a Manifest, or a one-line BundleError
-    manifest.task("sst").files["executorch"]  # "executorch/sst.pte"
+    manifest.task("sst").files["executorch"]  # "executorch/sst.safetensors"
     manifest.files_for(["onnxruntime"], ["sst"])  # {relative path: what needs it}
     write_manifest(folder, manifest)          # atomic, keys sorted: same manifest, same bytes
 

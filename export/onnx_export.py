@@ -7,8 +7,7 @@ onnxruntime.transformers' optimize_model is not used: what it fused here (Gelu, 
 Runtime fuses itself when a session starts, and its other fusions are either done already or
 slower (see residual_sums). Adapter tensors are graph inputs during all of that, so nothing
 folds them; at the end each gets a same-named zero initializer, which makes it an overridable
-initializer that `RunOptions.add_active_adapter` replaces per run. The graph has one PAL
-placement for all its tasks (programs.graph_pal).
+initializer that `RunOptions.add_active_adapter` replaces per run.
 """
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
 """The exported computations, as thin wrappers around the one PalBert (trainer/model.py).
 
-* `TaskSlotProgram`: the bundle's one ExecuTorch program. Every task-specific Linear is a
-  `BmmLinear` whose matrix and bias are method inputs (a task's weights file, `task_tensors`),
-  so one lowering serves every task; `tasks` > 1 runs that many tasks stacked on one input.
-* `SwappableTrunk`: the ONNX graph. Each of the task's nn.Linear is a `GivenLinear` whose matrix
-  and bias are graph inputs, so one graph serves every task; its one placement (`graph_pal`) is
-  the union of its tasks'. The head is padded to `PAD_OUTPUTS` rows and a per-task output map
-  (linear / sigmoid / offset vectors) turns raw outputs into logits or the score. What ONNX
-  Runtime runs for these is in export/onnx_ops.py.
+`TaskSlotProgram` (ExecuTorch) and `SwappableTrunk` (ONNX) take every task-specific matrix as an
+input, so one lowering or graph serves every task. The head is padded to `PAD_OUTPUTS` rows and a
+per-task output map (linear / sigmoid / offset vectors) turns raw outputs into logits or the
+score. What ONNX Runtime runs for these is in export/onnx_ops.py.
 """
 from __future__ import annotations
 
@@ -80,14 +76,6 @@ def given_modules(modules: dict[str, nn.Module]) -> list[tuple[str, str, nn.Modu
     for prefix, root in modules.items():
         walk(prefix, root, "")
     return found
-
-
-def matrix_of(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
-    """The [out, in] weight and bias a given module runs (q/k/v stacked for an attention)."""
-    parts = (module.query, module.key, module.value) if isinstance(module, ProjectedAttention) \
-        else (module,)
-    return (torch.cat([p.weight.detach().float() for p in parts]),
-            torch.cat([p.bias.detach().float() for p in parts]))
 
 
 def given_suffixes(int8: bool) -> tuple[str, ...]:
@@ -221,13 +209,11 @@ def task_linears(modules: dict[str, nn.Module]) -> list[tuple[str, nn.Module, st
 
 
 class TaskSlotProgram(nn.Module):
-    """An ExecuTorch method of the bundle's programs: tasks on one input, every task-specific
-    matrix a method input, so one lowering serves every task of a placement and a task is its
-    weights file. `groups` lists (placement, task count): [(pal, 1)] is a one-task method.
-    Inputs: the three text inputs, then each group's `input_names(g)`, each [count, ...]; output
-    [tasks, PAD_OUTPUTS]: row t is task t's logits (or score, column 0) through the same output
-    map as the ONNX graph. The trunk runs once up to where a group's PALs begin
-    (PalBert.branched)."""
+    """An ExecuTorch method: tasks on one input, each task-specific matrix a method input.
+    `groups` lists (placement, task count): [(pal, 1)] is a one-task method. Inputs: the three
+    text inputs, then each group's `input_names(g)`, each [count, ...]; output [tasks,
+    PAD_OUTPUTS]: row t is task t's logits (or score, column 0) through the same output map as
+    the ONNX graph. The trunk runs once up to where a group's PALs begin (PalBert.branched)."""
 
     def __init__(self, model: PalBert, groups: list[tuple[PalConfig | None, int]]):
         super().__init__()
@@ -245,7 +231,10 @@ class TaskSlotProgram(nn.Module):
             self.paths.append(paths)
 
     def input_names(self, group: int = 0) -> list[str]:
-        return task_input_names(self.paths[group])
+        """The group's task inputs in method order: each matrix's weight ([in, out]) and bias,
+        then the output map."""
+        names = [f"{path}.{s}" for path in self.paths[group] for s in ("weight_t", "bias")]
+        return names + ["output.linear", "output.sigmoid", "output.offset"]
 
     def forward(self, input_ids, attention_mask, token_type_ids, *tensors):
         it = iter(tensors)
@@ -270,13 +259,6 @@ class TaskSlotProgram(nn.Module):
             outs.append((linear * raw + sigmoid * torch.sigmoid(raw) + offset)
                         .reshape(n, PAD_OUTPUTS))
         return outs[0] if len(outs) == 1 else torch.cat(outs)
-
-
-def task_input_names(paths: list[str]) -> list[str]:
-    """The ExecuTorch program's task inputs in method order: each given matrix's weight
-    ([in, out]) and bias, then the output map."""
-    names = [f"{path}.{s}" for path in paths for s in ("weight_t", "bias")]
-    return names + ["output.linear", "output.sigmoid", "output.offset"]
 
 
 def task_tensors(model: PalBert, task: str) -> dict[str, torch.Tensor]:
@@ -327,7 +309,11 @@ def adapter_tensors(model: PalBert, task: str, int8: bool,
                                           model.trunk.config.hidden_size)
     out: dict[str, torch.Tensor] = {}
     for path, _, module in given_modules(modules):
-        w, b = matrix_of(module)
+        # the [out, in] weight and bias it runs (q/k/v stacked for an attention)
+        parts = (module.query, module.key, module.value) \
+            if isinstance(module, ProjectedAttention) else (module,)
+        w = torch.cat([p.weight.detach().float() for p in parts])
+        b = torch.cat([p.bias.detach().float() for p in parts])
         if path.startswith("head."):
             w = torch.cat([w, w.new_zeros(PAD_OUTPUTS - w.shape[0], w.shape[1])])
             b = torch.cat([b, b.new_zeros(PAD_OUTPUTS - b.shape[0])])

@@ -135,17 +135,13 @@ class Engine:
     bundle: Bundle
     runtime: str = ""
     threads: int | None = None
-    load_ms: float = 0.0
-    swaps: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.runtime = self.runtime or self.bundle.runtimes[0]
         check_runtime(self.bundle, self.runtime)
-        t0 = time.perf_counter()
         settings = self.bundle.manifest.tokenizer
         self.tokenizer = Tokenizer(settings, self.bundle.path(settings.vocab_file, "tokenizer"))
         self.impl: TaskRunner = RUNNERS[self.runtime](self.bundle, self.threads)
-        self.load_ms = (time.perf_counter() - t0) * 1000
         self.lock = threading.Lock()
         self.active: str | None = None
 
@@ -154,10 +150,8 @@ class Engine:
         info = self.bundle.task(task)
         t0 = time.perf_counter()
         self.impl.select(info)
-        ms = (time.perf_counter() - t0) * 1000
-        self.swaps.setdefault(task, ms)
         self.active = task
-        return ms
+        return (time.perf_counter() - t0) * 1000
 
     def run_ids(self, task: str, ids, mask, types) -> tuple[np.ndarray, float, float]:
         info = self.bundle.task(task)
@@ -207,15 +201,11 @@ class Engine:
 
     def ready(self, tasks: list[str]) -> None:
         """Load what running `tasks` needs now, so that no later call's latency includes it."""
-        if self.runs_in_one_call(tasks):
+        if self.all_tasks_program() == tasks:  # one call runs them
             self.load_all_tasks()
         else:
             for name in tasks:
                 self.swap(name)
-
-    def runs_in_one_call(self, tasks: list[str]) -> bool:
-        """Whether `tasks` are exactly the all-tasks program's, which runs them in one call."""
-        return self.all_tasks_program() == tasks
 
     def predict_all(self, texts: Texts) -> list[Prediction]:
         """Every task that reads this input (export/inputs.py's rule: one text the single-text
@@ -223,7 +213,7 @@ class Engine:
         chosen = [t.name for t in tasks_for(self.bundle.tasks.values(), texts)[0]]
         if not chosen:
             raise InputError(f"{self.bundle.folder}: no task reads {texts.count} text(s)")
-        if not self.runs_in_one_call(chosen):
+        if self.all_tasks_program() != chosen:
             return [self.predict(name, texts.first, texts.second) for name in chosen]
         ids, mask, types = self.tokenizer(texts.first, texts.second)
         outs, ms = self.run_all_ids(ids, mask, types)

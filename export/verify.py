@@ -1,15 +1,11 @@
 """Export's verification: does the written bundle compute what the PyTorch model computes, and
 does int8 cost the user anything they would notice?
 
-Every runtime of the bundle runs every task's whole dev split (or built-in sentences when there
-is no data) against PyTorch fp32 on the same inputs. fp32 bundles must stay within
-FP32_TOLERANCE. int8 bundles are gated on the task metric's change (a paired bootstrap gives its
-95% interval; `resolution` is what the split can resolve): refused when the measured change is a
-drop of more than `max_drop` points (`strict`: when the interval allows one). `layer_sqnr`
-replays the int8 recipe per layer, and `gated_export` keeps the worst layers in float when a
-resolved loss points at them. The rule and what it guarantees: docs/int8-gate.md.
-
-The bootstrap's seed is fixed, so export stays deterministic. verify.json keeps everything.
+Every runtime runs every task's whole dev split (or built-in sentences) against PyTorch fp32 on
+the same inputs. fp32 must stay within FP32_TOLERANCE; int8 is gated on the task metric's
+change, with a paired bootstrap's 95% interval (`Gate`; the rule: docs/int8-gate.md), and
+`gated_export` keeps the worst layers in float when a resolved loss points at them. The
+bootstrap's seed is fixed, so export stays deterministic. verify.json keeps everything.
 """
 from __future__ import annotations
 
@@ -74,11 +70,6 @@ class Gate:
     max_float_layers: int = MAX_FLOAT_LAYERS
     keep_float: dict[str, list[str]] = field(default_factory=dict)
 
-    def agreement_floor(self, labelled: bool) -> float:
-        if self.min_agreement is not None:
-            return self.min_agreement
-        return 0.0 if labelled else 0.9
-
 
 # ---- inputs and the fp32 reference -----------------------------------------------------------
 
@@ -86,13 +77,10 @@ Encoded = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 def encode_texts(tokenizer, texts: list[tuple[str, ...]], max_len: int) -> list[Encoded]:
-    encoded = []
-    for t in texts:
-        enc = tokenizer(*t, truncation="longest_first", max_length=max_len,
-                        return_token_type_ids=True)
-        ids = torch.tensor([enc["input_ids"]])
-        encoded.append((ids, torch.ones_like(ids), torch.tensor([enc["token_type_ids"]])))
-    return encoded
+    encs = [tokenizer(*t, truncation="longest_first", max_length=max_len,
+                      return_token_type_ids=True) for t in texts]
+    return [(torch.tensor([e["input_ids"]]), torch.ones(1, len(e["input_ids"]), dtype=torch.long),
+             torch.tensor([e["token_type_ids"]])) for e in encs]
 
 
 def verification_inputs(spec, tokenizer, max_len: int, data_dir: Path | None,
@@ -278,7 +266,9 @@ def failure(r: dict[str, Any], where: str, int8: bool, gate: Gate) -> str | None
                 f"{limit}, on {r['examples']} examples that resolve only ±{r['resolution']:.2f} "
                 f"(95% interval [{r['metric_change_interval'][0]:+.2f}, "
                 f"{r['metric_change_interval'][1]:+.2f}]): more dev examples would tell")
-    floor = gate.agreement_floor("metric" in r)
+    floor = gate.min_agreement
+    if floor is None:  # off where dev labels let --max-drop judge
+        floor = 0.0 if "metric" in r else 0.9
     if r["agreement_interval"][1] < floor:
         lo, hi = r["agreement_interval"]
         return (f"{where}: int8 agreement {r['agreement']:.3f} (95% interval [{lo:.3f}, "
@@ -338,11 +328,9 @@ TASK_LAYERS_INT8 = {"executorch": False, "onnxruntime": True}
 
 def layer_sqnr(model, tasks: list[str], inputs: dict[str, Any], runtimes: list[str],
                n: int = SQNR_EXAMPLES) -> dict[str, list[dict[str, Any]]]:
-    """For each runtime, every nn.Linear of the model the tasks use that it runs in int8 (and
-    the int8 word table: `kind` says which), with the SQNR (dB) of its output when its weight
-    and input are quantized as the runtimes do, fed the fp32 model's own input (so each layer's
-    figure is its own error, not its inputs'); over the first n inputs of each task, one at a
-    time as the runtimes see them. Worst first."""
+    """For each runtime, the SQNR (dB) of every layer it runs in int8 (Linears and the word
+    table: `kind`), worst first, over the first n inputs of each task one at a time. Each layer
+    is fed the fp32 model's own input, so its figure is its own error, not its inputs'."""
     sums: dict[str, list[float]] = {}
     names = {m: name for name, m in model.named_modules() if isinstance(m, nn.Linear)
              or isinstance(m, nn.Embedding) and is_int8_table(name)}
@@ -394,10 +382,10 @@ def pointed_layers(runtime: str, layers: list[dict[str, Any]]) -> list[str]:
     return [c for c in fallback_candidates(runtime, layers) if c in low]
 
 
-def layer_table(layers: list[dict[str, Any]], rows: int = 8) -> str:
-    lines = [f"    {'layer':52s} SQNR dB"]
-    lines += [f"    {r['layer']:52s} {r['sqnr_db']:7.1f}" for r in layers[:rows]]
-    return "\n".join(lines)
+def layer_table(layers: list[dict[str, Any]]) -> str:
+    """The eight worst layers."""
+    return "\n".join([f"    {'layer':52s} SQNR dB"] +
+                     [f"    {r['layer']:52s} {r['sqnr_db']:7.1f}" for r in layers[:8]])
 
 
 # ---- running the bundle ----------------------------------------------------------------------
@@ -416,11 +404,6 @@ def run_task(engine: Engine, task: str, encoded: list[Encoded],
         got.append(torch.from_numpy(out))
         ms += t
     return torch.stack(got), ms / max(1, len(encoded))
-
-
-def runtime_bytes(folder: Path, runtime: str) -> int:
-    sub = folder / ("executorch" if runtime == "executorch" else "onnx")
-    return sum(p.stat().st_size for p in sub.rglob("*") if p.is_file())
 
 
 class Verifier:
@@ -468,7 +451,8 @@ class Verifier:
             # add_adapter leaves the program unchanged; its tasks are then not all checked here
             section["all_tasks_program"] = self.check_all_tasks(engine, program, outputs)
             section["failures"] += section["all_tasks_program"].pop("failures")
-        section["bytes"] = runtime_bytes(self.folder, runtime)
+        files = self.folder / ("executorch" if runtime == "executorch" else "onnx")
+        section["bytes"] = sum(p.stat().st_size for p in files.rglob("*") if p.is_file())
         return section
 
     def check_all_tasks(self, engine: Engine, program: list[str],
@@ -513,12 +497,12 @@ def verify_bundle(folder: Path, model, tokenizer, max_len: int, data_dir: Path |
                   int8: bool, gate: Gate, tasks: list[str], log: Log = say) -> dict[str, Any]:
     """Check every runtime of the bundle written in `folder` (no fallback: add-task)."""
     v = Verifier(folder, model, tokenizer, max_len, data_dir, int8, gate, tasks, log)
-    return assemble(v, {r: v.check(r) for r in read_bundle(folder).runtimes}, {}, {})
+    return assemble(v, {r: v.check(r) for r in read_bundle(folder).runtimes})
 
 
-def assemble(v: Verifier, sections: dict[str, dict[str, Any]], layers: dict[str, Any],
-             fallback: dict[str, Any]) -> dict[str, Any]:
-    """verify.json's body."""
+def assemble(v: Verifier, sections: dict[str, dict[str, Any]],
+             **optional: dict[str, Any]) -> dict[str, Any]:
+    """verify.json's body; each of `optional` only when not empty."""
     for s in sections.values():
         del s["mean_ms"]
     failures = [f for s in sections.values() for f in s["failures"]]
@@ -526,11 +510,7 @@ def assemble(v: Verifier, sections: dict[str, dict[str, Any]], layers: dict[str,
     report: dict[str, Any] = {"tolerance_fp32": FP32_TOLERANCE, "gate": asdict(v.gate),
                               "confidence": CONFIDENCE, "runtimes": sections,
                               "passed": not failures, "failures": failures, "notes": notes}
-    if layers:
-        report["layers"] = layers
-    if fallback:
-        report["fallback"] = fallback
-    return report
+    return {**report, **{key: value for key, value in optional.items() if value}}
 
 
 def gated_export(write: Callable[[str, list[str]], None], folder: Path, model, tokenizer,
@@ -561,10 +541,8 @@ def gated_export(write: Callable[[str, list[str]], None], folder: Path, model, t
             else:
                 fallback[runtime] = entry
         sections[runtime] = section
-    report = assemble(v, sections, layers, fallback)
-    if skipped:  # why no layer was kept in float, per runtime
-        report["fallback_skipped"] = skipped
-    return report
+    # fallback_skipped: why no layer was kept in float, per runtime
+    return assemble(v, sections, layers=layers, fallback=fallback, fallback_skipped=skipped)
 
 
 def fall_back(v: Verifier, write: Callable[[str, list[str]], None], runtime: str,
@@ -597,7 +575,16 @@ def fall_back(v: Verifier, write: Callable[[str, list[str]], None], runtime: str
         steps.append({"float_layers": list(kept), "failures": section["failures"],
                       "drop_bounds": {t: drop_bound(r) for t, r in section["tasks"].items()}})
     section["not_rechecked"] = [t for t in v.tasks if t not in section["tasks"]]
-    return section, fallback_costs(first, section, steps)
+    # what keeping layers in float cost: the runtime's bytes and each task's mean latency per
+    # call over its verification inputs (same inputs, same process), before and after
+    return section, {
+        "float_layers": steps[-1]["float_layers"], "steps": steps,
+        "before": {"failures": first["failures"], "bytes": first["bytes"],
+                   "mean_ms": first["mean_ms"],
+                   "drop_bounds": {t: drop_bound(r) for t, r in first["tasks"].items()}},
+        "bytes_ratio": section["bytes"] / first["bytes"], "mean_ms": section["mean_ms"],
+        "latency_ratio": {t: ms / max(first["mean_ms"][t], 1e-9)
+                          for t, ms in section["mean_ms"].items()}}
 
 
 def skip_reason(gate: Gate, unresolved: list[str], candidates: list[str],
@@ -613,17 +600,3 @@ def skip_reason(gate: Gate, unresolved: list[str], candidates: list[str],
         return (f"no layer's SQNR stands out (worst {layers[0]['sqnr_db']:.1f} dB, median "
                 f"{median:.1f}; the fallback needs {POINTED_DB:g} dB below the median)")
     return None
-
-
-def fallback_costs(first: dict[str, Any], last: dict[str, Any],
-                   steps: list[dict[str, Any]]) -> dict[str, Any]:
-    """What keeping layers in float cost: the runtime's bytes and each task's mean latency per
-    call over its verification inputs (same inputs, same process), before and after."""
-    return {"float_layers": steps[-1]["float_layers"], "steps": steps,
-            "before": {"failures": first["failures"], "bytes": first["bytes"],
-                       "mean_ms": first["mean_ms"],
-                       "drop_bounds": {t: drop_bound(r) for t, r in first["tasks"].items()}},
-            "bytes_ratio": last["bytes"] / first["bytes"],
-            "mean_ms": last["mean_ms"],
-            "latency_ratio": {t: ms / max(first["mean_ms"][t], 1e-9)
-                              for t, ms in last["mean_ms"].items()}}

@@ -220,11 +220,9 @@ class _Rewrite:
         readers = self.consumers.get(matmul.output[0], [])
         if len(readers) != 1 or readers[0].op_type != "Add":
             return None
-        add = readers[0]
-        other = [i for i in add.input if i != matmul.output[0]]
-        if len(other) == 1 and other[0] in self.inits and len(self.inits[other[0]].dims) == 1:
-            return add
-        return None
+        other = [i for i in readers[0].input if i != matmul.output[0]]
+        bias = len(other) == 1 and other[0] in self.inits and len(self.inits[other[0]].dims) == 1
+        return readers[0] if bias else None
 
     def linear(self, matmul) -> None:
         """MatMul(x, W) [+ bias] -> per_token(x) times int8 W [+ bias]."""

@@ -43,7 +43,6 @@ def scalarize_integer_ops(gm: torch.fx.GraphModule) -> None:
     """Rewrite `int_tensor + 3` / `int_tensor * 3` (aten .Tensor with a Python scalar) to the
     .Scalar overloads, so the quantizer does not turn the scalar into a float tensor (which breaks
     integer index arithmetic during calibration)."""
-    changed = False
     for node in gm.graph.nodes:
         if node.op != "call_function" or node.target not in _SCALAR_VARIANTS:
             continue
@@ -51,9 +50,7 @@ def scalarize_integer_ops(gm: torch.fx.GraphModule) -> None:
         val = a.meta.get("val") if isinstance(a, torch.fx.Node) else None
         if isinstance(b, (int, float)) and val is not None and not val.dtype.is_floating_point:
             node.target = _SCALAR_VARIANTS[node.target]
-            changed = True
-    if changed:
-        gm.recompile()
+    gm.recompile()
 
 
 def quantize_linears_pt2e(ep: torch.export.ExportedProgram, calibration: list[tuple[Any, ...]],
