@@ -1,8 +1,7 @@
 """Command-line options that several command groups take, each defined once.
 
 Typer annotations only (no heavy imports): `trainer`, `export`, `bench` and `studies` commands
-all import from here, so a flag is spelled, typed and documented the same everywhere (the
-options about running a bundle are export/options.py's).
+all import from here, so a flag is spelled, typed and documented the same everywhere.
 """
 from __future__ import annotations
 
