@@ -6,7 +6,7 @@ Default outputs go under runs/reports/ (git-ignored), never over the committed r
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -14,12 +14,34 @@ from bench.schema import PEERS
 from export.manifest import RUNTIMES
 from trainer.options import DataDirOption, TrustKeyOption
 
+if TYPE_CHECKING:
+    from bench.run import LatencyBudget
+
 app = typer.Typer()
 MEASURE = "Measure and report"
 DEFAULT_BENCH_OUT = Path("runs/reports/bench-host.json")
 DEFAULT_SCALE_OUT = Path("runs/reports/bench-scale.json")
 DEFAULT_REPORT_OUT = Path("runs/reports/report")
 DEFAULT_WORK = Path("reports/.bench-work")
+BundlesArgument = Annotated[Optional[list[Path]], typer.Argument(
+    metavar="BUNDLE...", help="bundle folders; single-task bundles are grouped as 'the separate "
+    "models'")]
+RunsOption = Annotated[Optional[list[Path]], typer.Option(
+    "--run", metavar="RUN", help="training run the bundles came from (repeatable): fp32 accuracy, "
+    "FLOPs; a --mode separate run also supplies the peers")]
+RoundsOption = Annotated[int, typer.Option(
+    min=1, help="latency passes over all subjects, each a fresh process per subject; a figure is "
+    "the median over them")]
+BlockOption = Annotated[int, typer.Option(
+    min=1, help="calls of one configuration in a row per round, the first untimed (it brings "
+    "the model's weights back into the caches after the others ran)")]
+NativeOption = Annotated[bool, typer.Option(
+    help="also measure PAL bundles' ExecuTorch files through the Android app's own C++ path (JNI "
+    "over Module; needs a C++ compiler and a JDK)")]
+ScaleOption = Annotated[Optional[str], typer.Option(
+    metavar="T[,T...]", help="instead: export bundles of T synthetic tasks from --run's model and "
+    "measure how export, add-task, bytes, memory, swap and latency grow with T (bench/scale.py; "
+    "first --threads, last --seq-lens; writes --out and its .md and .png)")]
 
 
 def _ints(values: list[str]) -> list[int]:
@@ -38,12 +60,8 @@ def _words(values: list[str], allowed: tuple[str, ...], flag: str) -> list[str]:
 @app.command(rich_help_panel=MEASURE, epilog="Example: palkit bench bundles/default "
              "--run runs/default --threads 1 --seq-lens 128")
 def bench(
-    bundles: Annotated[Optional[list[Path]], typer.Argument(
-        metavar="BUNDLE...", help="bundle folders; single-task bundles are grouped as 'the "
-        "separate models'")] = None,
-    runs: Annotated[Optional[list[Path]], typer.Option(
-        "--run", metavar="RUN", help="training run the bundles came from (repeatable): fp32 "
-        "accuracy, FLOPs; a --mode separate run also supplies the peers")] = None,
+    bundles: BundlesArgument = None,
+    runs: RunsOption = None,
     peers: Annotated[str, typer.Option(
         metavar="PEER[,PEER...]", help=f"peers to build from the separate run: {', '.join(PEERS)} "
         "or none")] = ",".join(PEERS),
@@ -56,12 +74,8 @@ def bench(
     min_seconds: Annotated[float, typer.Option(
         help="time each configuration at least this long")] = 0.5,
     max_seconds: Annotated[float, typer.Option(help="and at most this long")] = 4.0,
-    rounds: Annotated[int, typer.Option(
-        min=1, help="latency passes over all subjects, each a fresh process per subject; a "
-        "figure is the median over them")] = 3,
-    block: Annotated[int, typer.Option(
-        min=1, help="calls of one configuration in a row per round, the first untimed (it "
-        "brings the model's weights back into the caches after the others ran)")] = 8,
+    rounds: RoundsOption = 3,
+    block: BlockOption = 8,
     accuracy: Annotated[bool, typer.Option(help="score the bundles (as run by their runtime) "
                                            "and the --run models on --splits")] = True,
     splits: Annotated[str, typer.Option(metavar="SPLIT[,SPLIT]")] = "dev,test",
@@ -69,18 +83,12 @@ def bench(
         metavar="N", help="score at most N examples per task and split")] = None,
     data_dir: DataDirOption = None,
     ceiling: Annotated[bool, typer.Option(help="measure the machine's matmul ceiling")] = True,
-    native: Annotated[bool, typer.Option(
-        help="also measure PAL bundles' ExecuTorch files through the Android app's own C++ path "
-        "(JNI over Module; needs a C++ compiler and a JDK)")] = True,
+    native: NativeOption = True,
     work: Annotated[Path, typer.Option(help="where peers are built and cached")] = DEFAULT_WORK,
     out: Annotated[Path, typer.Option(metavar="FILE", help="palkit-bench JSON to write")] =
         DEFAULT_BENCH_OUT,
     trust_key: TrustKeyOption = None,
-    scale: Annotated[Optional[str], typer.Option(
-        metavar="T[,T...]", help="instead: export bundles of T synthetic tasks from --run's model "
-        "and measure how export, add-task, bytes, memory, swap and latency grow with T "
-        "(bench/scale.py; first --threads, last --seq-lens; writes --out and its .md and "
-        ".png)")] = None,
+    scale: ScaleOption = None,
 ) -> None:
     """Measure bundles, separate models and peers on this machine.
 
@@ -94,17 +102,9 @@ def bench(
     from ui.progress import say
 
     timing = LatencyBudget(warmup, min_runs, min_seconds, max_seconds, block)
-    if scale:  # bench/scale.py on the first --run's model
-        from bench.scale import ScaleOptions, scale as run_scale
-
-        if not runs:
-            raise typer.BadParameter("--scale needs --run RUN (the model whose trunk and task "
-                                     "shapes the synthetic tasks take)", param_hint="--scale")
-        target = DEFAULT_SCALE_OUT if out == DEFAULT_BENCH_OUT else out
-        run_scale(runs[0], target, ScaleOptions(
-            tasks=_ints([scale]), threads=_ints(threads)[0], seq_len=_ints(seq_lens)[-1],
-            timing=timing, work=work / "scale"))
-        typer.echo(f"wrote {target} and its .md and .png")
+    if scale:
+        _bench_scale(runs, _ints([scale]), _ints(threads)[0], _ints(seq_lens)[-1], timing, work,
+                     DEFAULT_SCALE_OUT if out == DEFAULT_BENCH_OUT else out)
         return
     options = BenchOptions(
         runtimes=_words([runtimes], RUNTIMES, "--runtimes"),
@@ -119,6 +119,19 @@ def bench(
     for note in data["notes"]:
         say(f"note: {note}")
     typer.echo(f"wrote {out}")
+
+
+def _bench_scale(runs: list[Path] | None, tasks: list[int], threads: int, seq_len: int,
+                 timing: LatencyBudget, work: Path, out: Path) -> None:
+    """bench/scale.py on the first --run's model."""
+    from bench.scale import ScaleOptions, scale
+
+    if not runs:
+        raise typer.BadParameter("--scale needs --run RUN (the model whose trunk and task "
+                                 "shapes the synthetic tasks take)", param_hint="--scale")
+    scale(runs[0], out, ScaleOptions(tasks=tasks, threads=threads, seq_len=seq_len, timing=timing,
+                                     work=work / "scale"))
+    typer.echo(f"wrote {out} and its .md and .png")
 
 
 @app.command(rich_help_panel=MEASURE, epilog="Example: palkit report --bench "
