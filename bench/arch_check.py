@@ -1,18 +1,29 @@
-"""The int8 check on the phone's arithmetic: a bundle's ExecuTorch tasks through the Android
-app's own native path built for another architecture (aarch64, run under qemu on a pinned CPU
-model: android_demo/host/native_host.py), against the host's int8 and the fp32 model.
+"""The int8 check on other CPUs: a bundle's tasks on both runtimes, run on another CPU model
+(under qemu), against this host's int8 and the fp32 model.
 
-Export's gate judges int8 on the host's kernels; a phone's XNNPACK kernels quantize and
-accumulate differently (docs: /android_demo/README.md, "ARM64"). Per task, on a stratified sample
-of the dev split, the same token ids (encoded once in Python: only the arithmetic is compared)
-go through the bundle on both sides and the fp32 model; export/verify.py's `compare` gives the
-record's `vs_host_int8`, `vs_fp32` (judged by the gate) and `host_int8_vs_fp32` (the host's own
-change, to set beside it), kept in the bundle's verify.json under `architectures.<arch>`.
+Export's gate judges int8 on the host's kernels; other CPUs' kernels quantize and accumulate
+differently (x86 without VNNI pairs uint8 x int8 products in 16 bits; ARM64 with or without dot
+products: docs/int8-gate.md, "Every CPU"). Per task, on a stratified sample of the dev split, the
+same token ids (encoded once in Python: only the arithmetic is compared) go through
+- ExecuTorch: the Android app's own native path (its JNI and Java), built for the architecture
+  (android_demo/host/native_host.py) and run by a JVM under qemu on the CPU model;
+- ONNX Runtime: export/score_worker.py through palkit's runtime layer, in a Python of that
+  architecture under qemu on the CPU model (this interpreter for x86-64 models; Debian's arm64
+  Python with onnxruntime's aarch64 wheel, fetched by native_host.py, for aarch64);
+and export/verify.py's `compare` gives each record's `vs_host_int8`, `vs_fp32` (judged by the
+gate) and `host_int8_vs_fp32` (the host's own change, to set beside it). verify.json keeps them
+under `architectures["ARCH/CPU"]`, with the CPU's int8 features and the verifying machine's.
 """
 from __future__ import annotations
 
+import functools
 import json
+import os
+import platform
+import shutil
+import site
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import asdict
@@ -30,16 +41,43 @@ from trainer.checkpoint import load_model, read_json, resolve_model_dir
 from trainer.data import read_examples
 from trainer.errors import PalkitError
 from trainer.fileio import write_json
+from trainer.host import cpu_model, int8_features
 
 Log = Callable[[str], None]
+Runner = Callable[[str, list[Encoded]], torch.Tensor]
 SECTION = "architectures"
 STRATA = 10                     # score bins of a regression task's sample
 SEED = 0
-JVM_TIMEOUT_S = 3600.0
+CHILD_TIMEOUT_S = 3600.0
+PALKIT_ROOT = Path(__file__).resolve().parents[1]  # the folder holding export/, on PYTHONPATH
+NATIVE = "native"               # the CPU name of a check on this host's own CPU, no qemu
+# The CPU models checked here, by their Linux feature flags (trainer/host.py turns them into
+# words); for aarch64 also the CPU part number of the /proc/cpuinfo the guest is shown.
+CPU_MODELS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("x86_64", "Haswell"): ("avx", "avx2", "fma"),
+    ("aarch64", "cortex-a53"): ("fp", "asimd", "evtstrm", "crc32", "cpuid"),
+    ("aarch64", "cortex-a76"): ("fp", "asimd", "evtstrm", "crc32", "atomics", "fphp", "asimdhp",
+                                "cpuid", "asimdrdm", "lrcpc", "dcpop", "asimddp"),
+    ("aarch64", "neoverse-n1"): ("fp", "asimd", "evtstrm", "crc32", "atomics", "fphp", "asimdhp",
+                                 "cpuid", "asimdrdm", "lrcpc", "dcpop", "asimddp"),
+}
+ARM_PARTS = {"cortex-a53": "0xd03", "cortex-a76": "0xd0b", "neoverse-n1": "0xd0c"}
+QEMU_CPUS = {"aarch64": native_host().QEMU_CPU}  # the default model per architecture
+RUNTIME_PATHS = {"executorch": "the app's JNI and Java (android_demo/host/native_host.py)",
+                 "onnxruntime": "palkit's runtime layer in a Python of that CPU "
+                                "(export/score_worker.py)"}
 
 
 class ArchCheckError(PalkitError):
     """The check cannot run here or on this bundle (says what to do)."""
+
+
+def cpu_int8(arch: str, cpu: str) -> str:
+    """The int8 instructions of CPU model `cpu` (NATIVE: this host's) in words."""
+    if cpu == NATIVE:
+        return int8_features()
+    flags = CPU_MODELS.get((arch, cpu))
+    return int8_features(list(flags)) if flags else f"{arch} {cpu} (int8 features not on record)"
 
 
 def stratified_sample(gold: list[float], n: int | None, regression: bool,
@@ -74,11 +112,98 @@ def native_logits(build, bundle: Path, task: str, encoded: list[Encoded]) -> tor
                                      "token_type_ids": types[0].tolist()}) + "\n")
         inputs.flush()
         done = subprocess.run(build.command("score", str(bundle), "1", inputs.name),
-                              capture_output=True, text=True, timeout=JVM_TIMEOUT_S)
+                              capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
         raise ArchCheckError(f"{bundle}: the app's native path on {build.arch} failed on "
                              f"{task}: {last}")
+    return torch.tensor(json.loads(done.stdout), dtype=torch.float32)
+
+
+def host_python_under_qemu(cpu: str) -> tuple[tuple[str, ...], dict[str, str]]:
+    """This interpreter run by qemu-user on x86-64 CPU model `cpu` (Haswell: AVX2, no VNNI; TCG
+    emulates no AVX-512), and the environment that gives it this process's packages."""
+    qemu = shutil.which("qemu-x86_64-static") or shutil.which("qemu-x86_64")
+    if qemu is None or platform.machine() not in ("x86_64", "AMD64"):
+        raise ArchCheckError("running x86-64 CPU models needs an x86-64 host and qemu-user: "
+                             "`apt-get install qemu-user-static`")
+    # under qemu, /proc/self/exe is qemu itself: the packages come by path, not from the prefix
+    paths = [str(PALKIT_ROOT), *site.getsitepackages()]
+    return ((qemu, "-cpu", cpu, os.path.realpath(sys.executable)),
+            {"PYTHONPATH": os.pathsep.join(paths)})
+
+
+def arm64_python(cpu: str) -> tuple[tuple[str, ...], dict[str, str]]:
+    """Debian's arm64 Python with onnxruntime's aarch64 wheel (native_host.py fetch) under qemu
+    on `cpu`. qemu 7.2 shows the guest the host's x86 /proc/cpuinfo, on which onnxruntime's CPU
+    detection crashes: the guest sees the model's own, bind-mounted in a private mount namespace
+    (`unshare`; as root, else in a user namespace)."""
+    host = native_host()
+    folder = host.cross_python("aarch64")
+    if host.qemu() is None or not folder.is_dir():
+        raise ArchCheckError("ONNX Runtime on aarch64 needs qemu and an arm64 Python: `apt-get "
+                             f"install {host.AARCH64_PACKAGES}`, `dpkg --add-architecture arm64 "
+                             "&& apt-get update`, then `python android_demo/host/native_host.py "
+                             "fetch --arch aarch64`")
+    if cpu not in ARM_PARTS or shutil.which("unshare") is None:
+        raise ArchCheckError(f"ONNX Runtime on aarch64 runs on {', '.join(ARM_PARTS)} here "
+                             f"(not {cpu!r}), with util-linux's `unshare`")
+    cpuinfo = folder / f"cpuinfo-{cpu}"
+    if not cpuinfo.is_file():
+        cpuinfo.write_text(f"processor\t: 0\nFeatures\t: {' '.join(CPU_MODELS['aarch64', cpu])}\n"
+                           "CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x0\n"
+                           f"CPU part\t: {ARM_PARTS[cpu]}\nCPU revision\t: 0\n\n")
+    usr = folder / "sysroot/usr"
+    libraries = f"{usr / 'lib/aarch64-linux-gnu'}:{folder / 'sysroot/lib/aarch64-linux-gnu'}"
+    namespace = private_mounts()
+    return ((*namespace, "sh", "-c", 'mount --bind "$0" /proc/cpuinfo && exec "$@"', str(cpuinfo),
+             host.qemu(), "-L", str(host.AARCH64_SYSROOT), "-cpu", cpu,
+             "-E", f"LD_LIBRARY_PATH={libraries}", "-E", f"PYTHONHOME={usr}",
+             "-E", f"PYTHONPATH={folder / 'site'}{os.pathsep}{PALKIT_ROOT}",
+             str(usr / f"bin/python{host.CROSS_PYTHON}")), {})
+
+
+@functools.lru_cache(maxsize=None)
+def private_mounts() -> tuple[str, ...]:
+    """`unshare` into a private mount namespace (as root; else in a user namespace), once tried
+    here: a container without the right to it is named in one line."""
+    namespace = ("unshare", "-m", "--propagation", "private") if os.geteuid() == 0 else \
+        ("unshare", "-r", "-m", "--propagation", "private")
+    done = subprocess.run([*namespace, "true"], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise ArchCheckError("ONNX Runtime on aarch64 needs a private mount namespace for its "
+                             f"/proc/cpuinfo, which this machine refuses ({' '.join(namespace)}: "
+                             f"{done.stderr.strip()[:200]})")
+    return namespace
+
+
+def python_for(arch: str, cpu: str) -> tuple[tuple[str, ...], dict[str, str]]:
+    """A Python running palkit's runtime layer on `arch` CPU model `cpu`, and its environment."""
+    if arch == native_host().HOST_ARCH:
+        if cpu == NATIVE:
+            return (sys.executable,), {"PYTHONPATH": str(PALKIT_ROOT)}
+        return host_python_under_qemu(cpu)
+    if arch == "aarch64":
+        return arm64_python(cpu)
+    raise ArchCheckError(f"no Python for {arch} on a {native_host().HOST_ARCH} host")
+
+
+def worker_logits(launcher: tuple[str, ...], env: dict[str, str], bundle: Path, runtime: str,
+                  task: str, encoded: list[Encoded]) -> torch.Tensor:
+    """The bundle's outputs for every input from export/score_worker.py, run by `launcher` (qemu
+    on a CPU model and a Python of that architecture) with `env` added."""
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl") as inputs:
+        for ids, _, types in encoded:
+            inputs.write(json.dumps({"task": task, "input_ids": ids[0].tolist(),
+                                     "token_type_ids": types[0].tolist()}) + "\n")
+        inputs.flush()
+        done = subprocess.run([*launcher, "-m", "export.score_worker", str(bundle), runtime,
+                               inputs.name], capture_output=True, text=True,
+                              timeout=CHILD_TIMEOUT_S, env={**os.environ, **env})
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        cpu = launcher[launcher.index("-cpu") + 1] if "-cpu" in launcher else "this CPU"
+        raise ArchCheckError(f"{bundle}: {runtime} on {cpu} failed on {task}: {last}")
     return torch.tensor(json.loads(done.stdout), dtype=torch.float32)
 
 
@@ -99,66 +224,104 @@ def dev_sample(spec, tokenizer, max_len: int, data_dir: Path,
             [examples[i].label for i in chosen], f"{which} dev examples from {data_dir}")
 
 
-def prepare(bundle: Path, run: Path, arch: str):
-    """The bundle and the fp32 model it was exported from; each refusal one line."""
+def missing_tools(runtime: str, arch: str, cpu: str) -> str | None:
+    """Why `runtime` cannot run on `arch` CPU `cpu` here, in one line, or None (cheap: before
+    the model loads)."""
+    if runtime == "executorch":
+        reason = native_host().missing_toolchain(arch)
+        return f"cannot run the app's native path on {arch}: {reason}" if reason else None
+    try:
+        python_for(arch, cpu)
+    except ArchCheckError as e:
+        return str(e)
+    return None
+
+
+def runner(runtime: str, bundle: Path, arch: str, cpu: str) -> tuple[Runner, str]:
+    """How `runtime` runs a task's inputs on `arch` CPU `cpu` (the native path built here), and
+    its command line in words."""
     host = native_host()
-    reason = host.missing_toolchain(arch)
-    if reason:
-        raise ArchCheckError(f"cannot run the app's native path on {arch}: {reason}")
-    loaded = load_bundle(bundle, runtime="executorch")  # the files the app's native path runs
+    if runtime == "executorch":
+        try:
+            build = host.build(arch, None if cpu == NATIVE else cpu)
+        except host.NativeBuildError as e:
+            raise ArchCheckError(f"cannot build the app's native path for {arch}: {e}") from None
+        return (lambda task, encoded: native_logits(build, bundle, task, encoded),
+                " ".join([*map(str, build.launcher[:-1]), "java"]))
+    launcher, env = python_for(arch, cpu)
+    return (lambda task, encoded: worker_logits(launcher, env, bundle, runtime, task, encoded),
+            " ".join(Path(a).name if "/" in a else a for a in launcher))
+
+
+def prepare(bundle: Path, run: Path, runtimes: list[str] | None, arch: str, cpu: str):
+    """The bundle, the runtimes to check (None: the bundle's) and the fp32 model it was
+    exported from; each refusal one line, the missing tools first."""
+    loaded = load_bundle(bundle)
+    missing = sorted(set(runtimes or []) - set(loaded.runtimes))
+    if missing:
+        raise ArchCheckError(f"{bundle}: has no {' or '.join(missing)} files; give --runtimes "
+                             f"{','.join(loaded.runtimes)}")
+    runtimes = runtimes or list(loaded.runtimes)
+    for reason in filter(None, (missing_tools(rt, arch, cpu) for rt in runtimes)):
+        raise ArchCheckError(reason)
     model, tokenizer, trunk_sha = load_model(resolve_model_dir(run), list(loaded.tasks))
     if trunk_sha != loaded.manifest.trunk.sha256:
         raise ArchCheckError(f"{run}: its trunk {trunk_sha[:12]}… is not the bundle's "
                              f"{loaded.manifest.trunk.sha256[:12]}…; give the run {bundle} was "
                              "exported from")
-    return loaded, model, tokenizer
+    return loaded, runtimes, model, tokenizer
 
 
-def check_architecture(bundle: Path, run: Path, data_dir: Path, arch: str,
-                       max_examples: int | None, gate: Gate = Gate(),
-                       log: Log = print) -> dict[str, Any]:
-    """verify.json's `architectures.<arch>` record of the bundle (record_architecture writes
-    it): every task's dev sample through the app's native path, the host's int8, and fp32."""
+def check_architecture(bundle: Path, run: Path, data_dir: Path, arch: str, cpu: str,
+                       max_examples: int | None, runtimes: list[str] | None = None,
+                       gate: Gate = Gate(), log: Log = print) -> dict[str, Any]:
+    """verify.json's `architectures["ARCH/CPU"]` record of the bundle (record_architecture
+    writes it): every task's dev sample on each runtime on that CPU, the host's int8, and fp32."""
     bundle = Path(bundle)
-    loaded, model, tokenizer = prepare(bundle, run, arch)
+    loaded, runtimes, model, tokenizer = prepare(bundle, run, runtimes, arch, cpu)
     max_len = loaded.manifest.tokenizer.max_length
     samples = {t: dev_sample(model.tasks[t], tokenizer, max_len, data_dir, max_examples)
                for t in loaded.tasks}  # every task's data checked before minutes of running
-    try:
-        build = native_host().build(arch)
-    except native_host().NativeBuildError as e:
-        raise ArchCheckError(f"cannot build the app's native path for {arch}: {e}") from None
-    engine = Engine(loaded, "executorch")
-    tasks, failures = {}, []
-    for name, (encoded, gold, source) in samples.items():
-        t0 = time.time()
-        phone = native_logits(build, bundle, name, encoded)
-        log(f"{name}: {len(encoded)} examples through the app's native path on {arch} "
-            f"in {time.time() - t0:.0f} s")
-        host, _ = run_task(engine, name, encoded)
-        fp32 = reference_batched(model, name, encoded)
-        spec = model.tasks[name]  # the phone against the host's int8 and fp32; the host vs fp32
-        tasks[name] = {"examples": len(fp32), "source": source,
-                       "vs_host_int8": compare(spec, host, phone, None, source, gate),
-                       "vs_fp32": compare(spec, fp32, phone, gold, source, gate),
-                       "host_int8_vs_fp32": compare(spec, fp32, host, gold, source, gate)}
-        failures += [f for f in [failure(tasks[name]["vs_fp32"], f"{arch}/{name}", True, gate)]
-                     if f]
-    return {"arch": arch, "runtime": "executorch", "path": "the app's JNI and Java "
-            "(android_demo/host/native_host.py)",
-            "launcher": " ".join([*map(str, build.launcher[:-1]), "java"]),
-            "qemu": (".".join(map(str, native_host().qemu_version(build.launcher[0])))
-                     if "qemu" in Path(build.launcher[0]).name else None),
-            "host_int8": "executorch Python runtime on this host", "gate": asdict(gate),
-            "confidence": CONFIDENCE, "date": time.strftime("%Y-%m-%d", time.gmtime()),
-            "tasks": tasks, "passed": not failures, "failures": failures}
+    runners = {rt: runner(rt, bundle, arch, cpu) for rt in runtimes}
+    fp32 = {t: reference_batched(model, t, encoded) for t, (encoded, _, _) in samples.items()}
+    records, failures = {}, []
+    for rt, (run_on_cpu, command) in runners.items():
+        engine, tasks = Engine(loaded, rt), {}
+        for name, (encoded, gold, source) in samples.items():
+            t0 = time.time()
+            other = run_on_cpu(name, encoded)
+            log(f"{rt}/{name}: {len(encoded)} examples on {arch} {cpu} in {time.time() - t0:.0f} s")
+            host, _ = run_task(engine, name, encoded)
+            spec = model.tasks[name]  # the CPU against the host's int8 and fp32; the host vs fp32
+            tasks[name] = {"examples": len(encoded), "source": source,
+                           "vs_host_int8": compare(spec, host, other, None, source, gate),
+                           "vs_fp32": compare(spec, fp32[name], other, gold, source, gate),
+                           "host_int8_vs_fp32": compare(spec, fp32[name], host, gold, source, gate)}
+        lost = [f for t, r in tasks.items()
+                if (f := failure(r["vs_fp32"], f"{arch}/{cpu}/{rt}/{t}", True, gate))]
+        records[rt] = {"path": RUNTIME_PATHS[rt], "launcher": command,
+                       "host_int8": f"{rt} Python runtime on this host", "tasks": tasks,
+                       "passed": not lost, "failures": lost}
+        failures += lost
+    qemu = next((a for a in next(iter(runners.values()))[1].split() if "qemu" in a), None)
+    return {"arch": arch, "cpu": cpu, "cpu_int8": cpu_int8(arch, cpu),
+            "verifying_machine": f"{cpu_model()} ({int8_features()})",
+            "qemu": (".".join(map(str, native_host().qemu_version(shutil.which(qemu))))
+                     if qemu else None),
+            "gate": asdict(gate), "confidence": CONFIDENCE,
+            "date": time.strftime("%Y-%m-%d", time.gmtime()), "runtimes": records,
+            "passed": not failures, "failures": failures}
+
+
+def record_key(record: dict[str, Any]) -> str:
+    return f"{record['arch']}/{record['cpu']}"
 
 
 def record_architecture(bundle: Path, record: dict[str, Any]) -> Path:
-    """Put `record` into the bundle's verify.json under architectures.<arch> (atomic; the
+    """Put `record` into the bundle's verify.json under architectures["ARCH/CPU"] (atomic; the
     other keys kept). A signed bundle's verify.json is signed too: the caller re-signs."""
     path = Path(bundle) / VERIFY_FILE
     report = read_json(path) if path.is_file() else {}
-    report.setdefault(SECTION, {})[record["arch"]] = record
+    report.setdefault(SECTION, {})[record_key(record)] = record
     write_json(path, report)
     return path

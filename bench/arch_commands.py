@@ -1,8 +1,7 @@
-"""`palkit verify-arch`: the int8 check on the phone's arithmetic (parsing only; the work is in
-bench/arch_check.py)."""
+"""`palkit verify-arch`: the int8 check on other CPUs, both runtimes (parsing only; the work is
+in bench/arch_check.py)."""
 from __future__ import annotations
 
-import platform
 import shlex
 import sys
 from pathlib import Path
@@ -10,28 +9,36 @@ from typing import Annotated, Literal, Optional
 
 import typer
 
-from bench.commands import MEASURE
+from bench.commands import MEASURE, _words
+from export.manifest import RUNTIMES
 from trainer.errors import PalkitError
 from trainer.options import DataDirOption
 
 app = typer.Typer()
-# Per task: about 8 minutes for the three tasks of a MiniLM bundle under qemu on the loaded
-# 2-core host (about 1 s an example, 2026-11-26); the whole split with --max-examples 0.
+# Per task: about 8 minutes for the three tasks of a MiniLM bundle's ExecuTorch files under qemu
+# on the loaded 2-core host (about 1 s an example, 2026-11-26); the whole split with
+# --max-examples 0.
 DEFAULT_EXAMPLES = 150
 
 
 @app.command("verify-arch", rich_help_panel=MEASURE, epilog="Example: palkit verify-arch "
-             "bundles/default-int8 --run runs/default --arch aarch64")
+             "bundles/shared --run runs/shared --arch aarch64 --cpu cortex-a53")
 def verify_arch(
-    bundle: Annotated[Path, typer.Argument(metavar="BUNDLE", help="an int8 (or fp32) bundle "
-                                           "with ExecuTorch files")],
+    bundle: Annotated[Path, typer.Argument(metavar="BUNDLE", help="an int8 (or fp32) bundle")],
     run: Annotated[Path, typer.Option(
         metavar="RUN", help="the run (or model folder) the bundle was exported from: the fp32 "
         "reference")],
     arch: Annotated[Literal["aarch64", "x86_64"], typer.Option(
-        help="the instruction set to run the app's native path on (aarch64: under qemu on a "
-        "pinned phone-class CPU model; needs `python android_demo/host/native_host.py fetch "
-        "--arch aarch64` and Debian's cross tools)")] = "aarch64",
+        help="the instruction set to run on (aarch64: under qemu; needs Debian's cross tools "
+        "and `python android_demo/host/native_host.py fetch --arch aarch64`)")] = "aarch64",
+    cpu: Annotated[Optional[str], typer.Option(
+        metavar="MODEL", help="the qemu CPU model: cortex-a76 (the default on aarch64: dot "
+        "product), cortex-a53 (ARMv8.0, no dot product), neoverse-n1; x86_64: Haswell (AVX2, "
+        "no VNNI); x86_64 without --cpu: this host's own CPU, no qemu")] = None,
+    runtimes: Annotated[Optional[str], typer.Option(
+        metavar="RT[,RT]", help=f"runtimes to check: {', '.join(RUNTIMES)} (ExecuTorch through "
+        "the app's native path, ONNX Runtime through palkit's runtime layer); default: every "
+        "runtime the bundle has")] = None,
     max_examples: Annotated[int, typer.Option(
         metavar="N", help="per task, a stratified sample of N dev examples (each label, or each "
         "tenth of the scores, keeps its share); 0: the whole dev split. 150 took about 8 "
@@ -49,14 +56,14 @@ def verify_arch(
         metavar="FILE.json", help="also write the record, with machine and command, to this "
         "JSON file and a Markdown table beside it (.md)")] = None,
 ) -> None:
-    """Run a bundle's tasks through the Android app's native path on another architecture.
+    """Run a bundle's tasks on another CPU, on each runtime.
 
-    Per task: agreement with this host's int8 and the largest logit difference from it,
-    agreement with fp32, and the metric change against fp32 with export's paired-bootstrap
-    interval and gate; exit status 1 when a task fails the gate. Emulated: says nothing about
-    a phone's speed.
+    Per runtime and task: agreement with this host's int8 and the largest logit difference
+    from it, agreement with fp32, and the metric change against fp32 with export's
+    paired-bootstrap interval and gate; exit status 1 when a task fails the gate. Emulated:
+    says nothing about a phone's speed.
     """
-    from bench.arch_check import check_architecture, record_architecture
+    from bench.arch_check import NATIVE, QEMU_CPUS, check_architecture, record_architecture
     from bench.markdown import architecture_table
     from export.signing import SIGNATURE_FILE, check_signing_key, sign_bundle
     from export.verify import Gate
@@ -67,8 +74,11 @@ def verify_arch(
                           "--sign-key KEY to re-sign it, or --no-write")
     if sign_key is not None:
         check_signing_key(sign_key)
-    record = check_architecture(bundle, run, resolve_data_dir(data_dir), arch,
-                                max_examples or None, Gate(max_drop=max_drop), typer.echo)
+    cpu = cpu or QEMU_CPUS.get(arch, NATIVE)
+    record = check_architecture(bundle, run, resolve_data_dir(data_dir), arch, cpu,
+                                max_examples or None,
+                                _words([runtimes], RUNTIMES, "--runtimes") if runtimes else None,
+                                Gate(max_drop=max_drop), typer.echo)
     table = architecture_table(record)
     typer.echo(table)
     for line in record["failures"]:
@@ -87,12 +97,10 @@ def verify_arch(
 def write_results(out: Path, bundle: Path, record: dict, table: str) -> None:
     """The record with the command and machine as JSON at `out`, its table as Markdown beside."""
     from trainer.fileio import write_json, write_text
-    from trainer.host import cpu_model
 
     command = "palkit " + shlex.join(sys.argv[1:])
-    machine = f"{cpu_model()} ({platform.machine()})"
-    write_json(out, {"command": command, "machine": machine, "bundle": str(bundle), **record})
-    write_text(out.with_suffix(".md"), f"# The int8 check on {record['arch']}: {bundle}\n\n"
-               f"`{command}`, {record['date']}, on {machine}; {record['launcher']} "
-               f"(qemu {record['qemu']}).\n\n{table}\n")
+    write_json(out, {"command": command, "bundle": str(bundle), **record})
+    write_text(out.with_suffix(".md"), f"# The int8 check on {record['arch']} {record['cpu']} "
+               f"({record['cpu_int8']}): {bundle}\n\n`{command}`, {record['date']}, verified on "
+               f"{record['verifying_machine']}; qemu {record['qemu']}.\n\n{table}\n")
     typer.echo(f"wrote {out} and {out.with_suffix('.md')}")

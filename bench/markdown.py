@@ -181,25 +181,27 @@ def _architectures(data: dict[str, Any]) -> list[str]:
     """`palkit verify-arch`'s records that bench found in its bundles' verify.json."""
     lines: list[str] = []
     for name, sub in host_subjects(data).items():
-        for arch, record in (sub.get("architectures") or {}).items():
-            lines += ["", f"## int8 on {arch}: {sub.get('label', name)} (`palkit verify-arch`, "
-                      f"{record.get('launcher')}, {record.get('date')}; accuracy, not speed)", "",
+        for record in (sub.get("architectures") or {}).values():
+            lines += ["", f"## int8 on {record['arch']} {record['cpu']} ({record['cpu_int8']}): "
+                      f"{sub.get('label', name)} (`palkit verify-arch`, {record.get('date')}, "
+                      f"verified on {record.get('verifying_machine')}; accuracy, not speed)", "",
                       architecture_table(record)]
     return lines
 
 
 def architecture_table(record: dict[str, Any]) -> str:
-    """A Markdown table of one architecture's record: a row per task."""
-    arch = record["arch"]
-    lines = [f"| task | examples | agreement with host int8 [95%] | largest logit diff vs host "
-             f"| agreement with fp32 | metric change vs fp32 [95%] ({arch}) "
-             f"| host int8's change [95%] |", "|---|---:|---|---:|---:|---|---|"]
-    for name, r in record["tasks"].items():
-        host, fp32, own = r["vs_host_int8"], r["vs_fp32"], r["host_int8_vs_fp32"]
-        lo, hi = host["agreement_interval"]
-        lines.append(f"| {name} | {r['examples']} | {host['agreement']:.4f} [{lo:.4f}, {hi:.4f}] "
-                     f"| {host['max_abs_diff']:.2e} | {fp32['agreement']:.4f} "
-                     f"| {_arch_change(fp32)} | {_arch_change(own)} |")
+    """A Markdown table of one CPU's record: a row per runtime and task."""
+    cpu = f"{record['arch']} {record['cpu']}"
+    lines = [f"| runtime | task | examples | agreement with host int8 [95%] | largest logit diff "
+             f"vs host | agreement with fp32 | metric change vs fp32 [95%] ({cpu}) "
+             f"| host int8's change [95%] |", "|---|---|---:|---|---:|---:|---|---|"]
+    for runtime, checked in record["runtimes"].items():
+        for name, r in checked["tasks"].items():
+            host, fp32, own = r["vs_host_int8"], r["vs_fp32"], r["host_int8_vs_fp32"]
+            lo, hi = host["agreement_interval"]
+            lines.append(f"| {runtime} | {name} | {r['examples']} | {host['agreement']:.4f} "
+                         f"[{lo:.4f}, {hi:.4f}] | {host['max_abs_diff']:.2e} "
+                         f"| {fp32['agreement']:.4f} | {_arch_change(fp32)} | {_arch_change(own)} |")
     return "\n".join(lines)
 
 

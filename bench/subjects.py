@@ -163,14 +163,17 @@ def _bundle_subjects(bundle: Path, m: Manifest, info: ModelInfo | None, runtimes
             num_layers=m.trunk.num_layers,
             extra={"bundle_dir": str(bundle), "quantization": m.quantization,
                    "pal_heads": int(pal["heads"]) if pal else None,
-                   "architectures": phone_checks(bundle) if rt == "executorch" else {}}))
+                   "architectures": cpu_checks(bundle, rt)}))
     return out
 
 
-def phone_checks(bundle: Path) -> dict[str, Any]:
-    """The bundle's `palkit verify-arch` records (verify.json's architectures), for the report."""
+def cpu_checks(bundle: Path, runtime: str) -> dict[str, Any]:
+    """The bundle's `palkit verify-arch` records (verify.json's architectures) of `runtime`,
+    for the report."""
     path = Path(bundle) / VERIFY_FILE
-    return read_json(path).get("architectures", {}) if path.is_file() else {}
+    records = read_json(path).get("architectures", {}) if path.is_file() else {}
+    return {key: {**r, "runtimes": {runtime: r["runtimes"][runtime]}}
+            for key, r in records.items() if runtime in r.get("runtimes", {})}
 
 
 def _separate_subject(rt: str, prec: str, group: dict[str, _Single]) -> Subject:

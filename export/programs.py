@@ -14,6 +14,7 @@ from torch import nn
 
 import trainer.model as model_code
 from export import onnx_ops
+from quant import onnx_int8
 from quant.weights import quantize_rows
 from trainer.model import (PalBert, PalConfig, ProjectedAttention, TaskAdapter, TaskHead,
                            check_same_width, regression_score)
@@ -318,7 +319,8 @@ def adapter_tensors(model: PalBert, task: str, int8: bool,
             w = torch.cat([w, w.new_zeros(PAD_OUTPUTS - w.shape[0], w.shape[1])])
             b = torch.cat([b, b.new_zeros(PAD_OUTPUTS - b.shape[0])])
         if int8:
-            q, scale = quantize_rows(w)
+            ranges = onnx_int8.RANGES  # the adapter's matrices multiply as the trunk's do
+            q, scale = quantize_rows(w, ranges.weight_max, ranges.weight_pair_max)
             values = (b, q.t(), scale)
         else:
             values = (b, w.t())

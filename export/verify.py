@@ -23,7 +23,8 @@ from torch import nn
 from export.gate_limits import DEFAULT_MAX_DROP, MAX_FLOAT_LAYERS
 from export.programs import reference_outputs
 from export.runtime import Engine, read_bundle
-from quant.weights import is_int8_table, quantize_rows
+from quant import onnx_int8, xnnpack
+from quant.weights import ProductRanges, is_int8_table, quantize_rows
 from ui.progress import say
 
 Log = Callable[[str], None]
@@ -297,33 +298,42 @@ def is_close(r: dict[str, Any], gate: Gate) -> bool:
 
 # ---- where int8 hurts: per-layer SQNR ----------------------------------------------------------
 
-def fake_int8_weight(w: torch.Tensor) -> torch.Tensor:
-    """w as both runtimes' weight recipe stores it (quant/weights.py: int8 per output row)."""
-    q, scale = quantize_rows(w)
+def fake_int8_weight(w: torch.Tensor, ranges: ProductRanges | None = None) -> torch.Tensor:
+    """w as the runtimes' weight recipes store it (quant/weights.py: int8 per output row, within
+    `ranges`' weights; None: plain [-127, 127])."""
+    q, scale = quantize_rows(w, *((ranges.weight_max, ranges.weight_pair_max) if ranges else ()))
     return q.float() * scale[:, None]
 
 
-def fake_int8_activation(x: torch.Tensor, per_token: bool, symmetric: bool = False) -> torch.Tensor:
+def fake_int8_activation(x: torch.Tensor, per_token: bool, symmetric: bool = False,
+                         steps: int = 255) -> torch.Tensor:
     """Dynamic 8-bit activations: one range per token (each row of the last dimension) or one
-    for the whole tensor; asymmetric (255 steps over [min, max] with 0 included: XNNPACK's qd8,
-    quant/onnx_int8.py's per-token rows, ONNX Runtime's DynamicQuantizeLinear) or symmetric (127
-    steps each side of 0: quant/onnx_int8.py's `symmetric_activations`)."""
+    for the whole tensor; asymmetric (`steps` steps over [min, max] with 0 included: XNNPACK's
+    qd8 and ONNX Runtime's DynamicQuantizeLinear at 255, quant/onnx_int8.py's per-token rows at
+    its ranges) or symmetric (steps // 2 each side of 0: quant/onnx_int8.py's
+    `symmetric_activations`)."""
     dims = (-1,) if per_token else tuple(range(x.dim()))
     if symmetric:
-        scale = (x.abs().amax(dim=dims, keepdim=True) / 127).clamp(min=1e-30)
-        return (x / scale).round().clamp(-127, 127) * scale
+        half = steps // 2
+        scale = (x.abs().amax(dim=dims, keepdim=True) / half).clamp(min=1e-30)
+        return (x / scale).round().clamp(-half, half) * scale
     low = x.amin(dim=dims, keepdim=True).clamp(max=0)
     high = x.amax(dim=dims, keepdim=True).clamp(min=0)
-    scale = ((high - low) / 255).clamp(min=1e-30)
+    scale = ((high - low) / steps).clamp(min=1e-30)
     zero = (-low / scale).round()
     return ((x / scale).round() + zero).clamp(0, 255).sub(zero) * scale
 
 
 # Both runtimes quantize a Linear the same way (int8 weights per output channel, asymmetric
-# per-token activations: XNNPACK's qd8, quant/onnx_int8.py's rows); they differ in whether the
-# tasks' own Linears (PAL, head) are int8: ExecuTorch takes task weights as method inputs and
-# runs them in fp32; ONNX Runtime's adapters hold them as int8.
+# per-token activations: XNNPACK's qd8, quant/onnx_int8.py's rows), each within its own integer
+# ranges; they differ in whether the tasks' own Linears (PAL, head) are int8: ExecuTorch takes
+# task weights as method inputs and runs them in fp32; ONNX Runtime's adapters hold them as int8.
 TASK_LAYERS_INT8 = {"executorch": False, "onnxruntime": True}
+
+
+def product_ranges(runtime: str) -> ProductRanges:
+    """The integer ranges `runtime`'s int8 Linears multiply."""
+    return onnx_int8.RANGES if runtime == "onnxruntime" else xnnpack.RANGES
 
 
 def layer_sqnr(model, tasks: list[str], inputs: dict[str, Any], runtimes: list[str],
@@ -331,21 +341,26 @@ def layer_sqnr(model, tasks: list[str], inputs: dict[str, Any], runtimes: list[s
     """For each runtime, the SQNR (dB) of every layer it runs in int8 (Linears and the word
     table: `kind`), worst first, over the first n inputs of each task one at a time. Each layer
     is fed the fp32 model's own input, so its figure is its own error, not its inputs'."""
-    sums: dict[str, list[float]] = {}
     names = {m: name for name, m in model.named_modules() if isinstance(m, nn.Linear)
              or isinstance(m, nn.Embedding) and is_int8_table(name)}
-    weights = {m: fake_int8_weight(m.weight.detach().float()) for m in names}
+    replays = {product_ranges(r) for r in runtimes}  # one replay per distinct recipe
+    weights = {(m, ranges): fake_int8_weight(m.weight.detach().float(),
+                                             None if isinstance(m, nn.Embedding) else ranges)
+               for m in names for ranges in replays}
+    sums: dict[tuple[ProductRanges, str], list[float]] = {}
 
-    def int8_output(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    def int8_output(module: nn.Module, x: torch.Tensor, ranges: ProductRanges) -> torch.Tensor:
         if isinstance(module, nn.Embedding):
-            return F.embedding(x, weights[module])
-        return F.linear(fake_int8_activation(x, per_token=True), weights[module], module.bias)
+            return F.embedding(x, weights[module, ranges])
+        x = fake_int8_activation(x, per_token=True, steps=ranges.activation_steps)
+        return F.linear(x, weights[module, ranges], module.bias)
 
     def hook(module: nn.Module, args: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
-        noise = (out - int8_output(module, args[0])).double().pow(2).sum()
-        s = sums.setdefault(names[module], [0.0, 0.0])
-        s[0] += float(out.double().pow(2).sum())
-        s[1] += float(noise)
+        for ranges in replays:
+            noise = (out - int8_output(module, args[0], ranges)).double().pow(2).sum()
+            s = sums.setdefault((ranges, names[module]), [0.0, 0.0])
+            s[0] += float(out.double().pow(2).sum())
+            s[1] += float(noise)
 
     handles = [m.register_forward_hook(hook) for m in names]
     try:
@@ -358,11 +373,16 @@ def layer_sqnr(model, tasks: list[str], inputs: dict[str, Any], runtimes: list[s
 
     kinds = {name: "embedding" if isinstance(m, nn.Embedding) else "linear"
              for m, name in names.items()}
-    table = sorted(({"layer": name, "kind": kinds[name],
-                     "sqnr_db": round(10 * math.log10(max(s, 1e-30) / max(noise, 1e-30)), 2)}
-                    for name, (s, noise) in sums.items()), key=lambda row: row["sqnr_db"])
-    return {r: [row for row in table if row["layer"].startswith("trunk.") or TASK_LAYERS_INT8[r]]
-            for r in runtimes}
+
+    def table(runtime: str) -> list[dict[str, Any]]:
+        ranges = product_ranges(runtime)
+        rows = ({"layer": name, "kind": kinds[name],
+                 "sqnr_db": round(10 * math.log10(max(s, 1e-30) / max(noise, 1e-30)), 2)}
+                for (r, name), (s, noise) in sums.items() if r == ranges
+                and (name.startswith("trunk.") or TASK_LAYERS_INT8[runtime]))
+        return sorted(rows, key=lambda row: row["sqnr_db"])
+
+    return {r: table(r) for r in runtimes}
 
 
 def fallback_candidates(runtime: str, layers: list[dict[str, Any]]) -> list[str]:

@@ -1,8 +1,9 @@
 """int8 for ONNX Runtime, written as a graph rewrite of the fp32 export: every Linear (the trunk's
 MatMul + bias Add, and the task adapters' MatMulIntegerToFloat of export/onnx_ops.py) becomes
-com.microsoft MatMulIntegerToFloat on int8 weights (symmetric, per output column) and activations
-quantized per token (each row its own scale and zero point), and the word embedding table is
-int8 per row (the position and token-type tables stay fp32: quant/weights.py).
+com.microsoft MatMulIntegerToFloat on int8 weights (symmetric, per output column, within RANGES
+so that no CPU saturates) and activations quantized per token (each row its own scale and zero
+point), and the word embedding table is int8 per row (the position and token-type tables stay
+fp32: quant/weights.py).
 
 Why not `onnxruntime.quantization.quantize_dynamic`: its activations share ONE range per tensor
 (DynamicQuantizeLinear), so a few outlier tokens or channels of a trained BERT set the step for
@@ -33,13 +34,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from quant.weights import is_int8_table, quantize_rows
+from quant.weights import ProductRanges, is_int8_table, quantize_rows
 
 MS = "com.microsoft"
+# Full 8-bit activations and weights, with each two neighbouring weights of a column within
+# 128 together: 255 x 128 = 32,640 fits x86's 16-bit pairs, so every CPU computes the exact
+# product. A column whose largest pair needs it gets a coarser scale (a median 1.37x on MiniLM;
+# 7-bit weights would be 2x). Measured against the other ways to fit: results/int8-ranges.md.
+RANGES = ProductRanges(activation_steps=255, weight_max=127, weight_pair_max=128)
 SCHEME = ("linears (trunk MatMuls and task adapters): int8 weights, symmetric per output column, "
-          "with uint8 activations quantized per token (asymmetric: a scale and zero point per "
-          "row; com.microsoft MatMulIntegerToFloat, the zero point folded out after the "
-          "product); word embeddings: int8 per row (gathered rows scaled after the lookup); "
+          "each two neighbouring inputs' weights within 128 together, with uint8 activations "
+          "quantized per token (asymmetric: a scale and zero point per row; com.microsoft "
+          "MatMulIntegerToFloat, the zero point folded out after the product; exact on every "
+          "CPU); word embeddings: int8 per row (gathered rows scaled after the lookup); "
           "position and token-type embeddings, LayerNorm and attention (MultiHeadAttention) "
           "fp32")
 
@@ -71,11 +78,13 @@ def float_initializers(model, float_weights: dict[str, np.ndarray]) -> set[str]:
     return kept
 
 
-def int8_rows(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
-    """quant/weights.py's per-row int8 with one fp32 scale per slice along `axis` (kept as a
-    size-1 dimension elsewhere)."""
+def int8_rows(w: np.ndarray, axis: int,
+              ranges: ProductRanges | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """quant/weights.py's per-row int8 (within `ranges`' weights, pairs along the other axis)
+    with one fp32 scale per slice along `axis` (kept as a size-1 dimension elsewhere)."""
     rows = np.moveaxis(w, axis, 0)
-    q, scale = quantize_rows(torch.from_numpy(rows.reshape(len(rows), -1).copy()))  # writable
+    limits = (ranges.weight_max, ranges.weight_pair_max) if ranges else ()
+    q, scale = quantize_rows(torch.from_numpy(rows.reshape(len(rows), -1).copy()), *limits)
     shape = [1] * w.ndim
     shape[axis] = -1
     return np.moveaxis(q.numpy().reshape(rows.shape), 0, axis), scale.numpy().reshape(shape)
@@ -85,11 +94,12 @@ class _Rewrite:
     """The graph being rewritten: new nodes and initializers, one per-token quantization per
     activation however many Linears read it."""
 
-    def __init__(self, model, symmetric: bool):
+    def __init__(self, model, symmetric: bool, ranges: ProductRanges):
         from onnx import numpy_helper
 
         self.graph = model.graph
         self.symmetric = symmetric
+        self.ranges = ranges
         self.inits = {i.name: i for i in self.graph.initializer}
         self.array = lambda name: numpy_helper.to_array(self.inits[name])
         self.nodes = list(self.graph.node)  # held, so id() names a node until finish()
@@ -101,10 +111,12 @@ class _Rewrite:
         self.quantized: dict[str, tuple[str, str, str]] = {}
         self.terms: dict[tuple[str, str | None], str] = {}
         self.replace: dict[int, list] = {}   # id(old node) -> the nodes written in its place
-        for value, name in [(0, "zero_f"), (1, "one"), (1 / 127, "inv127"), (1 / 255, "inv255"),
-                            (1e-30, "tiny"), (128, "mid_f")]:
+        half = ranges.activation_steps // 2  # symmetric rows: half the steps each side of 0
+        for value, name in [(0, "zero_f"), (1, "one"), (1 / half, "inv_half"),
+                            (1 / ranges.activation_steps, "inv_steps"), (1e-30, "tiny"),
+                            (half, "mid_f")]:
             self.add_init(np.array(value, np.float32), f"palkit_q/{name}")
-        self.add_init(np.array(128, np.uint8), "palkit_q/mid")
+        self.add_init(np.array(half, np.uint8), "palkit_q/mid")
         for value, name in [([0], "axis0"), ([1], "axis1"), ([-1], "minus1"),
                             ([0, 0, 0, 1], "ones_column")]:  # Pad: [R, 1] -> [R, 2], 1 after
             self.add_init(np.array(value, np.int64), f"palkit_q/{name}")
@@ -129,10 +141,10 @@ class _Rewrite:
             return [], *self.quantized[x]
         p = f"palkit_q/per_token/{x}"
         node = helper.make_node
-        if self.symmetric:  # x / s_r in [-127, 127], stored + 128
+        if self.symmetric:  # x / s_r in [-half, half], stored + half
             nodes = [node("Abs", [x], [f"{p}/abs"]),
                      node("ReduceMax", [f"{p}/abs"], [f"{p}/max"], axes=[-1], keepdims=1),
-                     node("Mul", [f"{p}/max", "palkit_q/inv127"], [f"{p}/scale0"]),
+                     node("Mul", [f"{p}/max", "palkit_q/inv_half"], [f"{p}/scale0"]),
                      node("Max", [f"{p}/scale0", "palkit_q/tiny"], [f"{p}/scale"]),
                      node("Div", [x, f"{p}/scale"], [f"{p}/steps"]),
                      node("Round", [f"{p}/steps"], [f"{p}/round"]),
@@ -146,7 +158,7 @@ class _Rewrite:
                  node("ReduceMax", [f"{p}/rows"], [f"{p}/max"], axes=[1], keepdims=0),
                  node("Max", [f"{p}/max", "palkit_q/zero_f"], [f"{p}/high"]),
                  node("Sub", [f"{p}/high", f"{p}/low"], [f"{p}/span"]),
-                 node("Mul", [f"{p}/span", "palkit_q/inv255"], [f"{p}/scale0"]),
+                 node("Mul", [f"{p}/span", "palkit_q/inv_steps"], [f"{p}/scale0"]),
                  node("Max", [f"{p}/scale0", "palkit_q/tiny"], [f"{p}/scale"]),
                  node("Div", [f"{p}/low", f"{p}/scale"], [f"{p}/low_steps"]),
                  node("Round", [f"{p}/low_steps"], [f"{p}/minus_zero"]),    # -z_r
@@ -228,7 +240,7 @@ class _Rewrite:
         """MatMul(x, W) [+ bias] -> per_token(x) times int8 W [+ bias]."""
         w = matmul.input[1]
         if f"{w}/int8" not in self.inits:  # a weight two MatMuls share is stored once
-            q, scale = int8_rows(self.array(w), axis=1)   # W is [in, out]
+            q, scale = int8_rows(self.array(w), axis=1, ranges=self.ranges)  # W is [in, out]
             self.add_init(q, f"{w}/int8")
             self.add_init(scale.reshape(-1), f"{w}/scale")
         add = self.bias_add(matmul)
@@ -281,14 +293,15 @@ class _Rewrite:
 
 def quantize_trunk(src: Path, dst: Path, adapter_inputs: set[str],
                    float_weights: dict[str, np.ndarray] | None = None, *,
-                   symmetric_activations: bool = False) -> None:
+                   symmetric_activations: bool = False,
+                   ranges: ProductRanges | None = None) -> None:
     """Write the int8 graph of the fp32 `src` to `dst` (the scheme in this module's docstring;
     `symmetric_activations`: each row's range mirrored around 0 instead, the recipe before
     asymmetric rows, kept for lab/int8_gate.py's side-by-side measurement)."""
     import onnx
 
     model = onnx.load(str(src))
-    rw = _Rewrite(model, symmetric_activations)
+    rw = _Rewrite(model, symmetric_activations, ranges or RANGES)
     keep = float_initializers(model, float_weights or {})
     for n in rw.nodes:
         weight = n.input[1] if len(n.input) > 1 else ""

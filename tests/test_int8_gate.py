@@ -21,6 +21,8 @@ from export.verify import (Gate, bootstrap_indices, compare, drop_bound, failure
                            fake_int8_activation, fake_int8_weight, fallback_candidates,
                            interval, layer_sqnr, output_kl, pointed_layers, reference_batched,
                            unresolved_note, verification_inputs)
+from quant.onnx_int8 import RANGES
+from quant.weights import quantize_rows
 from tests.conftest import make_tiny_data, tiny_config
 from trainer.checkpoint import load_model, resolve_model_dir, save_model
 from trainer.tasks import BUILTIN_TASKS, TaskSpec
@@ -233,8 +235,14 @@ def recipe_weights(outlier_row: int | None = None) -> dict[str, np.ndarray]:
     w = {k: x.astype(np.float32) for k, x in w.items()}
     if outlier_row is not None:
         w[WORD_TABLE][outlier_row] *= 1000
-    w["a_int8"] = rng.integers(-127, 128, (16, 8)).astype(np.int8)
+    w["a_int8"] = adapter_matrix(rng, 16, 8)
     return w
+
+
+def adapter_matrix(rng, rows: int, columns: int, skew: float = 0.0) -> np.ndarray:
+    """An int8 adapter matrix [in, out] as export writes one (quant/onnx_int8.py's RANGES)."""
+    w = torch.from_numpy(rng.uniform(-1, 1, (columns, rows)) + skew)
+    return quantize_rows(w, RANGES.weight_max, RANGES.weight_pair_max)[0].T.numpy().copy()
 
 
 def recipe_graph(path: Path, w: dict[str, np.ndarray]) -> Path:
@@ -269,7 +277,7 @@ def recipe_outputs(w: dict[str, np.ndarray], ids: np.ndarray, int8: bool,
     asymmetric unless `symmetric`)."""
     t = {k: torch.from_numpy(x) for k, x in w.items()}
     act = (lambda x: fake_int8_activation(x, True, symmetric)) if int8 else (lambda x: x)
-    weight = (lambda m: fake_int8_weight(m.T).T) if int8 else (lambda m: m)
+    weight = (lambda m: fake_int8_weight(m.T, RANGES).T) if int8 else (lambda m: m)
     row = t[WORD_TABLE].abs().amax(1, keepdim=True) / 127
     table = (t[WORD_TABLE] / row).round() * row if int8 else t[WORD_TABLE]
     y1 = act(table[torch.from_numpy(ids)]) @ weight(t["w1"]) + t["b1"]
@@ -350,10 +358,9 @@ def test_onnx_int8_asymmetric_rows_halve_the_error_of_a_skewed_input(tmp_path):
         quantize_trunk(tmp_path / "fp32.onnx", out, {"a_int8"}, symmetric_activations=symmetric)
         session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
         xq = fake_int8_activation(torch.from_numpy(x), True, symmetric)
-        for a_int8 in (rng.integers(-127, 128, (32, 8)), rng.integers(0, 128, (32, 8))):
-            a_int8 = a_int8.astype(np.int8)
+        for a_int8 in (adapter_matrix(rng, 32, 8), adapter_matrix(rng, 32, 8, skew=3.0)):
             y, z = session.run(None, {"x": x, "a_int8": a_int8})
-            wq = fake_int8_weight(torch.from_numpy(w["w"]).T).T
+            wq = fake_int8_weight(torch.from_numpy(w["w"]).T, RANGES).T
             want_y = xq @ wq + w["b"]
             want_z = xq @ (torch.from_numpy(a_int8).float() * torch.from_numpy(w["a_scale"]))
             assert y.shape == (2, 32, 24) and z.shape == (2, 32, 8)

@@ -404,35 +404,43 @@ def test_headline_legend_and_labels_show_only_what_is_drawn(tmp_path: Path, with
             assert box.x0 <= end.x0 and end.x1 <= box.x1, (ax.get_title(), text.get_text())
 
 
-def test_report_shows_the_phone_int8_check_that_bench_found_in_a_bundle(tmp_path: Path):
-    """`palkit verify-arch` writes verify.json's architectures; bench carries them from the
-    bundle to the report, which prints one row per task with the recorded figures."""
-    from bench.subjects import phone_checks
+def test_report_shows_the_int8_check_on_other_cpus_that_bench_found_in_a_bundle(tmp_path: Path):
+    """`palkit verify-arch` writes verify.json's architectures; bench carries each runtime's
+    part from the bundle to that runtime's subject, and the report prints one row per task
+    with the recorded figures and the CPU's int8 features."""
+    from bench.subjects import cpu_checks
 
     def change(metric, value, low, high):
         return {"metric": metric, "metric_change": value, "metric_change_interval": [low, high]}
-    record = {"arch": "aarch64", "launcher": "qemu-aarch64-static -cpu cortex-a76 java",
-              "date": "2026-11-26", "tasks": {"sst": {
-                  "examples": 150,
-                  "vs_host_int8": {"agreement": 0.9933, "agreement_interval": [0.98, 1.0],
-                                   "max_abs_diff": 4.52e-3},
-                  "vs_fp32": {"agreement": 0.9867, **change("sst_acc", -0.67, -2.0, 0.67)},
-                  "host_int8_vs_fp32": change("sst_acc", -0.33, -1.33, 0.67)}}}
+
+    def checked(agreement):
+        return {"launcher": "qemu-aarch64-static -cpu cortex-a53 java", "tasks": {"sst": {
+            "examples": 150,
+            "vs_host_int8": {"agreement": agreement, "agreement_interval": [0.98, 1.0],
+                             "max_abs_diff": 4.52e-3},
+            "vs_fp32": {"agreement": 0.9867, **change("sst_acc", -0.67, -2.0, 0.67)},
+            "host_int8_vs_fp32": change("sst_acc", -0.33, -1.33, 0.67)}}}
+    record = {"arch": "aarch64", "cpu": "cortex-a53", "cpu_int8": "aarch64, no dot product (ARMv8.0)",
+              "verifying_machine": "AMD EPYC (x86-64, AVX2, no VNNI (16-bit pairs))",
+              "date": "2026-11-28",
+              "runtimes": {"executorch": checked(0.9933), "onnxruntime": checked(0.9867)}}
     bundle = tmp_path / "bundle"
     bundle.mkdir()
-    assert phone_checks(bundle) == {}                       # no verify.json: nothing to show
+    assert cpu_checks(bundle, "executorch") == {}           # no verify.json: nothing to show
     (bundle / "verify.json").write_text(json.dumps({"gate": {}, "architectures":
-                                                    {"aarch64": record}}))
+                                                    {"aarch64/cortex-a53": record}}))
     data = host_bench(tmp_path)
-    data["subjects"]["pal/executorch"]["architectures"] = phone_checks(bundle)
+    data["subjects"]["pal/executorch"]["architectures"] = cpu_checks(bundle, "executorch")
     path = tmp_path / "h.json"
     path.write_text(json.dumps(data))
     build_report([path], [], tmp_path / "r")
     md = (tmp_path / "r" / "report.md").read_text()
-    assert ("## int8 on aarch64: pal (executorch, int8) (`palkit verify-arch`, qemu-aarch64-static "
-            "-cpu cortex-a76 java, 2026-11-26; accuracy, not speed)") in md
-    assert ("| sst | 150 | 0.9933 [0.9800, 1.0000] | 4.52e-03 | 0.9867 | sst_acc -0.67 "
-            "[-2.00, +0.67] | sst_acc -0.33 [-1.33, +0.67] |") in md
+    assert ("## int8 on aarch64 cortex-a53 (aarch64, no dot product (ARMv8.0)): pal (executorch, "
+            "int8) (`palkit verify-arch`, 2026-11-28, verified on AMD EPYC (x86-64, AVX2, no VNNI "
+            "(16-bit pairs)); accuracy, not speed)") in md
+    assert ("| executorch | sst | 150 | 0.9933 [0.9800, 1.0000] | 4.52e-03 | 0.9867 | sst_acc "
+            "-0.67 [-2.00, +0.67] | sst_acc -0.33 [-1.33, +0.67] |") in md
+    assert "| onnxruntime | sst | 150 |" not in md          # that part belongs to its own subject
     assert md.count("## int8 on aarch64") == 1              # the other subjects have none
 
 

@@ -29,14 +29,15 @@ TASKS = ["sst", "sts"]
 
 
 @pytest.fixture(scope="module")
-def et_int8(tiny_pal_run: Path, tiny_data: Path, tmp_path_factory) -> Path:
-    """An int8 ExecuTorch bundle of the PAL run (PALs in every layer): sst (one text), sts (a
-    pair regressor). Read-only. No int8 gate: the tiny random model's sts scores barely vary, so
-    their correlation with PyTorch's is noise (the gate has its own tests)."""
+def int8_bundle(tiny_pal_run: Path, tiny_data: Path, tmp_path_factory) -> Path:
+    """An int8 bundle (ExecuTorch and ONNX Runtime) of the PAL run (PALs in every layer): sst
+    (one text), sts (a pair regressor). Read-only. No int8 gate: the tiny random model's sts
+    scores barely vary, so their correlation with PyTorch's is noise (the gate has its own
+    tests)."""
     from export.bundle import export_run
     from export.verify import Gate
-    out = tmp_path_factory.mktemp("b") / "et-int8"
-    export_run(tiny_pal_run, out, target="executorch", quant="int8", tasks=TASKS,
+    out = tmp_path_factory.mktemp("b") / "int8"
+    export_run(tiny_pal_run, out, target="android", quant="int8", tasks=TASKS,
                data_dir=tiny_data, log=lambda *a: None,
                gate=Gate(max_drop=None, min_agreement=-1.0, max_float_layers=0))
     return out
@@ -57,10 +58,10 @@ def dequantized(w: torch.Tensor) -> torch.Tensor:
     return q.t()[None].float() * scale[None, None]
 
 
-def test_int8_task_file_holds_int8_matrices_and_one_scale_per_column(et_int8, model):
-    assert load_bundle(et_int8).manifest.int8
+def test_int8_task_file_holds_int8_matrices_and_one_scale_per_column(int8_bundle, model):
+    assert load_bundle(int8_bundle).manifest.int8
     for task in TASKS:
-        stored = load_file(str(et_int8 / "executorch" / f"{task}.safetensors"))
+        stored = load_file(str(int8_bundle / "executorch" / f"{task}.safetensors"))
         want = task_tensors(model, task)
         names = matrices(want)
         assert any(n.startswith("pal.") for n in names) and "head.out.weight_t" in names
@@ -90,13 +91,13 @@ def test_fp32_bundle_keeps_fp32_task_files(et_fp32):
         assert not [n for n in stored if n.endswith(".scale")]
 
 
-def test_python_runtime_runs_exactly_the_dequantized_weights(et_int8, model):
+def test_python_runtime_runs_exactly_the_dequantized_weights(int8_bundle, model):
     """The runtime's logits equal the same program run on weights dequantized in memory from
     the model (bit for bit), and differ from the fp32 weights' only by quantization error."""
-    bundle = load_bundle(et_int8)
+    bundle = load_bundle(int8_bundle)
     engine = Engine(bundle, "executorch")
     section = bundle.manifest.runtimes["executorch"]
-    program = load_executorch_program(et_int8 / section.program, et_int8 / section.trunk_data)
+    program = load_executorch_program(int8_bundle / section.program, int8_bundle / section.trunk_data)
     forward = program.load_method("forward")
     for task in TASKS:
         spec = bundle.tasks[task]
@@ -114,7 +115,7 @@ def test_python_runtime_runs_exactly_the_dequantized_weights(et_int8, model):
         fp32 = run(weights)
         assert not np.array_equal(got, fp32)  # the weights really are int8 ones
         np.testing.assert_allclose(got, fp32, atol=0.05 * max(1.0, np.abs(fp32).max()))
-    assert json.loads((et_int8 / "verify.json").read_text())["passed"]
+    assert json.loads((int8_bundle / "verify.json").read_text())["passed"]
 
 
 def _write(path: Path, tensors: dict[str, torch.Tensor]) -> Path:
@@ -159,13 +160,13 @@ def harness(build, *args) -> subprocess.CompletedProcess:
                           timeout=HANG_GUARD_S)
 
 
-def test_jni_logits_equal_the_python_runtime_for_an_int8_bundle(host_build, et_int8):
+def test_jni_logits_equal_the_python_runtime_for_an_int8_bundle(host_build, int8_bundle):
     order = ["sst", "sts", "sst"]
-    done = harness(host_build, "run", et_int8, 1, TEXT, PAIR, *order)
+    done = harness(host_build, "run", int8_bundle, 1, TEXT, PAIR, *order)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = json.loads(done.stdout)
     assert [r["task"] for r in rows] == order
-    engine = Engine(load_bundle(et_int8), "executorch")
+    engine = Engine(load_bundle(int8_bundle), "executorch")
     for row in rows:
         task = engine.bundle.tasks[row["task"]]
         ids, mask, types = engine.tokenizer(TEXT, PAIR if task.is_pair else None)
@@ -174,18 +175,18 @@ def test_jni_logits_equal_the_python_runtime_for_an_int8_bundle(host_build, et_i
         np.testing.assert_array_equal(np.float32(row["logits"]), expected)
 
 
-def test_jni_refuses_an_int8_matrix_without_its_scale(host_build, et_int8, tmp_path):
-    names = load_bundle(et_int8).manifest.runtimes["executorch"].task_inputs
-    stored = load_file(str(et_int8 / "executorch" / "sst.safetensors"))
+def test_jni_refuses_an_int8_matrix_without_its_scale(host_build, int8_bundle, tmp_path):
+    names = load_bundle(int8_bundle).manifest.runtimes["executorch"].task_inputs
+    stored = load_file(str(int8_bundle / "executorch" / "sst.safetensors"))
     gone = "head.out.weight_t.scale"
     broken = _write(tmp_path / "sst.safetensors", {k: v for k, v in stored.items() if k != gone})
-    done = harness(host_build, "program", et_int8 / "executorch/trunk.pte",
-                   et_int8 / "executorch/trunk.ptd", broken, *names)
+    done = harness(host_build, "program", int8_bundle / "executorch/trunk.pte",
+                   int8_bundle / "executorch/trunk.ptd", broken, *names)
     assert done.returncode == 3, (done.returncode, done.stderr[-3000:])
     assert done.stderr.strip().splitlines()[-1].endswith(f"{broken}: has no tensor '{gone}'")
 
 
-def test_jni_int8_logits_on_aarch64_stay_within_the_bound(et_int8):
+def test_jni_int8_logits_on_aarch64_stay_within_the_bound(int8_bundle):
     """The phone's instruction set (issue 34): the same int8 bundle through the app's JNI path
     built for aarch64 and run under qemu, against the Python runtime on this host."""
     from bench.native import native_host
@@ -195,9 +196,9 @@ def test_jni_int8_logits_on_aarch64_stay_within_the_bound(et_int8):
     if reason:
         pytest.skip(reason)
     build = native_host().build("aarch64")
-    done = jni_harness(build, "run", et_int8, 1, TEXT, PAIR, *TASKS)
+    done = jni_harness(build, "run", int8_bundle, 1, TEXT, PAIR, *TASKS)
     assert done.returncode == 0, done.stderr[-3000:]
-    engine = Engine(load_bundle(et_int8), "executorch")
+    engine = Engine(load_bundle(int8_bundle), "executorch")
     for row in json.loads(done.stdout):
         task = engine.bundle.tasks[row["task"]]
         ids, mask, types = engine.tokenizer(TEXT, PAIR if task.is_pair else None)
@@ -208,60 +209,78 @@ def test_jni_int8_logits_on_aarch64_stay_within_the_bound(et_int8):
         assert_logits_match(build, row["logits"], expected, quant="int8")
 
 
-def test_verify_arch_records_the_phone_int8_check_in_verify_json(et_int8, tiny_pal_run,
-                                                                  tiny_data, tmp_path):
-    """`palkit verify-arch --arch aarch64` (issue 34): every task's stratified dev sample
-    through the app's native path under qemu; verify.json's new section holds what a Python
-    computation over the same logits (the JNI's, the host's int8, fp32) gives."""
+@pytest.mark.parametrize("arch, cpu", [("aarch64", None), ("aarch64", "cortex-a53"),
+                                       ("x86_64", "Haswell")])
+def test_verify_arch_records_the_int8_check_on_another_cpu_in_verify_json(
+        int8_bundle, tiny_pal_run, tiny_data, tmp_path, arch, cpu):
+    """`palkit verify-arch` (issues 34, 43): every task's stratified dev sample on both runtimes
+    on the CPU model under qemu (cortex-a76 by default on aarch64); verify.json's new section
+    holds what a Python computation over the same logits (the CPU's, the host's int8, fp32)
+    gives, and names the CPU's int8 features and the verifying machine's."""
     import shutil
 
-    from bench.arch_check import dev_sample, native_logits
+    from bench.arch_check import (CPU_MODELS, ArchCheckError, dev_sample, native_logits,
+                                  python_for, worker_logits)
     from bench.native import native_host
     from cli import main
     from export.verify import Gate, failure, reference_batched, run_task
+    from trainer.host import int8_features
 
-    reason = native_host().missing_toolchain("aarch64")
+    reason = native_host().missing_toolchain(arch)
+    try:
+        python = python_for(arch, cpu or native_host().QEMU_CPU)
+    except ArchCheckError as e:
+        reason = reason or str(e)
     if reason:
         pytest.skip(reason)
-    bundle = shutil.copytree(et_int8, tmp_path / "bundle")
+    bundle = shutil.copytree(int8_bundle, tmp_path / "bundle")
     before = json.loads((bundle / "verify.json").read_text())
     # --max-drop 100: the tiny random model's sts scores barely vary (the fixture's note)
     assert main(["verify-arch", str(bundle), "--run", str(tiny_pal_run), "--data-dir",
-                 str(tiny_data), "--max-examples", "10", "--max-drop", "100"]) == 0
+                 str(tiny_data), "--max-examples", "10", "--max-drop", "100", "--arch", arch,
+                 *(["--cpu", cpu] if cpu else [])]) == 0
     after = json.loads((bundle / "verify.json").read_text())
-    record = after.pop("architectures")["aarch64"]
+    cpu = cpu or native_host().QEMU_CPU
+    record = after.pop("architectures")[f"{arch}/{cpu}"]
     assert after == before  # the export's own records are kept as they were
-    assert record["launcher"].split()[-3:-1] == ["-cpu", native_host().QEMU_CPU]
-    assert record["passed"] and sorted(record["tasks"]) == TASKS
-    build = native_host().build("aarch64")
+    assert record["cpu"] == cpu and record["cpu_int8"] == int8_features(list(CPU_MODELS[arch, cpu]))
+    assert record["verifying_machine"].endswith(f"({int8_features()})")
+    assert record["passed"] and sorted(record["runtimes"]) == ["executorch", "onnxruntime"]
+    assert record["runtimes"]["executorch"]["launcher"].split()[-3:-1] == ["-cpu", cpu]
+    assert f"-cpu {cpu}" in record["runtimes"]["onnxruntime"]["launcher"]
+    build = native_host().build(arch, cpu)
     model, tokenizer, _ = load_model(resolve_model_dir(tiny_pal_run), TASKS)
-    engine = Engine(load_bundle(bundle), "executorch")
-    max_len = engine.bundle.manifest.tokenizer.max_length
-    for name, r in record["tasks"].items():
-        spec = model.tasks[name]
-        encoded, gold, source = dev_sample(spec, tokenizer, max_len, tiny_data, 10)
-        assert r["examples"] == len(encoded) == 10 and r["source"] == source
-        phone = native_logits(build, bundle, name, encoded).numpy()
-        host = run_task(engine, name, encoded)[0].numpy()
-        fp32 = reference_batched(model, name, encoded).numpy()
-        assert r["vs_host_int8"]["max_abs_diff"] == pytest.approx(np.abs(phone - host).max())
-        if spec.is_regression:
-            pearson = np.corrcoef(phone[:, 0], fp32[:, 0])[0, 1]
-            assert r["vs_fp32"]["agreement"] == pytest.approx(pearson, abs=1e-6)
-            continue
-        assert r["vs_host_int8"]["agreement"] == np.mean(phone.argmax(1) == host.argmax(1))
-        assert r["vs_fp32"]["agreement"] == np.mean(phone.argmax(1) == fp32.argmax(1))
-        points = [100 * np.mean(x.argmax(1) == np.array(gold)) for x in (phone, fp32, host)]
-        assert r["vs_fp32"]["metric_change"] == pytest.approx(points[0] - points[1])
-        assert r["host_int8_vs_fp32"]["metric_change"] == pytest.approx(points[2] - points[1])
-        low, high = r["vs_fp32"]["metric_change_interval"]
-        assert low <= r["vs_fp32"]["metric_change"] <= high
-        # the record is what export's gate reads: a limit it cannot meet names the task
-        assert failure(r["vs_fp32"], f"aarch64/{name}", True, Gate(max_drop=-101)).startswith(
-            f"aarch64/{name}: int8 ")
+    max_len = load_bundle(bundle).manifest.tokenizer.max_length
+    for runtime, checked in record["runtimes"].items():
+        assert sorted(checked["tasks"]) == TASKS and checked["passed"]
+        engine = Engine(load_bundle(bundle), runtime)
+        for name, r in checked["tasks"].items():
+            spec = model.tasks[name]
+            encoded, gold, source = dev_sample(spec, tokenizer, max_len, tiny_data, 10)
+            assert r["examples"] == len(encoded) == 10 and r["source"] == source
+            other = (native_logits(build, bundle, name, encoded) if runtime == "executorch" else
+                     worker_logits(*python, bundle, runtime, name, encoded)).numpy()
+            host = run_task(engine, name, encoded)[0].numpy()
+            fp32 = reference_batched(model, name, encoded).numpy()
+            assert r["vs_host_int8"]["max_abs_diff"] == pytest.approx(np.abs(other - host).max())
+            if spec.is_regression:
+                pearson = np.corrcoef(other[:, 0], fp32[:, 0])[0, 1]
+                assert r["vs_fp32"]["agreement"] == pytest.approx(pearson, abs=1e-6)
+                continue
+            assert r["vs_host_int8"]["agreement"] == np.mean(other.argmax(1) == host.argmax(1))
+            assert r["vs_fp32"]["agreement"] == np.mean(other.argmax(1) == fp32.argmax(1))
+            points = [100 * np.mean(x.argmax(1) == np.array(gold)) for x in (other, fp32, host)]
+            assert r["vs_fp32"]["metric_change"] == pytest.approx(points[0] - points[1])
+            assert r["host_int8_vs_fp32"]["metric_change"] == pytest.approx(points[2] - points[1])
+            low, high = r["vs_fp32"]["metric_change_interval"]
+            assert low <= r["vs_fp32"]["metric_change"] <= high
+            # the record is what export's gate reads: a limit it cannot meet names the task
+            label = f"{arch}/{cpu}/{runtime}/{name}"
+            assert failure(r["vs_fp32"], label, True, Gate(max_drop=-101)).startswith(
+                f"{label}: int8 ")
 
 
-def test_verify_arch_without_the_cross_tools_says_what_to_fetch(et_int8, tiny_pal_run,
+def test_verify_arch_without_the_cross_tools_says_what_to_fetch(int8_bundle, tiny_pal_run,
                                                                 tiny_data, tmp_path,
                                                                 monkeypatch, capsys):
     from bench.native import native_host
@@ -270,13 +289,13 @@ def test_verify_arch_without_the_cross_tools_says_what_to_fetch(et_int8, tiny_pa
     monkeypatch.setenv(native_host().CROSS_CACHE_ENV, str(tmp_path / "empty"))
     reason = native_host().missing_toolchain("aarch64")
     assert reason is not None
-    assert main(["verify-arch", str(et_int8), "--run", str(tiny_pal_run),
+    assert main(["verify-arch", str(int8_bundle), "--run", str(tiny_pal_run),
                  "--data-dir", str(tiny_data)]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line == f"error: cannot run the app's native path on aarch64: {reason}"
 
 
-def test_verify_arch_refuses_a_task_without_dev_data(et_int8, tiny_pal_run, tiny_data,
+def test_verify_arch_refuses_a_task_without_dev_data(int8_bundle, tiny_pal_run, tiny_data,
                                                      tmp_path, capsys):
     import shutil
 
@@ -288,7 +307,7 @@ def test_verify_arch_refuses_a_task_without_dev_data(et_int8, tiny_pal_run, tiny
     data = shutil.copytree(tiny_data, tmp_path / "data")
     (dev,) = (data / "sts").glob("*dev*")
     dev.unlink()
-    assert main(["verify-arch", str(et_int8), "--run", str(tiny_pal_run),
+    assert main(["verify-arch", str(int8_bundle), "--run", str(tiny_pal_run),
                  "--data-dir", str(data)]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         f"error: task 'sts': {dev} not found; give --data-dir the folder holding every task's "
@@ -309,13 +328,13 @@ def test_stratified_sample_keeps_each_label_share():
     assert stratified_sample(gold, None, regression=False) == list(range(100))
 
 
-def test_verify_arch_refuses_to_change_a_signed_bundle_without_its_key(et_int8, tiny_pal_run,
+def test_verify_arch_refuses_to_change_a_signed_bundle_without_its_key(int8_bundle, tiny_pal_run,
                                                                        tmp_path, capsys):
     import shutil
 
     from cli import main
 
-    bundle = shutil.copytree(et_int8, tmp_path / "bundle")
+    bundle = shutil.copytree(int8_bundle, tmp_path / "bundle")
     (bundle / "model.sig").write_text("{}")  # refused before the signature is even read
     before = (bundle / "verify.json").read_bytes()
     assert main(["verify-arch", str(bundle), "--run", str(tiny_pal_run)]) == 2

