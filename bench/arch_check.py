@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-import platform
+import shlex
 import shutil
 import site
 import subprocess
@@ -41,7 +41,7 @@ from trainer.checkpoint import load_model, read_json, resolve_model_dir
 from trainer.data import read_examples
 from trainer.errors import PalkitError
 from trainer.fileio import write_json
-from trainer.host import cpu_model, int8_features
+from trainer.host import ARM_PARTS, CPU_MODELS, NATIVE, cpu_int8, cpu_model, int8_features
 
 Log = Callable[[str], None]
 Runner = Callable[[str, list[Encoded]], torch.Tensor]
@@ -50,19 +50,6 @@ STRATA = 10                     # score bins of a regression task's sample
 SEED = 0
 CHILD_TIMEOUT_S = 3600.0
 PALKIT_ROOT = Path(__file__).resolve().parents[1]  # the folder holding export/, on PYTHONPATH
-NATIVE = "native"               # the CPU name of a check on this host's own CPU, no qemu
-# The CPU models checked here, by their Linux feature flags (trainer/host.py turns them into
-# words); for aarch64 also the CPU part number of the /proc/cpuinfo the guest is shown.
-CPU_MODELS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("x86_64", "Haswell"): ("avx", "avx2", "fma"),
-    ("aarch64", "cortex-a53"): ("fp", "asimd", "evtstrm", "crc32", "cpuid"),
-    ("aarch64", "cortex-a76"): ("fp", "asimd", "evtstrm", "crc32", "atomics", "fphp", "asimdhp",
-                                "cpuid", "asimdrdm", "lrcpc", "dcpop", "asimddp"),
-    ("aarch64", "neoverse-n1"): ("fp", "asimd", "evtstrm", "crc32", "atomics", "fphp", "asimdhp",
-                                 "cpuid", "asimdrdm", "lrcpc", "dcpop", "asimddp"),
-}
-ARM_PARTS = {"cortex-a53": "0xd03", "cortex-a76": "0xd0b", "neoverse-n1": "0xd0c"}
-QEMU_CPUS = {"aarch64": native_host().QEMU_CPU}  # the default model per architecture
 RUNTIME_PATHS = {"executorch": "the app's JNI and Java (android_demo/host/native_host.py)",
                  "onnxruntime": "palkit's runtime layer in a Python of that CPU "
                                 "(export/score_worker.py)"}
@@ -72,12 +59,13 @@ class ArchCheckError(PalkitError):
     """The check cannot run here or on this bundle (says what to do)."""
 
 
-def cpu_int8(arch: str, cpu: str) -> str:
-    """The int8 instructions of CPU model `cpu` (NATIVE: this host's) in words."""
-    if cpu == NATIVE:
-        return int8_features()
-    flags = CPU_MODELS.get((arch, cpu))
-    return int8_features(list(flags)) if flags else f"{arch} {cpu} (int8 features not on record)"
+def default_cpu(arch: str) -> str:
+    """This host's own CPU on its architecture; on aarch64 the native path's qemu model
+    (android_demo/host/native_host.py: QEMU_CPU, or $PALKIT_QEMU_CPU)."""
+    host = native_host()
+    if arch == host.HOST_ARCH:
+        return NATIVE
+    return os.environ.get(host.QEMU_CPU_ENV) or host.QEMU_CPU
 
 
 def stratified_sample(gold: list[float], n: int | None, regression: bool,
@@ -123,8 +111,8 @@ def native_logits(build, bundle: Path, task: str, encoded: list[Encoded]) -> tor
 def host_python_under_qemu(cpu: str) -> tuple[tuple[str, ...], dict[str, str]]:
     """This interpreter run by qemu-user on x86-64 CPU model `cpu` (Haswell: AVX2, no VNNI; TCG
     emulates no AVX-512), and the environment that gives it this process's packages."""
-    qemu = shutil.which("qemu-x86_64-static") or shutil.which("qemu-x86_64")
-    if qemu is None or platform.machine() not in ("x86_64", "AMD64"):
+    qemu = native_host().host_qemu()
+    if qemu is None or native_host().HOST_ARCH != "x86_64":
         raise ArchCheckError("running x86-64 CPU models needs an x86-64 host and qemu-user: "
                              "`apt-get install qemu-user-static`")
     # under qemu, /proc/self/exe is qemu itself: the packages come by path, not from the prefix
@@ -145,9 +133,9 @@ def arm64_python(cpu: str) -> tuple[tuple[str, ...], dict[str, str]]:
                              f"install {host.AARCH64_PACKAGES}`, `dpkg --add-architecture arm64 "
                              "&& apt-get update`, then `python android_demo/host/native_host.py "
                              "fetch --arch aarch64`")
-    if cpu not in ARM_PARTS or shutil.which("unshare") is None:
-        raise ArchCheckError(f"ONNX Runtime on aarch64 runs on {', '.join(ARM_PARTS)} here "
-                             f"(not {cpu!r}), with util-linux's `unshare`")
+    if shutil.which("unshare") is None:
+        raise ArchCheckError("ONNX Runtime on aarch64 needs util-linux's `unshare` (for the "
+                             "guest's /proc/cpuinfo)")
     cpuinfo = folder / f"cpuinfo-{cpu}"
     if not cpuinfo.is_file():
         cpuinfo.write_text(f"processor\t: 0\nFeatures\t: {' '.join(CPU_MODELS['aarch64', cpu])}\n"
@@ -173,19 +161,19 @@ def private_mounts() -> tuple[str, ...]:
     if done.returncode != 0:
         raise ArchCheckError("ONNX Runtime on aarch64 needs a private mount namespace for its "
                              f"/proc/cpuinfo, which this machine refuses ({' '.join(namespace)}: "
-                             f"{done.stderr.strip()[:200]})")
+                             f"{(done.stderr.strip().splitlines() or ['no reason given'])[-1]})")
     return namespace
 
 
 def python_for(arch: str, cpu: str) -> tuple[tuple[str, ...], dict[str, str]]:
     """A Python running palkit's runtime layer on `arch` CPU model `cpu`, and its environment."""
-    if arch == native_host().HOST_ARCH:
-        if cpu == NATIVE:
-            return (sys.executable,), {"PYTHONPATH": str(PALKIT_ROOT)}
+    if cpu == NATIVE:
+        return (sys.executable,), {"PYTHONPATH": str(PALKIT_ROOT)}
+    if arch == "x86_64":
         return host_python_under_qemu(cpu)
-    if arch == "aarch64":
+    if native_host().HOST_ARCH == "x86_64":
         return arm64_python(cpu)
-    raise ArchCheckError(f"no Python for {arch} on a {native_host().HOST_ARCH} host")
+    raise ArchCheckError(f"no Python for {arch} CPU models on a {native_host().HOST_ARCH} host")
 
 
 def worker_logits(launcher: tuple[str, ...], env: dict[str, str], bundle: Path, runtime: str,
@@ -237,9 +225,9 @@ def missing_tools(runtime: str, arch: str, cpu: str) -> str | None:
     return None
 
 
-def runner(runtime: str, bundle: Path, arch: str, cpu: str) -> tuple[Runner, str]:
+def runner(runtime: str, bundle: Path, arch: str, cpu: str) -> tuple[Runner, tuple[str, ...]]:
     """How `runtime` runs a task's inputs on `arch` CPU `cpu` (the native path built here), and
-    its command line in words."""
+    its launcher (qemu and the JVM or Python it runs)."""
     host = native_host()
     if runtime == "executorch":
         try:
@@ -247,22 +235,31 @@ def runner(runtime: str, bundle: Path, arch: str, cpu: str) -> tuple[Runner, str
         except host.NativeBuildError as e:
             raise ArchCheckError(f"cannot build the app's native path for {arch}: {e}") from None
         return (lambda task, encoded: native_logits(build, bundle, task, encoded),
-                " ".join([*map(str, build.launcher[:-1]), "java"]))
+                tuple(map(str, build.launcher)))
     launcher, env = python_for(arch, cpu)
     return (lambda task, encoded: worker_logits(launcher, env, bundle, runtime, task, encoded),
-            " ".join(Path(a).name if "/" in a else a for a in launcher))
+            launcher)
 
 
 def prepare(bundle: Path, run: Path, runtimes: list[str] | None, arch: str, cpu: str):
     """The bundle, the runtimes to check (None: the bundle's) and the fp32 model it was
-    exported from; each refusal one line, the missing tools first."""
+    exported from; each refusal one line, the CPU model and missing tools first."""
+    known = [c for a, c in CPU_MODELS if a == arch]
+    if cpu != NATIVE and cpu not in known:
+        raise ArchCheckError(f"no int8 facts for {arch} CPU model {cpu!r} here: choose "
+                             f"{', '.join(known)}" + (" or leave --cpu out (this host's CPU)"
+                                                      if arch == native_host().HOST_ARCH else ""))
+    if cpu == NATIVE and arch != native_host().HOST_ARCH:
+        raise ArchCheckError(f"{arch} is not this host's architecture: give --cpu "
+                             f"{' or '.join(known)}")
     loaded = load_bundle(bundle)
     missing = sorted(set(runtimes or []) - set(loaded.runtimes))
     if missing:
         raise ArchCheckError(f"{bundle}: has no {' or '.join(missing)} files; give --runtimes "
                              f"{','.join(loaded.runtimes)}")
     runtimes = runtimes or list(loaded.runtimes)
-    for reason in filter(None, (missing_tools(rt, arch, cpu) for rt in runtimes)):
+    reason = next(filter(None, (missing_tools(rt, arch, cpu) for rt in runtimes)), None)
+    if reason:
         raise ArchCheckError(reason)
     model, tokenizer, trunk_sha = load_model(resolve_model_dir(run), list(loaded.tasks))
     if trunk_sha != loaded.manifest.trunk.sha256:
@@ -285,7 +282,7 @@ def check_architecture(bundle: Path, run: Path, data_dir: Path, arch: str, cpu: 
     runners = {rt: runner(rt, bundle, arch, cpu) for rt in runtimes}
     fp32 = {t: reference_batched(model, t, encoded) for t, (encoded, _, _) in samples.items()}
     records, failures = {}, []
-    for rt, (run_on_cpu, command) in runners.items():
+    for rt, (run_on_cpu, launcher) in runners.items():
         engine, tasks = Engine(loaded, rt), {}
         for name, (encoded, gold, source) in samples.items():
             t0 = time.time()
@@ -299,15 +296,15 @@ def check_architecture(bundle: Path, run: Path, data_dir: Path, arch: str, cpu: 
                            "host_int8_vs_fp32": compare(spec, fp32[name], host, gold, source, gate)}
         lost = [f for t, r in tasks.items()
                 if (f := failure(r["vs_fp32"], f"{arch}/{cpu}/{rt}/{t}", True, gate))]
-        records[rt] = {"path": RUNTIME_PATHS[rt], "launcher": command,
+        records[rt] = {"path": RUNTIME_PATHS[rt], "launcher": shlex.join(launcher),
                        "host_int8": f"{rt} Python runtime on this host", "tasks": tasks,
                        "passed": not lost, "failures": lost}
         failures += lost
-    qemu = next((a for a in next(iter(runners.values()))[1].split() if "qemu" in a), None)
+    qemu = next((a for _, launcher in runners.values() for a in launcher
+                 if Path(a).name.startswith("qemu-")), None)
     return {"arch": arch, "cpu": cpu, "cpu_int8": cpu_int8(arch, cpu),
             "verifying_machine": f"{cpu_model()} ({int8_features()})",
-            "qemu": (".".join(map(str, native_host().qemu_version(shutil.which(qemu))))
-                     if qemu else None),
+            "qemu": ".".join(map(str, native_host().qemu_version(qemu))) if qemu else None,
             "gate": asdict(gate), "confidence": CONFIDENCE,
             "date": time.strftime("%Y-%m-%d", time.gmtime()), "runtimes": records,
             "passed": not failures, "failures": failures}

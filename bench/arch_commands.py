@@ -9,7 +9,7 @@ from typing import Annotated, Literal, Optional
 
 import typer
 
-from bench.commands import MEASURE, _words
+from bench.commands import MEASURE, comma_words
 from export.manifest import RUNTIMES
 from trainer.errors import PalkitError
 from trainer.options import DataDirOption
@@ -63,7 +63,7 @@ def verify_arch(
     paired-bootstrap interval and gate; exit status 1 when a task fails the gate. Emulated:
     says nothing about a phone's speed.
     """
-    from bench.arch_check import NATIVE, QEMU_CPUS, check_architecture, record_architecture
+    from bench.arch_check import check_architecture, default_cpu, record_architecture
     from bench.markdown import architecture_table
     from export.signing import SIGNATURE_FILE, check_signing_key, sign_bundle
     from export.verify import Gate
@@ -74,11 +74,10 @@ def verify_arch(
                           "--sign-key KEY to re-sign it, or --no-write")
     if sign_key is not None:
         check_signing_key(sign_key)
-    cpu = cpu or QEMU_CPUS.get(arch, NATIVE)
+    cpu = cpu or default_cpu(arch)
+    chosen = comma_words([runtimes], RUNTIMES, "--runtimes") if runtimes else None
     record = check_architecture(bundle, run, resolve_data_dir(data_dir), arch, cpu,
-                                max_examples or None,
-                                _words([runtimes], RUNTIMES, "--runtimes") if runtimes else None,
-                                Gate(max_drop=max_drop), typer.echo)
+                                max_examples or None, chosen, Gate(max_drop=max_drop), typer.echo)
     table = architecture_table(record)
     typer.echo(table)
     for line in record["failures"]:

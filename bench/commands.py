@@ -48,7 +48,7 @@ def _ints(values: list[str]) -> list[int]:
     return [int(v) for item in values for v in item.split(",") if v]
 
 
-def _words(values: list[str], allowed: tuple[str, ...], flag: str) -> list[str]:
+def comma_words(values: list[str], allowed: tuple[str, ...], flag: str) -> list[str]:
     words = [v for item in values for v in item.split(",") if v]
     unknown = [w for w in words if w not in allowed]
     if unknown:
@@ -107,11 +107,11 @@ def bench(
                      DEFAULT_SCALE_OUT if out == DEFAULT_BENCH_OUT else out)
         return
     options = BenchOptions(
-        runtimes=_words([runtimes], RUNTIMES, "--runtimes"),
-        peers=[] if peers == "none" else _words([peers], PEERS, "--peers"),
+        runtimes=comma_words([runtimes], RUNTIMES, "--runtimes"),
+        peers=[] if peers == "none" else comma_words([peers], PEERS, "--peers"),
         threads=_ints(threads), seq_lens=_ints(seq_lens),
         timing=timing, rounds=rounds,
-        splits=_words([splits], ("dev", "test"), "--splits") if accuracy else [],
+        splits=comma_words([splits], ("dev", "test"), "--splits") if accuracy else [],
         data_dir=resolve_data_dir(data_dir) if accuracy else None,
         max_examples=max_examples, work=work, ceiling=ceiling, native=native,
         trust_key=trust_key)

@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 
 from bench.schema import latency_id, load_bench_file, measurement_id
 from trainer.errors import PalkitError
+from trainer.host import int8_features
 from trainer.placement import placement_name
 
 MiB = 1024 * 1024
@@ -32,8 +33,11 @@ def machine_label(machine: dict[str, Any]) -> str:
         maker = machine.get("manufacturer")
         name = f"{maker} {machine['model']}" if maker and maker not in machine["model"] else machine["model"]
         return f"phone: {name} (Android {machine.get('android_version', '?')}, {machine.get('abi', '?')})"
-    cores = machine.get("cores_logical")
-    return f"host CPU: {machine['model']} ({cores} cores)" if cores else f"host CPU: {machine['model']}"
+    # the int8 instructions decide the int8 figures (trainer/host.py); older files lack the flags
+    facts = [f"{machine['cores_logical']} cores" if machine.get("cores_logical") else "",
+             int8_features(machine["cpu_flags"]) if machine.get("cpu_flags") else ""]
+    facts = [f for f in facts if f]
+    return f"host CPU: {machine['model']}" + (f" ({'; '.join(facts)})" if facts else "")
 
 
 class Measurements:

@@ -5,6 +5,7 @@ from typing import Any
 
 from bench.headline import ratio
 from bench.ingest import MiB, BenchInput, host_subjects, machine_label
+from bench.subjects import cpu_record
 
 FIGURE_CAPTIONS = {
     "headline": "PAL bundle against three separate models and the peers, at the headline's "
@@ -181,7 +182,7 @@ def _architectures(data: dict[str, Any]) -> list[str]:
     """`palkit verify-arch`'s records that bench found in its bundles' verify.json."""
     lines: list[str] = []
     for name, sub in host_subjects(data).items():
-        for record in (sub.get("architectures") or {}).values():
+        for record in map(cpu_record, (sub.get("architectures") or {}).values()):
             lines += ["", f"## int8 on {record['arch']} {record['cpu']} ({record['cpu_int8']}): "
                       f"{sub.get('label', name)} (`palkit verify-arch`, {record.get('date')}, "
                       f"verified on {record.get('verifying_machine')}; accuracy, not speed)", "",
@@ -201,7 +202,8 @@ def architecture_table(record: dict[str, Any]) -> str:
             lo, hi = host["agreement_interval"]
             lines.append(f"| {runtime} | {name} | {r['examples']} | {host['agreement']:.4f} "
                          f"[{lo:.4f}, {hi:.4f}] | {host['max_abs_diff']:.2e} "
-                         f"| {fp32['agreement']:.4f} | {_arch_change(fp32)} | {_arch_change(own)} |")
+                         f"| {fp32['agreement']:.4f} | {_arch_change(fp32)} "
+                         f"| {_arch_change(own)} |")
     return "\n".join(lines)
 
 

@@ -16,6 +16,7 @@ from bench.schema import ALL_TASKS, BenchError
 from export.manifest import VERIFY_FILE, Manifest, read_manifest
 from trainer.checkpoint import TRUNK_WEIGHTS, read_json, resolve_model_dir, separate_models
 from trainer.fileio import sha256_file, write_json
+from trainer.host import NATIVE, cpu_int8
 from trainer.tasks import TaskSpec
 from ui.progress import say
 
@@ -172,8 +173,24 @@ def cpu_checks(bundle: Path, runtime: str) -> dict[str, Any]:
     for the report."""
     path = Path(bundle) / VERIFY_FILE
     records = read_json(path).get("architectures", {}) if path.is_file() else {}
+    records = {key: cpu_record(r) for key, r in records.items()}
     return {key: {**r, "runtimes": {runtime: r["runtimes"][runtime]}}
-            for key, r in records.items() if runtime in r.get("runtimes", {})}
+            for key, r in records.items() if runtime in r["runtimes"]}
+
+
+def cpu_record(record: dict[str, Any]) -> dict[str, Any]:
+    """A verify-arch record in its current form; one written before it took a CPU model (its
+    ExecuTorch results at the top, keyed by architecture) moved into that form."""
+    if "runtimes" in record:
+        return record
+    launcher = record.get("launcher", "").split()
+    cpu = launcher[launcher.index("-cpu") + 1] if "-cpu" in launcher else NATIVE
+    checked = {k: record[k] for k in ("path", "launcher", "tasks", "passed", "failures")
+               if k in record}
+    return {**{k: v for k, v in record.items() if k not in checked}, "cpu": cpu,
+            "cpu_int8": cpu_int8(record["arch"], cpu),
+            "verifying_machine": "a machine not recorded",
+            "runtimes": {record.get("runtime", "executorch"): checked}}
 
 
 def _separate_subject(rt: str, prec: str, group: dict[str, _Single]) -> Subject:

@@ -319,8 +319,8 @@ def adapter_tensors(model: PalBert, task: str, int8: bool,
             w = torch.cat([w, w.new_zeros(PAD_OUTPUTS - w.shape[0], w.shape[1])])
             b = torch.cat([b, b.new_zeros(PAD_OUTPUTS - b.shape[0])])
         if int8:
-            ranges = onnx_int8.RANGES  # the adapter's matrices multiply as the trunk's do
-            q, scale = quantize_rows(w, ranges.weight_max, ranges.weight_pair_max)
+            # the adapter's matrices multiply as the trunk's do
+            q, scale = quantize_rows(w, onnx_int8.RANGES)
             values = (b, q.t(), scale)
         else:
             values = (b, w.t())

@@ -25,6 +25,7 @@ from export.programs import reference_outputs
 from export.runtime import Engine, read_bundle
 from quant import onnx_int8, xnnpack
 from quant.weights import ProductRanges, is_int8_table, quantize_rows
+from trainer.host import cpu_model, int8_features
 from ui.progress import say
 
 Log = Callable[[str], None]
@@ -301,7 +302,7 @@ def is_close(r: dict[str, Any], gate: Gate) -> bool:
 def fake_int8_weight(w: torch.Tensor, ranges: ProductRanges | None = None) -> torch.Tensor:
     """w as the runtimes' weight recipes store it (quant/weights.py: int8 per output row, within
     `ranges`' weights; None: plain [-127, 127])."""
-    q, scale = quantize_rows(w, *((ranges.weight_max, ranges.weight_pair_max) if ranges else ()))
+    q, scale = quantize_rows(w, ranges)
     return q.float() * scale[:, None]
 
 
@@ -333,7 +334,7 @@ TASK_LAYERS_INT8 = {"executorch": False, "onnxruntime": True}
 
 def product_ranges(runtime: str) -> ProductRanges:
     """The integer ranges `runtime`'s int8 Linears multiply."""
-    return onnx_int8.RANGES if runtime == "onnxruntime" else xnnpack.RANGES
+    return {"onnxruntime": onnx_int8.RANGES, "executorch": xnnpack.RANGES}[runtime]
 
 
 def layer_sqnr(model, tasks: list[str], inputs: dict[str, Any], runtimes: list[str],
@@ -344,14 +345,15 @@ def layer_sqnr(model, tasks: list[str], inputs: dict[str, Any], runtimes: list[s
     names = {m: name for name, m in model.named_modules() if isinstance(m, nn.Linear)
              or isinstance(m, nn.Embedding) and is_int8_table(name)}
     replays = {product_ranges(r) for r in runtimes}  # one replay per distinct recipe
-    weights = {(m, ranges): fake_int8_weight(m.weight.detach().float(),
-                                             None if isinstance(m, nn.Embedding) else ranges)
-               for m in names for ranges in replays}
+    weights = {m: fake_int8_weight(m.weight.detach().float()) for m in names
+               if isinstance(m, nn.Embedding)}  # tables: plain rows on both runtimes
+    weights.update({(m, ranges): fake_int8_weight(m.weight.detach().float(), ranges)
+                    for m in names if isinstance(m, nn.Linear) for ranges in replays})
     sums: dict[tuple[ProductRanges, str], list[float]] = {}
 
     def int8_output(module: nn.Module, x: torch.Tensor, ranges: ProductRanges) -> torch.Tensor:
         if isinstance(module, nn.Embedding):
-            return F.embedding(x, weights[module, ranges])
+            return F.embedding(x, weights[module])
         x = fake_int8_activation(x, per_token=True, steps=ranges.activation_steps)
         return F.linear(x, weights[module, ranges], module.bias)
 
@@ -527,8 +529,11 @@ def assemble(v: Verifier, sections: dict[str, dict[str, Any]],
         del s["mean_ms"]
     failures = [f for s in sections.values() for f in s["failures"]]
     notes = [n for s in sections.values() for n in s.pop("notes")]
+    # int8's figures are this CPU's kernels' (docs/int8-gate.md, "Every CPU")
     report: dict[str, Any] = {"tolerance_fp32": FP32_TOLERANCE, "gate": asdict(v.gate),
-                              "confidence": CONFIDENCE, "runtimes": sections,
+                              "confidence": CONFIDENCE,
+                              "verifying_machine": f"{cpu_model()} ({int8_features()})",
+                              "runtimes": sections,
                               "passed": not failures, "failures": failures, "notes": notes}
     return {**report, **{key: value for key, value in optional.items() if value}}
 

@@ -12,7 +12,7 @@ weights, a balanced split, neighbouring weights' pairs bounded; only the first c
 2. ExecuTorch's int8 on the same run and CPU beside them (its default export, no gate);
 3. the first and last ONNX Runtime bundles (palkit's ranges before and now) again on the same
    token ids under `qemu-x86_64-static -cpu Haswell`
-   (AVX2, no VNNI) through palkit's own runtime layer (bench/onnx_worker.py), on a stratified
+   (AVX2, no VNNI) through palkit's own runtime layer (export/score_worker.py), on a stratified
    sample of N dev examples a task: agreement with this host and the largest logit difference.
 This host's CPU flags say whether it has VNNI (on a host without, step 1 is the AVX2 figure).
 """
@@ -165,14 +165,16 @@ def table(result: dict[str, Any]) -> str:
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
 
     def cells(dev: dict[str, Any]) -> str:
-        return " | ".join(f"{dev[t]['agreement']:.4f} | {dev[t]['metric_change']:+.2f}" for t in tasks)
+        return " | ".join(f"{dev[t]['agreement']:.4f} | {dev[t]['metric_change']:+.2f}"
+                          for t in tasks)
 
     for name, row in result["onnxruntime"].items():
         hw = row.get("haswell") or {}
         agree = ", ".join(f"{t} {v['agreement_with_host']:.3f}" for t, v in hw.items()) or "-"
-        lines.append(f"| {name.replace('|', '&#124;')} | {row['pair_max']:,} | {'yes' if row['exact_without_vnni'] else '**no**'} "
-                     f"| {row['bytes'] / 2**20:.1f} | {row['latency_ms']:.2f} | {cells(row['dev'])} "
-                     f"| {agree} |")
+        exact = "yes" if row["exact_without_vnni"] else "**no**"
+        lines.append(f"| {name.replace('|', '&#124;')} | {row['pair_max']:,} | {exact} "
+                     f"| {row['bytes'] / 2**20:.1f} | {row['latency_ms']:.2f} "
+                     f"| {cells(row['dev'])} | {agree} |")
     et = result["executorch"]
     lines.append(f"| ExecuTorch (XNNPACK qd8 x qc8w) | - | yes | {et['bytes'] / 2**20:.1f} | - | "
                  f"{cells(et['dev'])} | - |")
@@ -198,7 +200,8 @@ def timing(a: argparse.Namespace) -> None:
     lat, kernel = record["latency"], record["u8u8_kernel"]
     write_text(a.timing.with_suffix(".md"), f"# ONNX Runtime int8 ranges: timing\n\n"
                f"`{record['command']}`, {record['date']}, on {record['machine']}.\n\n"
-               f"- One {lat['task']} call, {lat['tokens']} tokens, 1 thread, {lat['rounds']} rounds "
+               f"- One {lat['task']} call, {lat['tokens']} tokens, 1 thread, "
+               f"{lat['rounds']} rounds "
                f"of {lat['calls_per_round']} calls, the order swapped each round: palkit's ranges "
                f"now {lat['median_ms']['now']} ms, before {lat['median_ms']['before']} ms; median "
                f"per-round ratio now / before **{lat['median_ratio_now_over_before']:.3f}** "
@@ -270,7 +273,8 @@ def main() -> None:
         outputs[name] = scored["outputs"]
         result["onnxruntime"][name] = {
             "activation_steps": ranges.activation_steps, "weight_max": ranges.weight_max,
-            "pair_max": ranges.pair_max, "exact_without_vnni": ranges.exact_without_vnni,
+            "pair_max": ranges.largest_pair_product,
+            "exact_without_vnni": ranges.exact_without_vnni,
             "bytes": gate_lab.bundle_bytes(bundles[name])["onnxruntime"],
             "dev": {t: summarize(scored["records"])[f"onnxruntime/{t}"] for t in dev}}
         write_json(a.work / "partial.json", result)

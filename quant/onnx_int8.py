@@ -83,8 +83,7 @@ def int8_rows(w: np.ndarray, axis: int,
     """quant/weights.py's per-row int8 (within `ranges`' weights, pairs along the other axis)
     with one fp32 scale per slice along `axis` (kept as a size-1 dimension elsewhere)."""
     rows = np.moveaxis(w, axis, 0)
-    limits = (ranges.weight_max, ranges.weight_pair_max) if ranges else ()
-    q, scale = quantize_rows(torch.from_numpy(rows.reshape(len(rows), -1).copy()), *limits)
+    q, scale = quantize_rows(torch.from_numpy(rows.reshape(len(rows), -1).copy()), ranges)
     shape = [1] * w.ndim
     shape[axis] = -1
     return np.moveaxis(q.numpy().reshape(rows.shape), 0, axis), scale.numpy().reshape(shape)

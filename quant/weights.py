@@ -20,24 +20,6 @@ def is_int8_table(name: str) -> bool:
     return name.removesuffix(".weight").endswith(INT8_TABLE)
 
 
-def quantize_rows(w: torch.Tensor, qmax: int = 127,
-                  pair_max: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """w [out, in] float -> (int8 [out, in] in [-qmax, qmax], float32 scale [out]); w ≈ q *
-    scale[:, None]. `pair_max`: also |q[2j]| + |q[2j+1]| <= pair_max along each row (the
-    neighbouring inputs x86 without VNNI multiplies as a pair: ProductRanges), by a coarser
-    scale for the rows whose largest pair needs it. An all-zero row (a task's absent PAL in a
-    hybrid ONNX graph) is q = 0 with a tiny finite scale, never 0/0."""
-    w = w.detach().float()
-    scale = w.abs().amax(dim=1) / qmax
-    if pair_max is not None:
-        a = torch.nn.functional.pad(w.abs(), (0, w.shape[1] % 2))
-        pair = (a[:, 0::2] + a[:, 1::2]).amax(dim=1)
-        scale = torch.maximum(scale, pair / (pair_max - 1))  # each rounding adds at most 1/2
-    scale = scale.clamp(min=1e-12)
-    q = torch.round(w / scale[:, None]).clamp(-qmax, qmax).to(torch.int8)
-    return q, scale
-
-
 INT16_MAX = 32767
 
 
@@ -51,17 +33,42 @@ class ProductRanges:
     x86 without VNNI (AVX2's and AVX-512's vpmaddubsw, which ONNX Runtime's U8S8 kernels use
     there) adds each pair of neighbouring products in 16 bits, saturating at INT16_MAX:
     full-range operands (255 x 127 + 255 x 127 = 64,770) come out wrong on those CPUs and right
-    on VNNI ones. Ranges whose `pair_max` fits give the exact integer product on every CPU."""
+    on VNNI ones. Ranges whose `largest_pair_product` fits give the exact integer product on
+    every CPU."""
     activation_steps: int
     weight_max: int
     weight_pair_max: int | None = None
 
     @property
-    def pair_max(self) -> int:
+    def largest_pair_product(self) -> int:
         """The largest |a1 w1 + a2 w2| two neighbouring products can reach."""
         weights = 2 * self.weight_max if self.weight_pair_max is None else self.weight_pair_max
         return min(self.activation_steps + 1, 255) * weights
 
     @property
     def exact_without_vnni(self) -> bool:
-        return self.pair_max <= INT16_MAX
+        return self.largest_pair_product <= INT16_MAX
+
+
+PLAIN = ProductRanges(activation_steps=255, weight_max=127)  # full 8 bits: exact with VNNI only
+
+
+def quantize_rows(w: torch.Tensor,
+                  ranges: ProductRanges | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """w [out, in] float -> (int8 [out, in], float32 scale [out]); w ≈ q * scale[:, None]. Within
+    `ranges`' weights (None: plain [-127, 127]): |q| <= weight_max and, with a weight_pair_max,
+    |q[2j]| + |q[2j+1]| <= weight_pair_max along each row (the neighbouring inputs x86 without
+    VNNI multiplies as a pair), by a coarser scale for the rows whose largest pair needs it. An
+    all-zero row (a task's absent PAL in a hybrid ONNX graph) is q = 0 with a tiny finite scale,
+    never 0/0."""
+    ranges = ranges or PLAIN
+    w = w.detach().float()
+    scale = w.abs().amax(dim=1) / ranges.weight_max
+    if ranges.weight_pair_max is not None:
+        a = torch.nn.functional.pad(w.abs(), (0, w.shape[1] % 2))
+        pair = (a[:, 0::2] + a[:, 1::2]).amax(dim=1)
+        # the two roundings add at most 1 together
+        scale = torch.maximum(scale, pair / (ranges.weight_pair_max - 1))
+    scale = scale.clamp(min=1e-12)
+    q = torch.round(w / scale[:, None]).clamp(-ranges.weight_max, ranges.weight_max)
+    return q.to(torch.int8), scale

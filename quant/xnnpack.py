@@ -10,12 +10,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from quant.weights import ProductRanges
+from quant.weights import PLAIN
 
 # XNNPACK's qd8 x qc8w: activations in 255 steps, weights in [-127, 127] (XNNPACKQuantizer's
-# symmetric config). Its kernels multiply these exactly on every x86 and ARM64 path (docs/int8-gate.md,
-# "Every CPU").
-RANGES = ProductRanges(activation_steps=255, weight_max=127)
+# symmetric config). Its kernels multiply these exactly on every x86 and ARM64 path
+# (docs/int8-gate.md, "Every CPU").
+RANGES = PLAIN
 
 SCHEME = ("linears: int8 weights (symmetric, per output channel) with int8 dynamic activations "
           "(XNNPACKQuantizer via torchao pt2e); word embeddings: weight-only int8 per row "

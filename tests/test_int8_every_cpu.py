@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from quant import onnx_int8, xnnpack
-from quant.weights import INT16_MAX, ProductRanges
+from quant.weights import INT16_MAX, PLAIN, ProductRanges
 from trainer.host import int8_features
 
-BEFORE = ProductRanges(activation_steps=255, weight_max=127)  # palkit's ranges until 2026-11-28
+FULL = PLAIN  # full 8-bit ranges, as ExecuTorch keeps them: exact with VNNI only
 PROBE = """
 import sys
 import numpy as np
@@ -63,12 +63,13 @@ def exact_answer(x: np.ndarray, q: np.ndarray, w_scale: np.ndarray,
     return ((a - zero.astype(np.int64)) @ q) * scale * w_scale, int(np.abs(pairs).max())
 
 
-def test_palkits_onnx_ranges_cannot_saturate_and_todays_could():
-    assert onnx_int8.RANGES.exact_without_vnni and onnx_int8.RANGES.pair_max <= INT16_MAX
-    assert not BEFORE.exact_without_vnni and BEFORE.pair_max == 2 * 255 * 127
+def test_palkits_onnx_ranges_cannot_saturate_and_full_ranges_could():
+    assert onnx_int8.RANGES.exact_without_vnni
+    assert onnx_int8.RANGES.largest_pair_product <= INT16_MAX
+    assert not FULL.exact_without_vnni and FULL.largest_pair_product == 2 * 255 * 127
     # ExecuTorch keeps full ranges: XNNPACK widens to 16 bits before multiplying on every x86
     # path, and its ARM64 int16-pair kernels need only weights above -128 (docs/int8-gate.md)
-    assert xnnpack.RANGES == BEFORE
+    assert xnnpack.RANGES == FULL
 
 
 def test_saturation_probe_through_palkits_graph_under_qemu_haswell(tmp_path):
@@ -83,14 +84,16 @@ def test_saturation_probe_through_palkits_graph_under_qemu_haswell(tmp_path):
     x[:, 0], x[:, 2:4] = 0.0, 1.0  # each row spans its full range; inputs 2 and 3 at its top
     np.save(tmp_path / "x.npy", x)
     (tmp_path / "probe.py").write_text(PROBE)
-    cases = {"before": BEFORE, "palkit": onnx_int8.RANGES}
+    cases = {"full": FULL, "palkit": onnx_int8.RANGES}
     exact, largest = {}, {}
     for name, ranges in cases.items():
         q, w_scale = probe_graph(tmp_path / f"{name}.onnx", ranges)
         exact[name], largest[name] = exact_answer(x, q, w_scale, ranges.activation_steps)
-    # the probe reaches each recipe's largest pair: beyond 16 bits before, at the bound now
-    assert largest["before"] > INT16_MAX
-    assert 0.95 * onnx_int8.RANGES.pair_max <= largest["palkit"] <= onnx_int8.RANGES.pair_max
+    # the probe reaches each recipe's largest pair: beyond 16 bits for the full ranges, near
+    # the bound for palkit's
+    assert largest["full"] > INT16_MAX
+    bound = onnx_int8.RANGES.largest_pair_product
+    assert 0.95 * bound <= largest["palkit"] <= bound
     done = subprocess.run([*launcher, str(tmp_path / "probe.py"), str(tmp_path / "x.npy"),
                            *[str(tmp_path / f"{n}.onnx") for n in cases]],
                           capture_output=True, text=True, env={**os.environ, **env},
@@ -99,7 +102,7 @@ def test_saturation_probe_through_palkits_graph_under_qemu_haswell(tmp_path):
     error = {n: np.abs(np.load(tmp_path / f"{n}.onnx.out.npy") - exact[n]).max()
              / np.abs(exact[n]).max() for n in cases}
     # saturated pairs lose up to half the product: tens of percent of the largest output
-    assert error["before"] > 0.05, error
+    assert error["full"] > 0.05, error
     # palkit's ranges: only float32 rounding of the scales on an AVX2 CPU
     assert error["palkit"] < 1e-5, error
 
@@ -113,3 +116,13 @@ def test_saturation_probe_through_palkits_graph_under_qemu_haswell(tmp_path):
 ])
 def test_int8_features_say_what_the_kernels_can_do(flags, words):
     assert int8_features(flags) == words
+
+
+def test_the_report_names_the_host_cpus_int8_features():
+    from bench.ingest import machine_label
+
+    host = {"kind": "host", "model": "AMD EPYC", "cores_logical": 2, "cpu_flags": ["avx2", "fma"]}
+    assert machine_label(host) == ("host CPU: AMD EPYC (2 cores; x86-64, AVX2, no VNNI "
+                                   "(16-bit pairs))")
+    del host["cpu_flags"]  # a bench file written before the flags were kept
+    assert machine_label(host) == "host CPU: AMD EPYC (2 cores)"

@@ -242,7 +242,7 @@ def recipe_weights(outlier_row: int | None = None) -> dict[str, np.ndarray]:
 def adapter_matrix(rng, rows: int, columns: int, skew: float = 0.0) -> np.ndarray:
     """An int8 adapter matrix [in, out] as export writes one (quant/onnx_int8.py's RANGES)."""
     w = torch.from_numpy(rng.uniform(-1, 1, (columns, rows)) + skew)
-    return quantize_rows(w, RANGES.weight_max, RANGES.weight_pair_max)[0].T.numpy().copy()
+    return quantize_rows(w, RANGES)[0].T.numpy().copy()
 
 
 def recipe_graph(path: Path, w: dict[str, np.ndarray]) -> Path:

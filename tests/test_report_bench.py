@@ -420,7 +420,8 @@ def test_report_shows_the_int8_check_on_other_cpus_that_bench_found_in_a_bundle(
                              "max_abs_diff": 4.52e-3},
             "vs_fp32": {"agreement": 0.9867, **change("sst_acc", -0.67, -2.0, 0.67)},
             "host_int8_vs_fp32": change("sst_acc", -0.33, -1.33, 0.67)}}}
-    record = {"arch": "aarch64", "cpu": "cortex-a53", "cpu_int8": "aarch64, no dot product (ARMv8.0)",
+    record = {"arch": "aarch64", "cpu": "cortex-a53",
+              "cpu_int8": "aarch64, no dot product (ARMv8.0)",
               "verifying_machine": "AMD EPYC (x86-64, AVX2, no VNNI (16-bit pairs))",
               "date": "2026-11-28",
               "runtimes": {"executorch": checked(0.9933), "onnxruntime": checked(0.9867)}}
@@ -442,6 +443,17 @@ def test_report_shows_the_int8_check_on_other_cpus_that_bench_found_in_a_bundle(
             "-0.67 [-2.00, +0.67] | sst_acc -0.33 [-1.33, +0.67] |") in md
     assert "| onnxruntime | sst | 150 |" not in md          # that part belongs to its own subject
     assert md.count("## int8 on aarch64") == 1              # the other subjects have none
+
+
+def test_the_committed_bench_with_records_from_before_cpu_models_still_reports(tmp_path: Path):
+    """reports/bench-host.json holds verify-arch records of the form before --cpu (ExecuTorch's
+    at the top, keyed by architecture): the report reads them as cortex-a76 ExecuTorch rows."""
+    committed = Path(__file__).resolve().parents[1] / "reports/bench-host.json"
+    build_report([committed], [], tmp_path / "r")
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert ("## int8 on aarch64 cortex-a76 (aarch64, dot product): shared (executorch, int8) "
+            "(`palkit verify-arch`, 2026-11-26, verified on a machine not recorded") in md
+    assert "| executorch | quora | 150 |" in md
 
 
 def test_a_bundle_task_without_the_split_is_left_out_of_the_average_and_said(monkeypatch):

@@ -97,7 +97,8 @@ def test_python_runtime_runs_exactly_the_dequantized_weights(int8_bundle, model)
     bundle = load_bundle(int8_bundle)
     engine = Engine(bundle, "executorch")
     section = bundle.manifest.runtimes["executorch"]
-    program = load_executorch_program(int8_bundle / section.program, int8_bundle / section.trunk_data)
+    program = load_executorch_program(int8_bundle / section.program,
+                                      int8_bundle / section.trunk_data)
     forward = program.load_method("forward")
     for task in TASKS:
         spec = bundle.tasks[task]
@@ -280,6 +281,38 @@ def test_verify_arch_records_the_int8_check_on_another_cpu_in_verify_json(
                 f"{label}: int8 ")
 
 
+def test_every_onnx_int8_matrix_keeps_neighbouring_weights_within_the_pair_bound(int8_bundle):
+    """What makes ONNX Runtime's int8 exact on x86 without VNNI (docs/int8-gate.md, "Every
+    CPU"): in every int8 matrix the MatMuls read, trunk and task adapters alike, each two
+    neighbouring weights of an output column (inputs 2j and 2j+1, the [in, out] matrix's
+    rows) sum to at most weight_pair_max."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import numpy_helper
+
+    from quant.onnx_int8 import RANGES
+
+    graph = onnx.load(str(int8_bundle / "onnx/trunk.onnx")).graph
+    read = {i for n in graph.node if n.op_type == "MatMulIntegerToFloat" for i in n.input[1:2]}
+    matrices = {i.name: numpy_helper.to_array(i) for i in graph.initializer if i.name in read}
+    for task in TASKS:
+        adapter = ort.AdapterFormat.read_adapter(str(int8_bundle / f"onnx/{task}.onnx_adapter"))
+        matrices.update({f"{task}/{k}": v.numpy() for k, v in adapter.get_parameters().items()
+                         if v.numpy().dtype == np.int8})
+    assert len(matrices) > 12  # the tiny PAL model's trunk Linears and each task's PAL and head
+    for name, q in matrices.items():
+        a = np.abs(np.pad(q.astype(np.int64), ((0, q.shape[0] % 2), (0, 0))))
+        assert (a[0::2] + a[1::2]).max() <= RANGES.weight_pair_max, name
+        assert np.abs(q).max() <= RANGES.weight_max, name
+
+
+def test_verify_json_names_the_cpu_whose_kernels_it_measured(int8_bundle):
+    from trainer.host import cpu_model, int8_features
+
+    report = json.loads((int8_bundle / "verify.json").read_text())
+    assert report["verifying_machine"] == f"{cpu_model()} ({int8_features()})"
+
+
 def test_verify_arch_without_the_cross_tools_says_what_to_fetch(int8_bundle, tiny_pal_run,
                                                                 tiny_data, tmp_path,
                                                                 monkeypatch, capsys):
@@ -308,10 +341,20 @@ def test_verify_arch_refuses_a_task_without_dev_data(int8_bundle, tiny_pal_run, 
     (dev,) = (data / "sts").glob("*dev*")
     dev.unlink()
     assert main(["verify-arch", str(int8_bundle), "--run", str(tiny_pal_run),
-                 "--data-dir", str(data)]) == 2
+                 "--data-dir", str(data), "--runtimes", "executorch"]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         f"error: task 'sts': {dev} not found; give --data-dir the folder holding every task's "
         "dev split")
+
+
+def test_verify_arch_refuses_a_cpu_model_it_has_no_facts_for(int8_bundle, tiny_pal_run, capsys):
+    from cli import main
+
+    assert main(["verify-arch", str(int8_bundle), "--run", str(tiny_pal_run), "--arch", "x86_64",
+                 "--cpu", "Skylake"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "error: no int8 facts for x86_64 CPU model 'Skylake' here: choose Haswell or leave "
+        "--cpu out (this host's CPU)")
 
 
 def test_stratified_sample_keeps_each_label_share():

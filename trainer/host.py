@@ -43,16 +43,42 @@ _INT8_FEATURES = (("avx512_vnni", "AVX-512 VNNI"), ("avx_vnni", "AVX-VNNI"),
 
 def int8_features(flags: list[str] | None = None) -> str:
     """The CPU's int8 instructions in words, e.g. 'x86-64, AVX2, no VNNI (16-bit pairs)' or
-    'aarch64, dot product' (`flags`: /proc/cpuinfo's, by default this machine's)."""
-    flags = cpu_flags() if flags is None else flags
-    arm = any(f.startswith("asimd") for f in flags) or platform.machine() == "aarch64"
+    'aarch64, dot product', from /proc/cpuinfo's `flags` (None: this machine's)."""
+    if flags is None:
+        flags = cpu_flags()
+        if not flags:
+            return f"{platform.machine()}, int8 features unknown"
+    if not flags:
+        return "int8 features unknown"
     have = [name for flag, name in _INT8_FEATURES if flag in flags]
-    if arm:
+    if any(f.startswith("asimd") for f in flags):
         return "aarch64, " + (", ".join(have) if have else "no dot product (ARMv8.0)")
     base = "AVX-512" if "avx512bw" in flags else "AVX2" if "avx2" in flags else "SSE"
     if not any(name in have for name in ("AVX-512 VNNI", "AVX-VNNI")):
         return f"x86-64, {base}, no VNNI (16-bit pairs)"
     return f"x86-64, {base}, " + ", ".join(have)
+
+
+NATIVE = "native"  # `palkit verify-arch`'s name for this host's own CPU (no qemu)
+# The qemu CPU models `palkit verify-arch` checks, by their Linux feature flags; for aarch64
+# also the CPU part number of the /proc/cpuinfo its guest is shown.
+CPU_MODELS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("x86_64", "Haswell"): ("avx", "avx2", "fma"),
+    ("aarch64", "cortex-a53"): ("fp", "asimd", "evtstrm", "crc32", "cpuid"),
+    ("aarch64", "cortex-a76"): ("fp", "asimd", "evtstrm", "crc32", "atomics", "fphp", "asimdhp",
+                                "cpuid", "asimdrdm", "lrcpc", "dcpop", "asimddp"),
+    ("aarch64", "neoverse-n1"): ("fp", "asimd", "evtstrm", "crc32", "atomics", "fphp", "asimdhp",
+                                 "cpuid", "asimdrdm", "lrcpc", "dcpop", "asimddp"),
+}
+ARM_PARTS = {"cortex-a53": "0xd03", "cortex-a76": "0xd0b", "neoverse-n1": "0xd0c"}
+
+
+def cpu_int8(arch: str, cpu: str) -> str:
+    """The int8 instructions of CPU model `cpu` (NATIVE: this host's) in words."""
+    if cpu == NATIVE:
+        return int8_features()
+    flags = CPU_MODELS.get((arch, cpu))
+    return int8_features(list(flags)) if flags else f"{arch} {cpu} (int8 features not on record)"
 
 
 def machine_name() -> str:

@@ -102,8 +102,9 @@ def executorch_sdk(arch: str = HOST_ARCH) -> Path:
 
 
 def cross_python(arch: str) -> Path:
-    """Debian's Python for `arch` (sysroot/) with that architecture's onnxruntime and numpy
-    wheels (site/): ONNX Runtime's int8 on that instruction set, under qemu."""
+    """Debian's Python for `arch` (sysroot/) with that architecture's wheels of what palkit's
+    runtime layer imports (site/: CROSS_PYTHON_WHEELS): ONNX Runtime's int8 on that
+    instruction set, under qemu."""
     return cross_cache() / arch / f"python-{CROSS_PYTHON}-onnxruntime-{version('onnxruntime')}"
 
 
@@ -279,8 +280,8 @@ def fetch(arch: str) -> Path:
 
 
 def _fetch_python(arch: str, wheels: Path) -> None:
-    """Debian's arm64 Python into cross_python(arch)/sysroot, and the aarch64 onnxruntime and
-    numpy wheels of the installed versions into .../site."""
+    """Debian's arm64 Python into cross_python(arch)/sysroot, and the aarch64 (or pure Python)
+    wheels of CROSS_PYTHON_WHEELS at the installed versions into .../site."""
     folder = cross_python(arch)
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=folder.parent))
@@ -293,24 +294,33 @@ def _fetch_python(arch: str, wheels: Path) -> None:
         if done.returncode != 0:
             raise NativeBuildError(
                 "apt-get could not download Debian's arm64 Python (run `dpkg --add-architecture "
-                f"arm64 && apt-get update` first): {(done.stderr.strip().splitlines() or [''])[-1]}")
+                "arm64 && apt-get update` first): "
+                f"{(done.stderr.strip().splitlines() or [''])[-1]}")
         for deb in debs.glob("*.deb"):
-            subprocess.run(["dpkg-deb", "-x", str(deb), str(staging / "sysroot")], check=True)
+            _run(["dpkg-deb", "-x", str(deb), str(staging / "sysroot")])
         shutil.rmtree(debs)
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                        "--only-binary=:all:", "--platform", "manylinux_2_28_aarch64",
-                        "--platform", "manylinux_2_27_aarch64", "--platform",
-                        "manylinux_2_17_aarch64", "--python-version", CROSS_PYTHON,
-                        "-d", str(wheels), *[f"{n}=={version(n)}" for n in CROSS_PYTHON_WHEELS]],
-                       check=True)
+        _run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+              "--only-binary=:all:", "--platform", "manylinux_2_28_aarch64", "--platform",
+              "manylinux_2_27_aarch64", "--platform", "manylinux_2_17_aarch64",
+              "--python-version", CROSS_PYTHON, "-d", str(wheels),
+              *[f"{n}=={version(n)}" for n in CROSS_PYTHON_WHEELS]])
         for name in CROSS_PYTHON_WHEELS:  # pip chose each one for cp3.11 on aarch64
             found = [w for w in wheels.glob(f"{name.replace('-', '_')}-{version(name)}-*.whl")
                      if w.name.endswith(("-none-any.whl", "aarch64.whl"))]
+            if not found:
+                raise NativeBuildError(f"no aarch64 wheel of {name} {version(name)} in {wheels}")
             with zipfile.ZipFile(found[0]) as archive:
                 archive.extractall(staging / "site")
         _replace_atomically(staging, folder)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _run(command: list[str]) -> None:
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        raise NativeBuildError(f"{Path(command[0]).name} {command[1]} failed: {last}")
 
 
 def _unpack(wheel: Path, members: list[str], folder: Path) -> None:
