@@ -241,9 +241,8 @@ def runner(runtime: str, bundle: Path, arch: str, cpu: str) -> tuple[Runner, tup
             launcher)
 
 
-def prepare(bundle: Path, run: Path, runtimes: list[str] | None, arch: str, cpu: str):
-    """The bundle, the runtimes to check (None: the bundle's) and the fp32 model it was
-    exported from; each refusal one line, the CPU model and missing tools first."""
+def check_cpu(arch: str, cpu: str) -> None:
+    """Refuse, in one line, a CPU model whose int8 features palkit does not know."""
     known = [c for a, c in CPU_MODELS if a == arch]
     if cpu != NATIVE and cpu not in known:
         raise ArchCheckError(f"no int8 facts for {arch} CPU model {cpu!r} here: choose "
@@ -252,6 +251,12 @@ def prepare(bundle: Path, run: Path, runtimes: list[str] | None, arch: str, cpu:
     if cpu == NATIVE and arch != native_host().HOST_ARCH:
         raise ArchCheckError(f"{arch} is not this host's architecture: give --cpu "
                              f"{' or '.join(known)}")
+
+
+def prepare(bundle: Path, run: Path, runtimes: list[str] | None, arch: str, cpu: str):
+    """The bundle, the runtimes to check (None: the bundle's) and the fp32 model it was
+    exported from; each refusal one line, the CPU model and missing tools first."""
+    check_cpu(arch, cpu)
     loaded = load_bundle(bundle)
     missing = sorted(set(runtimes or []) - set(loaded.runtimes))
     if missing:

@@ -63,7 +63,7 @@ def verify_arch(
     paired-bootstrap interval and gate; exit status 1 when a task fails the gate. Emulated:
     says nothing about a phone's speed.
     """
-    from bench.arch_check import check_architecture, default_cpu, record_architecture
+    from bench.arch_check import check_architecture, check_cpu, default_cpu, record_architecture
     from bench.markdown import architecture_table
     from export.signing import SIGNATURE_FILE, check_signing_key, sign_bundle
     from export.verify import Gate
@@ -75,6 +75,7 @@ def verify_arch(
     if sign_key is not None:
         check_signing_key(sign_key)
     cpu = cpu or default_cpu(arch)
+    check_cpu(arch, cpu)  # before the data folder or the bundle is read
     chosen = comma_words([runtimes], RUNTIMES, "--runtimes") if runtimes else None
     record = check_architecture(bundle, run, resolve_data_dir(data_dir), arch, cpu,
                                 max_examples or None, chosen, Gate(max_drop=max_drop), typer.echo)
