@@ -12,15 +12,16 @@ from typing import Annotated, Optional
 
 import typer
 
-from bench.arch_commands import app as arch_app
-from bench.commands import app as bench_app
-from export.commands import app as export_app
-from studies.commands import app as studies_app
-from trainer import palkit_version
-from trainer.commands import app as trainer_app
-from trainer.errors import PalkitError
-from ui import quiet
-from ui.help import flags_without_types
+from palkit import palkit_version
+from palkit.bench.commands import app as bench_app
+from palkit.core.errors import PalkitError
+from palkit.export.arch_commands import app as arch_app
+from palkit.export.commands import app as export_app
+from palkit.report.commands import app as report_app
+from palkit.studies.commands import app as studies_app
+from palkit.trainer.commands import app as trainer_app
+from palkit.ui import quiet
+from palkit.ui.help import flags_without_types
 
 # Before any command runs: worker processes that export and bench spawn import this module
 # first, and inherit the choice made by --verbose through the environment.
@@ -32,6 +33,7 @@ app = typer.Typer(name="palkit", help=__doc__.splitlines()[0], no_args_is_help=T
 app.add_typer(trainer_app)
 app.add_typer(export_app)
 app.add_typer(bench_app)
+app.add_typer(report_app)
 app.add_typer(arch_app)
 app.add_typer(studies_app)
 

@@ -1,0 +1,1 @@
+"""`palkit bench`: measuring bundles, separate models and peers on this machine."""

@@ -1,28 +1,22 @@
-"""`palkit bench` and `palkit report`: the bench package's commands (parsing only).
+"""`palkit bench`: the bench package's command (parsing only).
 
-The work is in run.py (measuring) and report.py (the report), imported inside each command.
-Default outputs go under runs/reports/ (git-ignored), never over the committed reports/.
+The work is in run.py (measuring) and scale.py (--scale), imported inside the command. Each
+flag's default is BenchOptions' (bench/options.py).
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import Annotated, Optional
 
 import typer
 
-from bench.schema import PEERS
-from export.manifest import RUNTIMES
-from trainer.options import DataDirOption, TrustKeyOption
-
-if TYPE_CHECKING:
-    from bench.run import LatencyBudget
+from palkit.bench.options import DEFAULT_BENCH_OUT, DEFAULT_SCALE_OUT, BenchOptions, LatencyBudget
+from palkit.bench.schema import PEERS
+from palkit.core.options import MEASURE, DataDirOption, TrustKeyOption, comma_words
+from palkit.export.manifest import RUNTIMES
 
 app = typer.Typer()
-MEASURE = "Measure and report"
-DEFAULT_BENCH_OUT = Path("runs/reports/bench-host.json")
-DEFAULT_SCALE_OUT = Path("runs/reports/bench-scale.json")
-DEFAULT_REPORT_OUT = Path("runs/reports/report")
-DEFAULT_WORK = Path("reports/.bench-work")
+DEFAULTS = BenchOptions()  # each flag's default, defined once in the dataclass
 BundlesArgument = Annotated[Optional[list[Path]], typer.Argument(
     metavar="BUNDLE...", help="bundle folders; single-task bundles are grouped as 'the separate "
     "models'")]
@@ -48,13 +42,8 @@ def _ints(values: list[str]) -> list[int]:
     return [int(v) for item in values for v in item.split(",") if v]
 
 
-def comma_words(values: list[str], allowed: tuple[str, ...], flag: str) -> list[str]:
-    words = [v for item in values for v in item.split(",") if v]
-    unknown = [w for w in words if w not in allowed]
-    if unknown:
-        raise typer.BadParameter(f"{', '.join(unknown)}: choose from {', '.join(allowed)}",
-                                 param_hint=flag)
-    return words
+def _commas(values: list) -> str:
+    return ",".join(map(str, values))
 
 
 @app.command(rich_help_panel=MEASURE, epilog="Example: palkit bench bundles/default "
@@ -64,30 +53,34 @@ def bench(
     runs: RunsOption = None,
     peers: Annotated[str, typer.Option(
         metavar="PEER[,PEER...]", help=f"peers to build from the separate run: {', '.join(PEERS)} "
-        "or none")] = ",".join(PEERS),
+        "or none")] = _commas(DEFAULTS.peers),
     runtimes: Annotated[str, typer.Option(metavar="RT[,RT]", help="bundle runtimes to measure: "
-                                          f"{', '.join(RUNTIMES)}")] = ",".join(RUNTIMES),
-    threads: Annotated[list[str], typer.Option(metavar="N[,N...]")] = ["1,2"],
-    seq_lens: Annotated[list[str], typer.Option(metavar="N[,N...]")] = ["32,128"],
-    warmup: Annotated[int, typer.Option(help="untimed runs before timing")] = 5,
-    min_runs: Annotated[int, typer.Option(help="timed runs per configuration")] = 30,
+                                          f"{', '.join(RUNTIMES)}")] = _commas(DEFAULTS.runtimes),
+    threads: Annotated[list[str], typer.Option(metavar="N[,N...]")] = [_commas(DEFAULTS.threads)],
+    seq_lens: Annotated[list[str], typer.Option(metavar="N[,N...]")] = [_commas(DEFAULTS.seq_lens)],
+    warmup: Annotated[int, typer.Option(help="untimed runs before timing")] =
+        DEFAULTS.timing.warmup,
+    min_runs: Annotated[int, typer.Option(help="timed runs per configuration")] =
+        DEFAULTS.timing.min_runs,
     min_seconds: Annotated[float, typer.Option(
-        help="time each configuration at least this long")] = 0.5,
-    max_seconds: Annotated[float, typer.Option(help="and at most this long")] = 4.0,
-    rounds: RoundsOption = 3,
-    block: BlockOption = 8,
+        help="time each configuration at least this long")] = DEFAULTS.timing.min_seconds,
+    max_seconds: Annotated[float, typer.Option(help="and at most this long")] =
+        DEFAULTS.timing.max_seconds,
+    rounds: RoundsOption = DEFAULTS.rounds,
+    block: BlockOption = DEFAULTS.timing.block,
     accuracy: Annotated[bool, typer.Option(help="score the bundles (as run by their runtime) "
                                            "and the --run models on --splits")] = True,
-    splits: Annotated[str, typer.Option(metavar="SPLIT[,SPLIT]")] = "dev,test",
+    splits: Annotated[str, typer.Option(metavar="SPLIT[,SPLIT]")] = _commas(DEFAULTS.splits),
     max_examples: Annotated[Optional[int], typer.Option(
-        metavar="N", help="score at most N examples per task and split")] = None,
+        metavar="N", help="score at most N examples per task and split")] = DEFAULTS.max_examples,
     data_dir: DataDirOption = None,
-    ceiling: Annotated[bool, typer.Option(help="measure the machine's matmul ceiling")] = True,
-    native: NativeOption = True,
-    work: Annotated[Path, typer.Option(help="where peers are built and cached")] = DEFAULT_WORK,
+    ceiling: Annotated[bool, typer.Option(help="measure the machine's matmul ceiling")] =
+        DEFAULTS.ceiling,
+    native: NativeOption = DEFAULTS.native,
+    work: Annotated[Path, typer.Option(help="where peers are built and cached")] = DEFAULTS.work,
     out: Annotated[Path, typer.Option(metavar="FILE", help="palkit-bench JSON to write")] =
         DEFAULT_BENCH_OUT,
-    trust_key: TrustKeyOption = None,
+    trust_key: TrustKeyOption = DEFAULTS.trust_key,
     scale: ScaleOption = None,
 ) -> None:
     """Measure bundles, separate models and peers on this machine.
@@ -97,9 +90,9 @@ def bench(
     process; also the peers built from a --mode separate run, the machine's matmul ceiling and the
     accuracy of the exported artifacts. Host CPU figures, never phone figures.
     """
-    from bench.run import BenchOptions, LatencyBudget, bench as run_bench
-    from trainer.data import resolve_data_dir
-    from ui.progress import say
+    from palkit.bench.run import bench as run_bench
+    from palkit.core.options import resolve_data_dir
+    from palkit.ui.progress import say
 
     timing = LatencyBudget(warmup, min_runs, min_seconds, max_seconds, block)
     if scale:
@@ -124,7 +117,7 @@ def bench(
 def _bench_scale(runs: list[Path] | None, tasks: list[int], threads: int, seq_len: int,
                  timing: LatencyBudget, work: Path, out: Path) -> None:
     """bench/scale.py on the first --run's model."""
-    from bench.scale import ScaleOptions, scale
+    from palkit.bench.scale import ScaleOptions, scale
 
     if not runs:
         raise typer.BadParameter("--scale needs --run RUN (the model whose trunk and task "
@@ -132,55 +125,3 @@ def _bench_scale(runs: list[Path] | None, tasks: list[int], threads: int, seq_le
     scale(runs[0], out, ScaleOptions(tasks=tasks, threads=threads, seq_len=seq_len, timing=timing,
                                      work=work / "scale"))
     typer.echo(f"wrote {out} and its .md and .png")
-
-
-@app.command(rich_help_panel=MEASURE, epilog="Example: palkit report --bench "
-             "runs/reports/bench-host.json")
-def report(
-    bench_files: Annotated[Optional[list[Path]], typer.Option(
-        "--bench", metavar="FILE", help=f"host bench JSON (repeatable; default "
-        f"{DEFAULT_BENCH_OUT} when no --device-results)")] = None,
-    device_results: Annotated[Optional[list[Path]], typer.Option(
-        metavar="FILE", help="benchmark JSON exported by the Android app on a phone "
-        "(repeatable)")] = None,
-    out: Annotated[Path, typer.Option(metavar="DIR", help="report folder")] = DEFAULT_REPORT_OUT,
-    summary: Annotated[Optional[Path], typer.Option(
-        metavar="FILE", help="also write the headline here (e.g. reports/summary.json)")] = None,
-    accuracy: Annotated[Optional[Path], typer.Option(
-        metavar="FILE", help="a study's table (`palkit study-results`, e.g. "
-        "results/converged.json): adds the deployment frontier and the recommendation, joined "
-        "to bundles named after its configurations")] = None,
-    int8_accuracy: Annotated[Optional[Path], typer.Option(
-        metavar="FILE", help="the PAL model's scores in fp32 and per runtime's int8 bundle (e.g. "
-        "results/converged-int8.json), with --accuracy: fills the headline's accuracy keys when "
-        "the bench ran with --no-accuracy")] = None,
-) -> None:
-    """Write report.md, report.json and charts from bench results (host and phone).
-
-    Size, latency, memory and accuracy tables, two charts, and the headline against the targets,
-    printed as a table.
-    """
-    from bench.report import build_report
-    from ui.progress import say
-    from ui.tables import comparison_table, targets_table
-
-    if not bench_files and not device_results:
-        bench_files = [DEFAULT_BENCH_OUT]
-    result = build_report(bench_files or [], device_results or [], out, summary, accuracy,
-                          int8_accuracy)
-    comparison_table(result)
-    targets_table(result["targets"], "headline against the targets")
-    for note in result["add_task"]["notes"][:1]:  # the recommendation, or what is missing
-        typer.echo(note)
-    # On the terminal, not only in report.md: each headline row left empty, with its reason,
-    # and the bench's own notes (they name the command that fills the gap).
-    notes = result["summary"].get("notes") or []
-    for key, target in result["targets"].items():
-        if target["value"] is None:
-            why = next((n.split(": ", 1)[1] for n in notes if n.startswith(f"{key}: ")),
-                       "not measured (see report.md)")
-            say(f"not measured: {key}: {why}")
-    for note in result["host_notes"]:
-        say(f"bench note: {note}")
-    typer.echo(f"wrote {out / 'report.md'}, {out / 'report.json'} and "
-               f"{len(result['charts'])} charts" + (f"; summary {summary}" if summary else ""))

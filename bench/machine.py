@@ -13,7 +13,7 @@ from typing import Any
 
 import psutil
 
-from trainer.host import cpu_flags, cpu_model
+from palkit.core.host import cpu_flags, cpu_model
 
 
 def host_machine() -> dict[str, Any]:

@@ -1,51 +1,39 @@
 """The Android app's own ExecuTorch path as a bench subject, measured on this host.
 
-The app's JNI library and Java loading path (built by android_demo/host/native_host.py from the
+The app's JNI library and Java loading path (built by palkit.android_demo.host.native_host from the
 app's sources) run in a child JVM and open the bundle as the app does; a swap is timed apart from
 the run after it, on bench/worker.py's synthetic input. Host figures, never phone figures.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.schema import swap_and_memory
-from bench.worker import synthetic_input
-from export.manifest import read_manifest
-from trainer.errors import PalkitError
+from palkit.android_demo.host import native_host
+from palkit.bench.schema import swap_and_memory
+from palkit.bench.worker import synthetic_input
+from palkit.core.errors import PalkitError
+from palkit.export.manifest import read_manifest
 
 SUBJECT = "executorch C++, the app's native path"
-NATIVE_HOST = Path(__file__).resolve().parents[1] / "android_demo/host/native_host.py"
 
 
 class NativePathError(PalkitError, RuntimeError):
     """No compiler or JDK here, or the app's native path refused the bundle."""
 
 
-def native_host():
-    """android_demo/host/native_host.py (the app's folder is not a Python package)."""
-    name = "palkit_native_host"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, NATIVE_HOST)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # dataclasses look their module up there
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
 def measure_native(bundle: str | Path, seq_len: int = 128, threads: int = 1, runs: int = 20,
-                   warmup: int = 3, timeout_s: float = 600.0) -> dict[str, Any]:
-    """Latency (per task and all tasks in turn) and resident memory of the app's native path."""
-    host = native_host()
-    reason = host.missing_toolchain()
+                   warmup: int = 3, timeout_s: float = 600.0,
+                   trust_key: Path | None = None) -> dict[str, Any]:
+    """Latency (per task and all tasks in turn) and resident memory of the app's native path;
+    with `trust_key`, the app's own check refuses a bundle that key has not signed."""
+    reason = native_host.missing_toolchain()
     if reason:
         raise NativePathError(f"cannot measure {SUBJECT}: {reason}")
-    build = host.build()  # a compiler error here is a bug in the sources: it keeps its output
+    build = native_host.build()  # a compiler error is a bug in the sources: it keeps its output
     bundle = Path(bundle)
     manifest = read_manifest(bundle)
     if "executorch" not in manifest.runtimes:
@@ -58,7 +46,7 @@ def measure_native(bundle: str | Path, seq_len: int = 128, threads: int = 1, run
         json.dump({k: x[k][0].tolist() for k in ("input_ids", "token_type_ids")}, inputs)
         inputs.flush()
         done = subprocess.run(build.command("bench", str(bundle), str(threads), inputs.name,
-                                            str(warmup), str(runs)),
+                                            str(warmup), str(runs), trust_key=trust_key),
                               capture_output=True, text=True, timeout=timeout_s)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]

@@ -22,10 +22,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from bench.schema import BenchError
-from export.manifest import TEXT_INPUTS
-from export.onnx_export import OPSET
-from trainer.checkpoint import load_model, resolve_model_dir
+from palkit.bench.schema import BenchError
+from palkit.export.manifest import TEXT_INPUTS
+from palkit.export.onnx_export import OPSET
+from palkit.trainer.checkpoint import load_model, resolve_model_dir
 
 PEER_RUNTIME = {"torch": "torch", "ort-int8": "onnxruntime", "et-int8": "executorch"}
 PEER_LABEL = {"torch": "PyTorch eager fp32", "ort-int8": "ORT int8 (Optimum recipe)",
@@ -42,7 +42,7 @@ def _single_task(model_dir: Path):
 
 
 def _score(spec, raw: torch.Tensor) -> torch.Tensor:
-    from trainer.model import regression_score
+    from palkit.trainer.model import regression_score
     return regression_score(spec, raw) if spec.is_regression else raw
 
 
@@ -108,13 +108,15 @@ def build_et_int8(model_dir: Path, out_dir: Path, max_len: int = 128,
                   calibration: int = 4) -> dict[str, Any]:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
-        XNNPACKQuantizer, get_symmetric_quantization_config)
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
     from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
     from torchao.quantization import IntxWeightOnlyConfig, quantize_
     from torchao.quantization.granularity import PerAxis
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    from export.executorch_export import infer_sequence_size
+    from palkit.export.executorch_export import infer_sequence_size
 
     model, spec = _single_task(resolve_model_dir(model_dir))
     wrapper = Mask4dClassifier(model, spec).eval()

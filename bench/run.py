@@ -13,54 +13,33 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.flops import model_flops
-from bench.machine import host_machine
-from bench.schema import (PEERS, SCHEMA, VERSION, BenchError, BenchFileError, latency_id,
-                          swap_and_memory, validate)
-from bench.subjects import Subject, discover
-from export.manifest import RUNTIMES
-from trainer.checkpoint import read_metrics, read_run_config, separate_models
-from trainer.errors import PalkitError
-from trainer.fileio import write_text
-from trainer.metrics import average_score
-from trainer.tasks import BUILTIN_TASKS
-from ui.progress import say, track
+from palkit.bench.flops import model_flops
+from palkit.bench.machine import host_machine
+from palkit.bench.options import BenchOptions, LatencyBudget
+from palkit.bench.schema import (
+    SCHEMA,
+    VERSION,
+    BenchError,
+    BenchFileError,
+    latency_id,
+    swap_and_memory,
+    validate,
+)
+from palkit.bench.subjects import Subject, discover
+from palkit.core.errors import PalkitError
+from palkit.core.fileio import write_text
+from palkit.export.manifest import MANIFEST_FILE
+from palkit.export.signing import resolve_trust_key, verify_bundle_signature
+from palkit.trainer.checkpoint import read_metrics, read_run_config, separate_models
+from palkit.trainer.metrics import average_score
+from palkit.trainer.tasks import BUILTIN_TASKS
+from palkit.ui.progress import say, track
 
-ROOT = Path(__file__).resolve().parent.parent
 LOAD_REPEATS = 3     # load/swap/memory worker processes per subject
-
-
-@dataclass(frozen=True)
-class LatencyBudget:
-    """How long each latency configuration is timed."""
-    warmup: int
-    min_runs: int
-    min_seconds: float
-    max_seconds: float
-    block: int = 8               # calls of one configuration in a row per round (worker.py)
-
-
-@dataclass
-class BenchOptions:
-    """What `palkit bench` measures and how; one field per flag of the command."""
-    runtimes: list[str] = field(default_factory=lambda: list(RUNTIMES))
-    peers: list[str] = field(default_factory=lambda: list(PEERS))
-    threads: list[int] = field(default_factory=lambda: [1, 2])
-    seq_lens: list[int] = field(default_factory=lambda: [32, 128])
-    timing: LatencyBudget = field(default_factory=lambda: LatencyBudget(5, 30, 0.5, 4.0, 8))
-    rounds: int = 3              # latency passes over all subjects; figures are medians
-    splits: list[str] = field(default_factory=lambda: ["dev", "test"])  # [] = no accuracy
-    data_dir: Path | None = None
-    max_examples: int | None = None
-    ceiling: bool = True         # the machine's matmul ceiling
-    native: bool = True          # PAL bundles through the Android app's C++ path too
-    work: Path = Path("reports/.bench-work")  # where peers are built and cached
-    worker_timeout: float = 600
-    trust_key: Path | None = None  # bundles must carry this key's signature
 
 
 @dataclass(frozen=True)
@@ -76,17 +55,16 @@ class Job:
 # ---- running workers ---------------------------------------------------------------------------
 
 def run_worker(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """One fresh `python -m bench.worker` process; its JSON, or {"error": ...}."""
+    """One fresh `python -m palkit.bench.worker` process; its JSON, or {"error": ...}."""
     with tempfile.TemporaryDirectory(prefix="palkit-bench-") as tmp:
         spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.json"
         spec_path.write_text(json.dumps(spec))
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+        env = dict(os.environ)
         # one thread per pool the worker did not ask for; the worker sets its own counts
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             env[var] = str(spec.get("threads", 1))
         try:
-            proc = subprocess.run([sys.executable, "-m", "bench.worker", str(spec_path),
+            proc = subprocess.run([sys.executable, "-m", "palkit.bench.worker", str(spec_path),
                                    str(out_path)], env=env, capture_output=True,
                                   text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -213,13 +191,13 @@ def record_latency(job: Job, data: dict[str, Any], o: BenchOptions) -> None:
 def record_native_path(job: Job, data: dict[str, Any], o: BenchOptions) -> None:
     """The app's own C++ path (JNI over ExecuTorch's Module) on a PAL bundle's ExecuTorch files:
     its latency rows and, once, its load and memory as a subject of its own."""
-    from bench.native import NativePathError, measure_native, native_subject_entry
+    from palkit.bench.native import NativePathError, measure_native, native_subject_entry
 
     s = job.subject
     name = s.name.replace("/executorch", "/executorch-cpp")
     try:
         r = measure_native(s.extra["bundle_dir"], job.seq_len, job.threads, o.timing.min_runs,
-                           o.timing.warmup, o.worker_timeout)
+                           o.timing.warmup, o.worker_timeout, s.trust_key)
     except NativePathError as e:
         data["notes"].append(f"{name}: not measured: {e}")
         say(f"{name}: not measured: {e}")
@@ -266,7 +244,7 @@ def bundle_accuracy(s: Subject, data_dir: Path, split: str, max_examples: int | 
                     notes: list[str]) -> dict[str, Any]:
     """A subject's tasks scored from its bundle(s) as its runtime runs them, and their average
     over the tasks that have `split` (CFIMDB has no test split), said in a note when not all."""
-    from export.evaluate import evaluate_bundle  # looked up per call: tests replace it
+    from palkit.export.evaluate import evaluate_bundle  # looked up per call: tests replace it
 
     merged: dict[str, Any] = {}
     for b in sorted({src["bundle"] for src in s.tasks.values()}):
@@ -296,7 +274,7 @@ def optimizer_steps(run: Path) -> int | None:
 def run_accuracy(run: Path, subjects: list[Subject], data_dir: Path, split: str,
                  max_examples: int | None, notes: list[str]) -> dict[str, Any]:
     """A training run in fp32 PyTorch, averaged over the tasks the benchmarked bundles have."""
-    from trainer.scoring import score_run
+    from palkit.trainer.scoring import score_run
 
     r = score_run(Path(run), data_dir, split, None, max_examples)
     # Compare like with like: a run that also holds tasks no benchmarked bundle has (e.g. one
@@ -315,17 +293,31 @@ def run_accuracy(run: Path, subjects: list[Subject], data_dir: Path, split: str,
 
 # ---- the bench ---------------------------------------------------------------------------------
 
+def check_signatures(bundles: list[Path], key: Path | None) -> None:
+    """With a trusted key, each bundle (or each one in a folder of bundles) must carry its
+    signature, checked before any worker, runtime or the app's native path opens one: every
+    path of `bench` refuses the same bundles. The workers and the JVM check again as they load."""
+    if key is None:
+        return
+    for given in map(Path, bundles):
+        inner = sorted(m.parent for m in given.glob(f"*/{MANIFEST_FILE}"))
+        for folder in [given] if (given / MANIFEST_FILE).is_file() or not inner else inner:
+            verify_bundle_signature(folder, key)
+
+
 def bench(bundles: list[Path], runs: list[Path], out: Path,
           options: BenchOptions) -> dict[str, Any]:
     """Measure what `options` ask on this machine; write the bench file `out` and return it."""
     o = options
+    key = resolve_trust_key(o.trust_key)
+    check_signatures(bundles, key)
     started = time.time()
     machine = host_machine()
     say(f"host: {machine['model']}, {machine['cores_logical']} logical cores, "
         f"load average {machine['load_avg_1min_at_start']:.1f}")
     subjects, _, notes = discover(bundles, runs, o.runtimes, o.peers, o.work)
     for s in subjects:
-        s.trust_key = o.trust_key
+        s.trust_key = key
     if not subjects:
         raise BenchError("nothing to measure: give bundles, or --run a `--mode separate` run "
                          "for the peers")

@@ -20,13 +20,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from bench.machine import host_machine
-from bench.run import LatencyBudget, command_line, latency_spec, run_worker
-from bench.schema import ALL_TASKS, percentile
-from trainer.checkpoint import resolve_model_dir
-from trainer.errors import PalkitError
-from trainer.fileio import remove_tree, write_json, write_text
-from ui.progress import say
+from palkit.bench.machine import host_machine
+from palkit.bench.options import LatencyBudget
+from palkit.bench.run import command_line, latency_spec, run_worker
+from palkit.bench.schema import ALL_TASKS, percentile
+from palkit.core.errors import PalkitError
+from palkit.core.fileio import remove_tree, write_json, write_text
+from palkit.trainer.checkpoint import resolve_model_dir
+from palkit.ui.progress import say
 
 SCHEMA = "palkit-bench-scale"
 VERSION = 2
@@ -94,10 +95,10 @@ def cpu_seconds() -> float:
 def export_timed(model_dir: Path, tasks: int, opts: ScaleOptions) -> dict[str, Any]:
     """Export a bundle of `tasks` synthetic tasks (timed: lowering and task files), make it
     loadable (vocabulary and manifest, not timed), and time adding one more task to a copy."""
-    from export.bundle import build_manifest, calibration_inputs, write_executorch
-    from export.manifest import write_manifest
-    from trainer.checkpoint import load_model
-    from trainer.fileio import write_vocab
+    from palkit.core.fileio import write_vocab
+    from palkit.export.bundle import build_manifest, calibration_inputs, write_executorch
+    from palkit.export.manifest import write_manifest
+    from palkit.trainer.checkpoint import load_model
 
     out = opts.work / f"T{tasks}"
     remove_tree(out)
@@ -129,9 +130,9 @@ def export_timed(model_dir: Path, tasks: int, opts: ScaleOptions) -> dict[str, A
 def add_task_timed(model, tokenizer, task: str, bundle: Path) -> dict[str, Any]:
     """`palkit export RUN --adapter TASK --out BUNDLE`'s steps (publish_task) for a task of the
     in-memory model, verified on the built-in sentences; reading the run is not timed."""
-    from export.bundle import publish_task
-    from export.runtime import read_bundle
-    from export.verify import Gate
+    from palkit.export.bundle import publish_task
+    from palkit.export.gate import Gate
+    from palkit.export.runtime import read_bundle
 
     t0 = time.perf_counter()
     old = read_bundle(bundle).manifest
@@ -189,8 +190,8 @@ def measure(export: dict[str, Any], vocab_size: int, opts: ScaleOptions) -> dict
 def task_tensor_bytes(folder: Path, names: list[str]) -> float:
     """What one task's tensors take in memory once the runtime has read its file (an int8
     bundle's matrices dequantized to fp32: about 4x their bytes in the file), mean over tasks."""
-    from export.engines import read_task_weights
-    from export.runtime import load_bundle
+    from palkit.export.engines import read_task_weights
+    from palkit.export.runtime import load_bundle
 
     bundle = load_bundle(folder, runtime="executorch")
     return statistics.fmean(
@@ -287,9 +288,9 @@ def markdown(data: dict[str, Any]) -> str:
 
 
 def chart(data: dict[str, Any], path: Path) -> None:
-    from bench.charts import _plt, save
+    from palkit.ui.plots import pyplot, save
 
-    plt = _plt()
+    plt = pyplot()
     from matplotlib import ticker
     fig, axes = plt.subplots(2, 4, figsize=(20, 9.5))
     scale_of = {"bytes": (2**20, "MiB"), "s": (1, "s"), "ms": (1, "ms")}

@@ -27,7 +27,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from trainer.errors import PalkitError
+from palkit.core.errors import PalkitError
 
 SCHEMA = "palkit-bench"
 VERSION = 1

@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.schema import ALL_TASKS, BenchError
-from export.manifest import VERIFY_FILE, Manifest, read_manifest
-from trainer.checkpoint import TRUNK_WEIGHTS, read_json, resolve_model_dir, separate_models
-from trainer.fileio import sha256_file, write_json
-from trainer.host import NATIVE, cpu_int8
-from trainer.tasks import TaskSpec
-from ui.progress import say
+from palkit.bench.schema import ALL_TASKS, BenchError
+from palkit.core.fileio import sha256_file, write_json
+from palkit.export.arch_records import cpu_checks
+from palkit.export.manifest import Manifest, read_manifest
+from palkit.trainer.checkpoint import TRUNK_WEIGHTS, read_json, resolve_model_dir, separate_models
+from palkit.trainer.tasks import TaskSpec
+from palkit.ui.progress import say
 
 
 @dataclass
@@ -168,31 +168,6 @@ def _bundle_subjects(bundle: Path, m: Manifest, info: ModelInfo | None, runtimes
     return out
 
 
-def cpu_checks(bundle: Path, runtime: str) -> dict[str, Any]:
-    """The bundle's `palkit verify-arch` records (verify.json's architectures) of `runtime`,
-    for the report."""
-    path = Path(bundle) / VERIFY_FILE
-    records = read_json(path).get("architectures", {}) if path.is_file() else {}
-    records = {key: cpu_record(r) for key, r in records.items()}
-    return {key: {**r, "runtimes": {runtime: r["runtimes"][runtime]}}
-            for key, r in records.items() if runtime in r["runtimes"]}
-
-
-def cpu_record(record: dict[str, Any]) -> dict[str, Any]:
-    """A verify-arch record in its current form; one written before it took a CPU model (its
-    ExecuTorch results at the top, keyed by architecture) moved into that form."""
-    if "runtimes" in record:
-        return record
-    launcher = record.get("launcher", "").split()
-    cpu = launcher[launcher.index("-cpu") + 1] if "-cpu" in launcher else NATIVE
-    checked = {k: record[k] for k in ("path", "launcher", "tasks", "passed", "failures")
-               if k in record}
-    return {**{k: v for k, v in record.items() if k not in checked}, "cpu": cpu,
-            "cpu_int8": cpu_int8(record["arch"], cpu),
-            "verifying_machine": "a machine not recorded",
-            "runtimes": {record.get("runtime", "executorch"): checked}}
-
-
 def _separate_subject(rt: str, prec: str, group: dict[str, _Single]) -> Subject:
     """The single-task bundles of one runtime and precision, measured as one subject."""
     sizes: dict[str, Any] = {
@@ -212,7 +187,7 @@ def _separate_subject(rt: str, prec: str, group: dict[str, _Single]) -> Subject:
 
 def build_peer_subject(peer: str, separate: dict[str, ModelInfo], work: Path) -> Subject:
     """A peer built (or reused from `work`, keyed by the trunk's hash) from each separate model."""
-    from bench import peers as P
+    from palkit.bench import peers as P
 
     tasks, sizes = {}, {"per_model_bytes": {}}
     for task, info in separate.items():
@@ -234,7 +209,7 @@ def build_peer_subject(peer: str, separate: dict[str, ModelInfo], work: Path) ->
 
 
 def _built_peer(peer: str, task: str, info: ModelInfo, out: Path) -> dict[str, Any]:
-    from bench import peers as P
+    from palkit.bench import peers as P
 
     marker = out / "source.json"
     stamp = sha256_file(info.model_dir / "trunk" / TRUNK_WEIGHTS)

@@ -27,11 +27,11 @@ from typing import Any, Callable
 
 import psutil
 
-from bench.machine import measure_ceiling
-from bench.schema import ALL_TASKS, percentile
-from export import engines
-from export.manifest import TEXT_INPUTS
-from export.runtime import Engine, load_bundle
+from palkit.bench.machine import measure_ceiling
+from palkit.bench.schema import ALL_TASKS, percentile
+from palkit.export import engines
+from palkit.export.manifest import TEXT_INPUTS
+from palkit.export.runtime import Engine, load_bundle
 
 
 def rss_bytes() -> int:
@@ -64,7 +64,7 @@ class TorchRunner:
     def __init__(self, threads: int):
         import torch
 
-        from trainer.checkpoint import load_model  # transformers: an import, not the load
+        from palkit.trainer.checkpoint import load_model  # transformers: an import, not the load
         torch.set_num_threads(threads)
         self.torch, self.load_model = torch, load_model
         self.models: dict[str, Any] = {}

@@ -1,14 +1,13 @@
 """`palkit export`: a run directory in, a verified bundle folder out (layout: export/BUNDLE.md).
 
 The bundle is built in a temporary folder beside the target and swapped into place in one step
-(trainer/fileio.py), so a crash never leaves half a bundle, nor no bundle where one was. Before
+(core/fileio.py), so a crash never leaves half a bundle, nor no bundle where one was. Before
 that, export/verify.py checks every runtime against PyTorch fp32 (the int8 gate and its
 fallback included) and the report is written as verify.json.
 """
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 import os
 import time
 from importlib.metadata import version
@@ -17,26 +16,58 @@ from typing import Any, Callable
 
 import torch
 
-from export.manifest import (IO, MANIFEST_FILE, RUNTIMES, VERIFY_FILE, AllTasksMethod, BundleError,
-                             ExecuTorchSection, FileEntry, Manifest, OnnxRuntimeSection, TaskEntry,
-                             TokenizerSettings, Trunk, adapter_text, write_manifest)
-from export.executorch_export import adapter_of, export_order
-from export.programs import PAD_OUTPUTS
-from export.runtime import load_bundle
-from export.signing import SIGNATURE_FILE, check_signing_key, sign_bundle
-from trainer.checkpoint import (TRUNK_WEIGHTS, load_model, read_json, resolve_model_dir,
-                                separate_models)
-from trainer import palkit_version
-from trainer.model import PalConfig
-from trainer.errors import PalkitError
-from trainer.fileio import (file_digest, remove_tree, replace_dir, sha256_file, staging_dir,
-                            write_json, write_vocab)
-from export.verify import (BUILTIN_SENTENCES, Gate, encode_texts, gated_export, summary,
-                           verify_bundle)
-from quant.mixed import keep_in_float
-from ui.progress import say
+from palkit import palkit_version
+from palkit.core.errors import PalkitError
+from palkit.core.fileio import (
+    file_digest,
+    remove_tree,
+    replace_dir,
+    sha256_file,
+    staging_dir,
+    write_json,
+    write_vocab,
+)
+from palkit.export.executorch_export import adapter_of, export_order
+from palkit.export.gate import Gate
+from palkit.export.manifest import (
+    IO,
+    MANIFEST_FILE,
+    RUNTIMES,
+    VERIFY_FILE,
+    AllTasksMethod,
+    BundleError,
+    ExecuTorchSection,
+    FileEntry,
+    Manifest,
+    OnnxRuntimeSection,
+    TaskEntry,
+    TokenizerSettings,
+    Trunk,
+    adapter_text,
+    write_manifest,
+)
+from palkit.export.options import QUANTS, TARGETS, ExportOptions
+from palkit.export.programs import PAD_OUTPUTS
+from palkit.export.runtime import load_bundle
+from palkit.export.signing import SIGNATURE_FILE, check_signing_key, sign_bundle
+from palkit.export.verify import (
+    BUILTIN_SENTENCES,
+    encode_texts,
+    gated_export,
+    summary,
+    verify_bundle,
+)
+from palkit.quant.mixed import keep_in_float
+from palkit.trainer.checkpoint import (
+    TRUNK_WEIGHTS,
+    load_model,
+    read_json,
+    resolve_model_dir,
+    separate_models,
+)
+from palkit.trainer.model import PalConfig
+from palkit.ui.progress import say
 
-TARGETS = ("android", "executorch", "onnx")
 Log = Callable[[str], None]
 
 
@@ -83,26 +114,11 @@ def calibration_inputs(model, max_len: int, tokenizer) -> list[tuple[torch.Tenso
     return encode_texts(tokenizer, BUILTIN_SENTENCES[:4], max_len)
 
 
-@dataclass(frozen=True)
-class ExportOptions:
-    """What `palkit export` builds; one field per flag of the command."""
-    target: str = "android"              # android (both runtimes), executorch, onnx
-    quant: str = "int8"                  # int8 or fp32
-    tasks: list[str] | None = None       # None: every task of the run
-    max_len: int | None = None           # None: the run's own
-    onnx: bool = True                    # with target android: also the ONNX Runtime files
-    data_dir: Path | None = None         # dev data for verification; None: built-in sentences
-    gate: Gate = Gate()                  # the int8 check (export/verify.py)
-    all_tasks: bool = True               # ExecuTorch, several tasks: the forward_all method
-    overwrite: bool = False              # replace an existing bundle at `out`
-    sign_key: Path | None = None         # sign each bundle (model.sig) before publishing it
-
-
-def export_run(run: Path, out: Path, log: Log = say, **options: Any) -> list[Path]:
-    """Export a run (or a --mode separate run: one bundle per model under `out`); `options` are
-    ExportOptions' fields. With `sign_key`, each bundle is signed (model.sig,
-    export/signing.py) before it is published."""
-    opts = ExportOptions(**options)
+def export_run(run: Path, out: Path, opts: ExportOptions = ExportOptions(),
+               log: Log = say) -> list[Path]:
+    """Export a run (or a --mode separate run: one bundle per model under `out`). With
+    `opts.sign_key`, each bundle is signed (model.sig, export/signing.py) before it is
+    published."""
     run, out = Path(run), Path(out)
     if opts.sign_key is not None:
         check_signing_key(opts.sign_key)  # before minutes of lowering
@@ -119,7 +135,7 @@ def export_run(run: Path, out: Path, log: Log = say, **options: Any) -> list[Pat
 def check_export_target(out: Path, target: str, quant: str, overwrite: bool) -> None:
     if target not in TARGETS:
         raise ExportError(f"unknown target '{target}'; use one of {', '.join(TARGETS)}")
-    if quant not in ("int8", "fp32"):
+    if quant not in QUANTS:
         raise ExportError(f"unknown quantization '{quant}'; use int8 or fp32")
     if out.exists() and not (out / MANIFEST_FILE).is_file():
         raise ExportError(f"{out} exists and is not a bundle; pick another --out")
@@ -185,8 +201,14 @@ def write_executorch(model, names: list[str], build: Path, int8: bool, max_len: 
     """executorch/trunk.pte (the one-task methods: task weights are method inputs), its
     trunk.ptd, all_tasks.pte when several tasks run on one input, and one weights file per task
     (executorch/<task>.safetensors). Returns what the manifest records about them."""
-    from export.executorch_export import (ALL_TASKS_METHOD, ALL_TASKS_PROGRAM, ONE_TASK_METHOD,
-                                          lower_trunk_program, method_name, write_task_weights)
+    from palkit.export.executorch_export import (
+        ALL_TASKS_METHOD,
+        ALL_TASKS_PROGRAM,
+        ONE_TASK_METHOD,
+        lower_trunk_program,
+        method_name,
+        write_task_weights,
+    )
 
     folder = build / "executorch"
     folder.mkdir()
@@ -210,8 +232,8 @@ def write_onnx(model, names: list[str], build: Path, int8: bool, calib,
                log: Log) -> dict[str, Any]:
     """onnx/trunk.onnx (every task's graph: PALs in the union of the tasks' placements) and
     one .onnx_adapter per task."""
-    from export.onnx_export import export_trunk, write_adapter
-    from export.programs import graph_pal
+    from palkit.export.onnx_export import export_trunk, write_adapter
+    from palkit.export.programs import graph_pal
 
     graph = graph_pal([model.task_pal(n) for n in names])
     log(f"onnxruntime: exporting trunk.onnx ({'int8' if int8 else 'fp32'}, "
@@ -236,9 +258,9 @@ def graph_text(graph) -> str:
 def build_manifest(build: Path, model, model_dir: Path, trunk_sha: str, tokenizer, max_len: int,
                    int8: bool, details: dict[str, Any], names: list[str]) -> Manifest:
     """The manifest of the bundle written in `build` (`details`: what each runtime wrote)."""
-    from export.executorch_export import ONE_TASK_METHOD
-    from export.onnx_export import OPSET
-    from quant import onnx_int8, xnnpack
+    from palkit.export.executorch_export import ONE_TASK_METHOD
+    from palkit.export.onnx_export import OPSET
+    from palkit.quant import onnx_int8, xnnpack
 
     cfg, torch_version = model.trunk.config, torch.__version__.split("+")[0]
     summary = model_dir / "summary.json"
@@ -363,7 +385,7 @@ def write_task_files(model, tokenizer, task: str, manifest: Manifest, folder: Pa
     int8 = manifest.int8
     new = {}
     if "executorch" in manifest.runtimes:
-        from export.executorch_export import write_task_weights
+        from palkit.export.executorch_export import write_task_weights
         try:
             method, inputs = manifest.executorch_method(task)
         except BundleError as e:  # a placement the program has no method for: one lowering
@@ -377,8 +399,8 @@ def write_task_files(model, tokenizer, task: str, manifest: Manifest, folder: Pa
                               "all its tasks")
         new[f"executorch/{task}.safetensors"] = f"{task}.safetensors"
     if "onnxruntime" in manifest.runtimes:
-        from export.onnx_export import write_adapter
-        from export.programs import adapter_tensors, fits_graph
+        from palkit.export.onnx_export import write_adapter
+        from palkit.export.programs import adapter_tensors, fits_graph
         ort = manifest.runtimes["onnxruntime"]
         if model.tasks[task].num_outputs > ort.output_columns:
             raise ExportError(f"task '{task}' has more outputs than trunk.onnx provides")

@@ -12,21 +12,24 @@ from typing import TYPE_CHECKING, Annotated, Literal, Optional
 
 import typer
 
-from export.gate_limits import DEFAULT_MAX_DROP, MAX_FLOAT_LAYERS
-from export.manifest import RUNTIMES
-from trainer.errors import PalkitError
-from trainer.options import SCORING, DataDirOption, TrustKeyOption
+from palkit.core.errors import PalkitError
+from palkit.core.options import SCORING, DataDirOption, TrustKeyOption
+from palkit.export.gate import MAX_FLOAT_LAYERS, Gate
+from palkit.export.manifest import RUNTIMES
+from palkit.export.options import QUANTS, TARGETS, ExportOptions
 
 if TYPE_CHECKING:
-    from export.runtime import Bundle, Engine
+    from palkit.export.runtime import Bundle, Engine
 
 app = typer.Typer()
 EXPORT, RUN, TRUST = "Export", "Run a bundle", "Trust"
+DEFAULTS = ExportOptions()  # each flag's default, defined once in the dataclass
 
 
 def _data_dir(value: str | None) -> Path | None:
     """Dev data for verification; None (built-in sentences) when no folder is configured."""
-    from trainer.data import DataError, resolve_data_dir
+    from palkit.core.errors import DataError
+    from palkit.core.options import resolve_data_dir
     try:
         return resolve_data_dir(value)
     except DataError:
@@ -63,20 +66,20 @@ MinAgreementOption = Annotated[Optional[float], typer.Option(
 def export(
     run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="a run directory or model "
                                             "folder (a --mode separate run: a bundle per model)")],
-    target: Annotated[Literal["android", "executorch", "onnx"], typer.Option(
-        help="android: ExecuTorch + ONNX Runtime files; or one runtime")] = "android",
-    quant: Annotated[Literal["int8", "fp32"], typer.Option()] = "int8",
+    target: Annotated[Literal[TARGETS], typer.Option(  # type: ignore[valid-type]
+        help="android: ExecuTorch + ONNX Runtime files; or one runtime")] = DEFAULTS.target,
+    quant: Annotated[Literal[QUANTS], typer.Option()] = DEFAULTS.quant,  # type: ignore[valid-type]
     tasks: Annotated[Optional[list[str]], typer.Option(
-        metavar="NAME[,NAME...]", help="export only these tasks (default: all)")] = None,
+        metavar="NAME[,NAME...]", help="export only these tasks (default: all)")] = DEFAULTS.tasks,
     max_len: Annotated[Optional[int], typer.Option(
-        help="max tokens per input (default 128)")] = None,
+        help="max tokens per input (default 128)")] = DEFAULTS.max_len,
     onnx: Annotated[bool, typer.Option(
-        help="with --target android, also write the ONNX Runtime files")] = True,
+        help="with --target android, also write the ONNX Runtime files")] = DEFAULTS.onnx,
     out: Annotated[Optional[Path], typer.Option(
         metavar="DIR", help="bundle folder (default: in bundles/, the run folder's name, a "
         "dash and --quant, e.g. bundles/default-int8)")] = None,
     overwrite: Annotated[bool, typer.Option(
-        help="replace an existing bundle folder at --out")] = False,
+        help="replace an existing bundle folder at --out")] = DEFAULTS.overwrite,
     adapter: Annotated[Optional[str], typer.Option(
         metavar="TASK", help="add (or with --replace, rewrite) only this task in the existing "
         "bundle --out; its trunk files stay untouched")] = None,
@@ -84,22 +87,21 @@ def export(
     data_dir: DataDirOption = None,
     all_tasks: Annotated[bool, typer.Option(
         help="ExecuTorch, several tasks: also write all_tasks.pte (forward_all: every task "
-        "on one input in one call; about a minute more of export)")] = True,
-    max_drop: MaxDropOption = DEFAULT_MAX_DROP,
-    strict_gate: StrictGateOption = False,
-    min_agreement: MinAgreementOption = None,
+        "on one input in one call; about a minute more of export)")] = DEFAULTS.all_tasks,
+    max_drop: MaxDropOption = DEFAULTS.gate.max_drop,
+    strict_gate: StrictGateOption = DEFAULTS.gate.strict,
+    min_agreement: MinAgreementOption = DEFAULTS.gate.min_agreement,
     sign_key: Annotated[Optional[Path], typer.Option(
         metavar="KEY", help="sign the bundle (model.sig, OpenSSF Model Signing) with this "
-        "ECDSA P-256 private key (PEM); with --adapter, re-sign it")] = None,
+        "ECDSA P-256 private key (PEM); with --adapter, re-sign it")] = DEFAULTS.sign_key,
 ) -> None:
     """Quantize and export a run to a verified bundle (ExecuTorch and/or ONNX Runtime).
 
     The bundle (see export/BUNDLE.md) holds one shared trunk file per runtime plus one small file
     per task, verified against PyTorch before it is published.
     """
-    from export.bundle import add_adapter, export_run
-    from export.verify import Gate
-    from ui.progress import say
+    from palkit.export.bundle import add_adapter, export_run
+    from palkit.ui.progress import say
 
     data = _data_dir(data_dir)
     gate = Gate(max_drop=max_drop, strict=strict_gate, min_agreement=min_agreement)
@@ -111,16 +113,17 @@ def export(
         add_adapter(run_dir, adapter, out, replace, data, gate, sign_key=sign_key)
         return
     out = out or Path("bundles") / f"{run_dir.resolve().name}-{quant}"
-    for path in export_run(run_dir, out, target=target, quant=quant, tasks=_comma_list(tasks),
-                           max_len=max_len, onnx=onnx, data_dir=data, gate=gate,
-                           all_tasks=all_tasks, overwrite=overwrite, sign_key=sign_key):
+    options = ExportOptions(target=target, quant=quant, tasks=_comma_list(tasks), max_len=max_len,
+                            onnx=onnx, data_dir=data, gate=gate, all_tasks=all_tasks,
+                            overwrite=overwrite, sign_key=sign_key)
+    for path in export_run(run_dir, out, options):
         typer.echo(f"bundle: {path}")
         summarize(path)
 
 
 def summarize(path: Path) -> None:
     """The bundle's files and its verification, as written to manifest.json / verify.json."""
-    from export.manifest import VERIFY_FILE, read_manifest
+    from palkit.export.manifest import VERIFY_FILE, read_manifest
 
     manifest = read_manifest(path)
     for rel, f in sorted(manifest.files.items()):
@@ -149,7 +152,7 @@ def _open_bundle(folder: Path, runtime: str | None, tasks: list[str] | None,
                  trust_key: Path | None) -> tuple["Bundle", float]:
     """Check the bundle (signature when a key is trusted, manifest, the files of `runtime` and
     `tasks`) without importing any runtime; returns it and the milliseconds it took."""
-    from export.runtime import load_bundle
+    from palkit.export.runtime import load_bundle
 
     t0 = time.perf_counter()
     loaded = load_bundle(folder, runtime=runtime, tasks=tasks, trust_key=trust_key)
@@ -160,9 +163,9 @@ def _start_engine(loaded: "Bundle", runtime: str | None,
                   threads: int) -> tuple["Engine", float, float]:
     """Import the runtime as its runner would (export/engines.py), timed apart so that "loaded
     in" is loading, then load the bundle's trunk on it: (engine, load ms, import ms)."""
-    from export.engines import import_runtime
-    from export.runtime import Engine
-    from ui.quiet import native_stderr_filtered
+    from palkit.export.engines import import_runtime
+    from palkit.export.runtime import Engine
+    from palkit.ui.quiet import native_stderr_filtered
 
     runtime = runtime or loaded.runtimes[0]
     t0 = time.perf_counter()
@@ -193,8 +196,8 @@ def predict(
     Every input is checked before a runtime is imported; "loaded in" is the time to check and
     load the bundle, the runtime's import shown apart.
     """
-    from export.inputs import InputError, check_task_reads, check_texts, needs, tasks_for
-    from ui.tables import predictions_table
+    from palkit.export.inputs import InputError, check_task_reads, check_texts, needs, tasks_for
+    from palkit.ui.tables import predictions_table
 
     if (task is None) == (not all_):
         raise InputError("give exactly one of --task NAME and --all")
@@ -242,7 +245,7 @@ def demo(
     single-text tasks, two the pair tasks. ':task NAME' runs only that task, ':all' every task,
     ':quit' ends. Line editing and history on a terminal.
     """
-    from export.demo import run_demo
+    from palkit.export.demo import run_demo
 
     loaded, check_ms = _open_bundle(bundle, runtime, None, trust_key)
     engine, load_ms, import_ms = _start_engine(loaded, runtime, threads)
@@ -269,10 +272,10 @@ def evaluate(
     Per task: accuracy / F1 / Pearson / Spearman, and the average (mean of the accuracies and
     (Pearson+1)/2).
     """
-    from trainer.checkpoint import write_json
-    from trainer.data import resolve_data_dir
-    from export.evaluate import score_target
-    from ui.tables import metrics_table
+    from palkit.core.options import resolve_data_dir
+    from palkit.export.evaluate import score_target
+    from palkit.trainer.checkpoint import write_json
+    from palkit.ui.tables import metrics_table
 
     if not target.exists():
         raise PalkitError(f"{target}: not found; give a run directory, a model folder or a bundle")
@@ -300,11 +303,11 @@ def results(
              "bytes per runtime as adapter_bytes")] = None,
 ) -> None:
     """Score a finished run on dev and test into a results table (JSON and its Markdown)."""
-    from trainer.data import resolve_data_dir
-    from export.manifest import read_manifest
-    from trainer.results import canonical_command, record, run_facts
-    from trainer.scoring import score_run
-    from trainer.tasks import resolve_tasks
+    from palkit.core.options import resolve_data_dir
+    from palkit.export.manifest import read_manifest
+    from palkit.trainer.results import canonical_command, record, run_facts
+    from palkit.trainer.scoring import score_run
+    from palkit.trainer.tasks import resolve_tasks
 
     folder = resolve_data_dir(data_dir)
     facts = run_facts(run_dir)
@@ -334,7 +337,7 @@ def verify(
     Refuses an unsigned bundle, one signed by another key, an edited manifest, and any file
     added, removed or changed after signing, with one line naming the file.
     """
-    from export.signing import SIGNATURE_FILE, resolve_trust_key, verify_bundle_signature
+    from palkit.export.signing import SIGNATURE_FILE, resolve_trust_key, verify_bundle_signature
 
     key = resolve_trust_key(trust_key)
     if key is None:
@@ -350,7 +353,7 @@ def keygen(
     name: Annotated[str, typer.Option(help="file name stem")] = "palkit",
 ) -> None:
     """Make an ECDSA P-256 key pair for signing bundles (NAME.key.pem private, NAME.pub.pem)."""
-    from export.signing import generate_keypair
+    from palkit.export.signing import generate_keypair
 
     folder.mkdir(parents=True, exist_ok=True)
     for existing in (folder / f"{name}.key.pem", folder / f"{name}.pub.pem"):

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import sys
 
-from export.inputs import PAIR_SEPARATOR, InputError, needs, split_line, tasks_for
-from export.runtime import BundleError, Engine
+from palkit.export.inputs import PAIR_SEPARATOR, InputError, needs, split_line, tasks_for
+from palkit.export.runtime import BundleError, Engine
 
 QUIT = (":quit", ":q", ":exit")
 

@@ -19,8 +19,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from export.manifest import BundleError, Manifest, TaskEntry
-from ui.quiet import native_stderr_filtered
+from palkit.export.manifest import BundleError, Manifest, TaskEntry
+from palkit.ui.quiet import native_stderr_filtered
 
 
 class BundleFiles(Protocol):

@@ -4,9 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from export.manifest import MANIFEST_FILE, BundleError
-from export.runtime import Engine, load_bundle
-from ui.progress import track
+from palkit.export.manifest import MANIFEST_FILE, BundleError
+from palkit.export.runtime import Engine, load_bundle
+from palkit.ui.progress import track
 
 
 def score_target(target: Path, data_dir: Path, split: str, max_len: int | None,
@@ -14,7 +14,7 @@ def score_target(target: Path, data_dir: Path, split: str, max_len: int | None,
                  trust_key: Path | None = None) -> dict[str, Any]:
     """Metrics (fractions) of a bundle folder (run by its runtime, its signature checked
     against `trust_key` when given) or of a training run."""
-    from trainer.scoring import score_run
+    from palkit.trainer.scoring import score_run
 
     if (target / MANIFEST_FILE).is_file():
         return evaluate_bundle(target, data_dir, split, max_examples, runtime, trust_key)
@@ -27,9 +27,9 @@ def evaluate_bundle(bundle: str | Path, data_dir: Path, split: str,
     """Metrics of the exported artifacts as run by the runtime (same keys as evaluate_model_dir)."""
     import torch
 
-    from trainer.data import read_examples
-    from trainer.metrics import average_score, task_metrics
-    from trainer.tasks import TaskSpec
+    from palkit.trainer.data import read_examples
+    from palkit.trainer.metrics import average_score, task_metrics
+    from palkit.trainer.tasks import TaskSpec
 
     b = load_bundle(bundle, runtime=runtime, trust_key=trust_key)
     engine = Engine(b, runtime or "")

@@ -20,11 +20,11 @@ from typing import Any
 import torch
 from torch.fx.passes.infra.pass_base import PassResult
 
-from export.manifest import TEXT_INPUTS, adapter_record
-from export.programs import TaskSlotProgram, task_tensors
-from quant.weights import quantize_rows
-from trainer.model import PalBert, PalConfig
-from ui.progress import say
+from palkit.export.manifest import TEXT_INPUTS, adapter_record
+from palkit.export.programs import TaskSlotProgram, task_tensors
+from palkit.quant.weights import quantize_rows
+from palkit.trainer.model import PalBert, PalConfig
+from palkit.ui.progress import say
 
 TRUNK_DATA = "trunk"  # -> trunk.ptd
 
@@ -199,7 +199,7 @@ def export_method(program: torch.nn.Module, calibration: list[tuple[torch.Tensor
     """One method exported with a dynamic sequence length (the text inputs' dim 1; further
     inputs keep their shapes), int8 embeddings and linears when `int8`, and its trunk
     constants tagged into trunk.ptd; returns it and its constants' owners."""
-    from quant import xnnpack as q
+    from palkit.quant import xnnpack as q
 
     program = program.eval()
     if int8:
@@ -227,8 +227,11 @@ def lower_methods(methods: dict[str, tuple[torch.nn.Module, list[tuple[torch.Ten
     share are stored once). Writes out_dir/<name>.pte and out_dir/trunk.ptd; returns the ops the
     first method leaves out of the delegate ("non_delegated_ops")."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import (EdgeCompileConfig, ExecutorchBackendConfig,
-                                 to_edge_transform_and_lower)
+    from executorch.exir import (
+        EdgeCompileConfig,
+        ExecutorchBackendConfig,
+        to_edge_transform_and_lower,
+    )
     from executorch.exir.passes import MemoryPlanningPass
 
     seq = torch.export.Dim("seq", min=2, max=max_len)

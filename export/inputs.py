@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from export.manifest import BundleError, TaskEntry
-from export.tokenizer import check_text
-from trainer.errors import PalkitError
+from palkit.core.errors import PalkitError
+from palkit.export.manifest import BundleError, TaskEntry
+from palkit.export.tokenizer import check_text
 
 PAIR_SEPARATOR = "|||"
 

@@ -18,9 +18,9 @@ from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from trainer.errors import PalkitError
-from trainer.fileio import write_json
-from trainer.tasks import TASK_KINDS
+from palkit.core.errors import PalkitError
+from palkit.core.fileio import write_json
+from palkit.trainer.tasks import TASK_KINDS
 
 FORMAT = "palkit-bundle"
 # 2: ExecuTorch tasks are weights files bound to one trunk program (1: a program per task)

@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from export import onnx_ops
-from export.manifest import TEXT_INPUTS
-from export.programs import SwappableTrunk, adapter_tensors
-from trainer.model import PalBert, PalConfig
+from palkit.export import onnx_ops
+from palkit.export.manifest import TEXT_INPUTS
+from palkit.export.programs import SwappableTrunk, adapter_tensors
+from palkit.trainer.model import PalBert, PalConfig
 
 OPSET = 17
 
@@ -49,8 +49,8 @@ def export_trunk(model: PalBert, path: Path, int8: bool, example: tuple[torch.Te
                               custom_opsets={onnx_ops.MS: 1}, dynamo=False,
                               do_constant_folding=True)
         if int8:
-            from quant.mixed import float_weights
-            from quant.onnx_int8 import quantize_trunk
+            from palkit.quant.mixed import float_weights
+            from palkit.quant.onnx_int8 import quantize_trunk
             quantize_trunk(raw, quant, set(names), float_weights(model))
         graph = onnx.load(str(quant if int8 else raw))
     residual_sums(graph)

@@ -22,7 +22,7 @@ from typing import Iterator
 import torch
 from torch.autograd import Function
 
-import trainer.model as model_code
+import palkit.trainer.model as model_code
 
 MS = "com.microsoft"
 _reference_attention = model_code.multi_head_attention

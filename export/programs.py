@@ -12,12 +12,19 @@ import copy
 import torch
 from torch import nn
 
-import trainer.model as model_code
-from export import onnx_ops
-from quant import onnx_int8
-from quant.weights import quantize_rows
-from trainer.model import (PalBert, PalConfig, ProjectedAttention, TaskAdapter, TaskHead,
-                           check_same_width, regression_score)
+import palkit.trainer.model as model_code
+from palkit.export import onnx_ops
+from palkit.quant import onnx_int8
+from palkit.quant.weights import quantize_rows
+from palkit.trainer.model import (
+    PalBert,
+    PalConfig,
+    ProjectedAttention,
+    TaskAdapter,
+    TaskHead,
+    check_same_width,
+    regression_score,
+)
 
 # Fixed width of the ONNX output: the trunk file must not depend on which tasks a bundle holds.
 PAD_OUTPUTS = 16

@@ -19,12 +19,18 @@ from typing import Any
 
 import numpy as np
 
-from export.engines import RUNNERS, TaskRunner
-from export.inputs import InputError, Texts, tasks_for
-from export.manifest import (MANIFEST_FILE, BundleError, Manifest, TaskEntry, read_manifest,
-                             safe_path)
-from export.tokenizer import Tokenizer
-from trainer.fileio import file_digest
+from palkit.core.fileio import file_digest
+from palkit.export.engines import RUNNERS, TaskRunner
+from palkit.export.inputs import InputError, Texts, tasks_for
+from palkit.export.manifest import (
+    MANIFEST_FILE,
+    BundleError,
+    Manifest,
+    TaskEntry,
+    read_manifest,
+    safe_path,
+)
+from palkit.export.tokenizer import Tokenizer
 
 
 @dataclass
@@ -79,7 +85,7 @@ def load_bundle(folder: str | Path, runtime: str | None = None, tasks: list[str]
     signature first (export/signing.py: before the manifest is parsed), then the manifest and
     the files of `runtime` and `tasks` (None: every runtime, every task). Other files are
     checked when first used."""
-    from export.signing import resolve_trust_key, verify_bundle_signature
+    from palkit.export.signing import resolve_trust_key, verify_bundle_signature
 
     key = resolve_trust_key(trust_key)
     if key is not None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from export.runtime import Engine, read_bundle
+from palkit.export.runtime import Engine, read_bundle
 
 
 def score(bundle: Path, runtime: str, inputs: Path) -> list[list[float]]:

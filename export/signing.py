@@ -16,9 +16,9 @@ import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from export.manifest import MANIFEST_FILE, BundleError
-from trainer.config import TRUST_KEY_ENV
-from trainer.fileio import file_digest, write_bytes
+from palkit.core.fileio import file_digest, write_bytes
+from palkit.core.options import TRUST_KEY_ENV
+from palkit.export.manifest import MANIFEST_FILE, BundleError
 
 SIGNATURE_FILE = "model.sig"
 BUNDLE_MEDIA_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from export.manifest import BundleError, TokenizerSettings
-from ui.progress import say
+from palkit.export.manifest import BundleError, TokenizerSettings
+from palkit.ui.progress import say
 
 
 def wordpiece(settings: TokenizerSettings, vocab: Path) -> Any:

@@ -9,40 +9,33 @@ bootstrap's seed is fixed, so export stays deterministic. verify.json keeps ever
 """
 from __future__ import annotations
 
-import math
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 
-from export.gate_limits import DEFAULT_MAX_DROP, MAX_FLOAT_LAYERS
-from export.programs import reference_outputs
-from export.runtime import Engine, read_bundle
-from quant import onnx_int8, xnnpack
-from quant.weights import ProductRanges, is_int8_table, quantize_rows
-from trainer.host import cpu_model, int8_features
-from ui.progress import say
+from palkit.core.host import cpu_model, int8_features
+from palkit.export.gate import CONFIDENCE, FP32_TOLERANCE, Gate
+from palkit.export.gate_stats import (
+    compare,
+    drop_bound,
+    failure,
+    is_close,
+    refuses,
+    unresolved_note,
+)
+from palkit.export.programs import reference_outputs
+from palkit.export.runtime import Engine, read_bundle
+from palkit.export.sqnr import POINTED_DB, TASK_LAYERS_INT8, layer_sqnr, layer_table, pointed_layers
+from palkit.ui.progress import say
 
 Log = Callable[[str], None]
 
-FP32_TOLERANCE = 1e-3      # max |bundle - PyTorch| allowed in fp32 outputs (typically ~1e-6)
-# With no flip among n examples the flip rate's 95% upper bound is still about 3/n (the rule of
-# three), so an accuracy split never resolves finer than 300/n points, however few flips it saw.
-RULE_OF_THREE = 3.0
-# The fallback keeps a layer in float only when its SQNR is this far below the median layer's
-# (4x the typical quantization noise): below that, no one layer explains a loss.
-POINTED_DB = 6.0
-CONFIDENCE = 0.95
-RESAMPLES = 2000
-SEED = 0
-SQNR_EXAMPLES = 16         # dev examples per task replayed for the per-layer report
+
 ALL_TASKS_EXAMPLES = 32    # per task, through the all-tasks program (it runs every task each call)
-CLOSE = 0.5                # print the layer table once the gated drop passes this share of the limit
 BUILTIN_SENTENCES = [
     ("a gripping, beautifully acted film", "the movie was great"),
     ("the plot was thin and the jokes fell flat", "a boring and tired story"),
@@ -55,22 +48,6 @@ BUILTIN_SENTENCES = [
 ]
 
 
-@dataclass(frozen=True)
-class Gate:
-    """What int8 must keep. `max_drop`: points of the task metric the measured change may lose
-    (None: no metric gate); `strict`: the 95% interval may not allow such a loss either.
-    `min_agreement`: also refuse when even the upper end of the agreement's interval is below
-    this (None: 0 with dev labels, 0.9 on built-in sentences, where no metric can be scored).
-    `max_examples`: dev examples per task (None: all). `keep_float`: Linears each runtime keeps
-    in float from the start ({runtime: [module path]}), the fallback adding to them."""
-    max_drop: float | None = DEFAULT_MAX_DROP
-    strict: bool = False
-    min_agreement: float | None = None
-    max_examples: int | None = None
-    seed: int = SEED
-    resamples: int = RESAMPLES
-    max_float_layers: int = MAX_FLOAT_LAYERS
-    keep_float: dict[str, list[str]] = field(default_factory=dict)
 
 
 # ---- inputs and the fp32 reference -----------------------------------------------------------
@@ -89,7 +66,7 @@ def verification_inputs(spec, tokenizer, max_len: int, data_dir: Path | None,
                         n: int | None) -> tuple[list[Encoded], list[float] | None, str]:
     """The task's dev examples (at most n), their gold labels and where they came from; or the
     built-in sentences (no labels) when there is no dev file."""
-    from trainer.data import read_examples
+    from palkit.trainer.data import read_examples
 
     if data_dir is not None and "dev" in spec.files and (data_dir / spec.files["dev"]).is_file():
         examples = read_examples(spec, data_dir, "dev", bad_rows="skip")[:n]
@@ -116,298 +93,6 @@ def reference_batched(model, task: str, encoded: list[Encoded], batch: int = 64)
             out[row] = value
     return torch.stack(out)  # type: ignore[arg-type]
 
-
-# ---- statistics ------------------------------------------------------------------------------
-
-def bootstrap_indices(n: int, resamples: int, seed: int) -> torch.Tensor:
-    """[resamples, n] example indices drawn with replacement (fixed seed: deterministic)."""
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, n, (resamples, n), generator=g)
-
-
-def rowwise_pearson(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Pearson correlation of each row of x with the same row of y ([R, n] -> [R])."""
-    x = x.double() - x.double().mean(-1, keepdim=True)
-    y = y.double() - y.double().mean(-1, keepdim=True)
-    denom = x.norm(dim=-1) * y.norm(dim=-1)
-    return torch.where(denom > 0, (x * y).sum(-1) / denom.clamp(min=1e-300), 0.0)
-
-
-def metric_rows(regression: bool, pred: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
-    """The task metric in points (accuracy x 100, or Pearson x 100) of each row ([R, n] -> [R])."""
-    if regression:
-        return 100 * rowwise_pearson(pred, gold)
-    return 100 * (pred == gold).double().mean(-1)
-
-
-def interval(samples: torch.Tensor, confidence: float = CONFIDENCE) -> list[float]:
-    """The central `confidence` interval of bootstrap samples (percentile method)."""
-    tail = (1 - confidence) / 2
-    lo, hi = torch.quantile(samples.double(), torch.tensor([tail, 1 - tail], dtype=torch.double))
-    return [float(lo), float(hi)]
-
-
-def output_kl(spec, ref: torch.Tensor, got: torch.Tensor) -> torch.Tensor:
-    """KL(fp32 || bundle) per example, in nats: over the classes' softmax, or for regression over
-    the Bernoulli of the score's place in score_range (the head's own sigmoid)."""
-    if not spec.is_regression:
-        return F.kl_div(F.log_softmax(got.double(), -1), F.log_softmax(ref.double(), -1),
-                        log_target=True, reduction="none").sum(-1)
-    low, high = spec.score_range
-    p, q = ((x[:, 0].double() - low) / (high - low) for x in (ref, got))
-    p, q = p.clamp(1e-7, 1 - 1e-7), q.clamp(1e-7, 1 - 1e-7)
-    return p * (p / q).log() + (1 - p) * ((1 - p) / (1 - q)).log()
-
-
-def compare(spec, ref: torch.Tensor, got: torch.Tensor, gold: list[float] | None, source: str,
-            gate: Gate = Gate()) -> dict[str, Any]:
-    """One task's verification record (bundle outputs `got` against PyTorch's `ref`)."""
-    from trainer.metrics import task_metrics
-
-    n = len(ref)
-    idx = bootstrap_indices(n, gate.resamples, gate.seed)
-    r: dict[str, Any] = {"examples": n, "source": source,
-                         "max_abs_diff": float((ref - got).abs().max())}
-    kl = output_kl(spec, ref, got)
-    r["kl_mean"], r["kl_p99"] = float(kl.mean()), float(torch.quantile(kl, 0.99))
-    if spec.is_regression:
-        pred_ref, pred_got = ref[:, 0], got[:, 0]
-        agree = rowwise_pearson(pred_ref[idx], pred_got[idx])
-        r["agreement"] = round(float(rowwise_pearson(pred_ref[None], pred_got[None])[0]), 6)
-        r["agreement_kind"] = "pearson(bundle, pytorch) of scores"
-    else:
-        pred_ref, pred_got = ref.argmax(-1), got.argmax(-1)
-        same = (pred_ref == pred_got).double()
-        agree = same[idx].mean(-1)
-        r["agreement"] = float(same.mean())
-        r["agreement_kind"] = "fraction of equal argmax"
-    r["agreement_interval"] = interval(agree)
-    if gold is None:
-        return r
-    g = torch.tensor(gold)
-    m_ref = task_metrics(spec, pred_ref.float(), g)
-    m_got = task_metrics(spec, pred_got.float(), g)
-    r["metrics_pytorch_fp32"], r["metrics_bundle"] = m_ref, m_got
-    r["metric_deltas"] = {k: m_got[k] - m_ref[k] for k in m_ref}
-    r["metric"] = f"{spec.name}_pearson" if spec.is_regression else f"{spec.name}_acc"
-    truth = g if spec.is_regression else g.long()
-    full = metric_rows(spec.is_regression, torch.stack([pred_got, pred_ref]),
-                       truth.expand(2, n))
-    r["metric_change"] = float(full[0] - full[1])  # points, bundle - fp32
-    changes = (metric_rows(spec.is_regression, pred_got[idx], truth[idx]) -
-               metric_rows(spec.is_regression, pred_ref[idx], truth[idx]))
-    r["metric_change_interval"] = interval(changes)
-    if not spec.is_regression:
-        right_ref, right_got = pred_ref == truth, pred_got == truth
-        r["flips"] = {"gained": int((right_got & ~right_ref).sum()),
-                      "lost": int((right_ref & ~right_got).sum())}
-    r["resolution"] = resolution(r["metric_change_interval"], n, spec.is_regression)
-    r["verdict"] = verdict(r, gate)
-    return r
-
-
-def resolution(change_interval: list[float], n: int, regression: bool) -> float:
-    """Points of the metric a split of n examples resolves: its 95% interval's half-width, and
-    for accuracy at least the rule of three's 300/n."""
-    low, high = change_interval
-    floor = 0.0 if regression else 100 * RULE_OF_THREE / n
-    return max((high - low) / 2, floor)
-
-
-def verdict(r: dict[str, Any], gate: Gate) -> str | None:
-    """'loss' (a drop beyond max_drop that the split resolves, or whose whole interval lies
-    beyond it), 'unresolved' (the split is coarser than max_drop and shows no such loss) or
-    'within'; None without labels or a metric gate."""
-    if gate.max_drop is None or "metric_change" not in r:
-        return None
-    limit = gate.max_drop
-    beyond = r["metric_change"] < -limit
-    if beyond and (r["resolution"] <= limit or r["metric_change_interval"][1] < -limit):
-        return "loss"
-    return "unresolved" if r["resolution"] > gate.max_drop else "within"
-
-
-def drop_bound(r: dict[str, Any]) -> float | None:
-    """The largest metric drop (points) the record's 95% interval allows; None without labels."""
-    return -r["metric_change_interval"][0] if "metric_change_interval" in r else None
-
-
-def refuses(r: dict[str, Any], gate: Gate) -> bool:
-    """Whether the metric gate refuses the record: the measured change is a drop beyond
-    max_drop, or with `strict` the interval allows one."""
-    if gate.max_drop is None or "metric_change" not in r:
-        return False
-    if gate.strict:
-        return drop_bound(r) > gate.max_drop
-    return r["metric_change"] < -gate.max_drop
-
-
-def change_text(r: dict[str, Any]) -> str:
-    lo, hi = r["metric_change_interval"]
-    return (f"change {r['metric_change']:+.2f}, 95% interval [{lo:+.2f}, {hi:+.2f}] on "
-            f"{r['examples']} examples, which resolve ±{r['resolution']:.2f}; "
-            f"agreement {r['agreement']:.3f}")
-
-
-def failure(r: dict[str, Any], where: str, int8: bool, gate: Gate) -> str | None:
-    """Why the record fails the gate, in one clause with its numbers; None when it passes."""
-    if not int8:
-        if r["max_abs_diff"] > FP32_TOLERANCE:
-            return (f"{where}: fp32 outputs differ from PyTorch by {r['max_abs_diff']:.2e} "
-                    f"(> {FP32_TOLERANCE:g})")
-        return None
-    if refuses(r, gate):
-        limit = f"--max-drop {gate.max_drop:g}"
-        if gate.strict:
-            return (f"{where}: int8 may lose up to {drop_bound(r):.2f} points of {r['metric']} "
-                    f"({change_text(r)}) > {limit} (--strict-gate)")
-        if r["verdict"] == "loss":
-            return (f"{where}: int8 loses {-r['metric_change']:.2f} points of {r['metric']} "
-                    f"({change_text(r)}) > {limit}")
-        return (f"{where}: int8 changes {r['metric']} by {r['metric_change']:+.2f} points, beyond "
-                f"{limit}, on {r['examples']} examples that resolve only ±{r['resolution']:.2f} "
-                f"(95% interval [{r['metric_change_interval'][0]:+.2f}, "
-                f"{r['metric_change_interval'][1]:+.2f}]): more dev examples would tell")
-    floor = gate.min_agreement
-    if floor is None:  # off where dev labels let --max-drop judge
-        floor = 0.0 if "metric" in r else 0.9
-    if r["agreement_interval"][1] < floor:
-        lo, hi = r["agreement_interval"]
-        return (f"{where}: int8 agreement {r['agreement']:.3f} (95% interval [{lo:.3f}, "
-                f"{hi:.3f}], {r['agreement_kind']}) < --min-agreement {floor:g}")
-    return None
-
-
-def unresolved_note(r: dict[str, Any], where: str, gate: Gate) -> str | None:
-    """The one line for a split coarser than max_drop that passed; None otherwise."""
-    if r.get("verdict") != "unresolved" or refuses(r, gate):
-        return None
-    strict = " (--strict-gate would refuse)" if drop_bound(r) > gate.max_drop else ""
-    lo, hi = r["metric_change_interval"]
-    return (f"{where}: {r['examples']} examples resolve ±{r['resolution']:.2f} points of "
-            f"{r['metric']}, coarser than --max-drop {gate.max_drop:g}; passed on the measured "
-            f"change {r['metric_change']:+.2f} (95% interval [{lo:+.2f}, {hi:+.2f}]){strict}")
-
-
-def is_close(r: dict[str, Any], gate: Gate) -> bool:
-    """Whether the record's gated quantity is past CLOSE of the limit (the layer table is shown)."""
-    if gate.max_drop is None or "metric_change" not in r:
-        return False
-    drop = drop_bound(r) if gate.strict else -r["metric_change"]
-    return drop > CLOSE * gate.max_drop
-
-
-# ---- where int8 hurts: per-layer SQNR ----------------------------------------------------------
-
-def fake_int8_weight(w: torch.Tensor, ranges: ProductRanges | None = None) -> torch.Tensor:
-    """w as the runtimes' weight recipes store it (quant/weights.py: int8 per output row, within
-    `ranges`' weights; None: plain [-127, 127])."""
-    q, scale = quantize_rows(w, ranges)
-    return q.float() * scale[:, None]
-
-
-def fake_int8_activation(x: torch.Tensor, per_token: bool, symmetric: bool = False,
-                         steps: int = 255) -> torch.Tensor:
-    """Dynamic 8-bit activations: one range per token (each row of the last dimension) or one
-    for the whole tensor; asymmetric (`steps` steps over [min, max] with 0 included: XNNPACK's
-    qd8 and ONNX Runtime's DynamicQuantizeLinear at 255, quant/onnx_int8.py's per-token rows at
-    its ranges) or symmetric (steps // 2 each side of 0: quant/onnx_int8.py's
-    `symmetric_activations`)."""
-    dims = (-1,) if per_token else tuple(range(x.dim()))
-    if symmetric:
-        half = steps // 2
-        scale = (x.abs().amax(dim=dims, keepdim=True) / half).clamp(min=1e-30)
-        return (x / scale).round().clamp(-half, half) * scale
-    low = x.amin(dim=dims, keepdim=True).clamp(max=0)
-    high = x.amax(dim=dims, keepdim=True).clamp(min=0)
-    scale = ((high - low) / steps).clamp(min=1e-30)
-    zero = (-low / scale).round()
-    return ((x / scale).round() + zero).clamp(0, 255).sub(zero) * scale
-
-
-# Both runtimes quantize a Linear the same way (int8 weights per output channel, asymmetric
-# per-token activations: XNNPACK's qd8, quant/onnx_int8.py's rows), each within its own integer
-# ranges; they differ in whether the tasks' own Linears (PAL, head) are int8: ExecuTorch takes
-# task weights as method inputs and runs them in fp32; ONNX Runtime's adapters hold them as int8.
-TASK_LAYERS_INT8 = {"executorch": False, "onnxruntime": True}
-
-
-def product_ranges(runtime: str) -> ProductRanges:
-    """The integer ranges `runtime`'s int8 Linears multiply."""
-    return {"onnxruntime": onnx_int8.RANGES, "executorch": xnnpack.RANGES}[runtime]
-
-
-def layer_sqnr(model, tasks: list[str], inputs: dict[str, Any], runtimes: list[str],
-               n: int = SQNR_EXAMPLES) -> dict[str, list[dict[str, Any]]]:
-    """For each runtime, the SQNR (dB) of every layer it runs in int8 (Linears and the word
-    table: `kind`), worst first, over the first n inputs of each task one at a time. Each layer
-    is fed the fp32 model's own input, so its figure is its own error, not its inputs'."""
-    names = {m: name for name, m in model.named_modules() if isinstance(m, nn.Linear)
-             or isinstance(m, nn.Embedding) and is_int8_table(name)}
-    replays = {product_ranges(r) for r in runtimes}  # one replay per distinct recipe
-    weights = {m: fake_int8_weight(m.weight.detach().float()) for m in names
-               if isinstance(m, nn.Embedding)}  # tables: plain rows on both runtimes
-    weights.update({(m, ranges): fake_int8_weight(m.weight.detach().float(), ranges)
-                    for m in names if isinstance(m, nn.Linear) for ranges in replays})
-    sums: dict[tuple[ProductRanges, str], list[float]] = {}
-
-    def int8_output(module: nn.Module, x: torch.Tensor, ranges: ProductRanges) -> torch.Tensor:
-        if isinstance(module, nn.Embedding):
-            return F.embedding(x, weights[module])
-        x = fake_int8_activation(x, per_token=True, steps=ranges.activation_steps)
-        return F.linear(x, weights[module, ranges], module.bias)
-
-    def hook(module: nn.Module, args: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
-        for ranges in replays:
-            noise = (out - int8_output(module, args[0], ranges)).double().pow(2).sum()
-            s = sums.setdefault((ranges, names[module]), [0.0, 0.0])
-            s[0] += float(out.double().pow(2).sum())
-            s[1] += float(noise)
-
-    handles = [m.register_forward_hook(hook) for m in names]
-    try:
-        for t in tasks:
-            for ids, mask, types in inputs[t][0][:n]:
-                reference_outputs(model, t, ids, mask, types)
-    finally:
-        for h in handles:
-            h.remove()
-
-    kinds = {name: "embedding" if isinstance(m, nn.Embedding) else "linear"
-             for m, name in names.items()}
-
-    def table(runtime: str) -> list[dict[str, Any]]:
-        ranges = product_ranges(runtime)
-        rows = ({"layer": name, "kind": kinds[name],
-                 "sqnr_db": round(10 * math.log10(max(s, 1e-30) / max(noise, 1e-30)), 2)}
-                for (r, name), (s, noise) in sums.items() if r == ranges
-                and (name.startswith("trunk.") or TASK_LAYERS_INT8[runtime]))
-        return sorted(rows, key=lambda row: row["sqnr_db"])
-
-    return {r: table(r) for r in runtimes}
-
-
-def fallback_candidates(runtime: str, layers: list[dict[str, Any]]) -> list[str]:
-    """Layers the fallback may keep in float, worst SQNR first: the trunk's (a float Linear runs
-    in the same XNNPACK delegate on ExecuTorch; on ONNX Runtime the task matrices are int8
-    adapter inputs of the shared graph, one .onnx_adapter per task)."""
-    return [r["layer"] for r in layers if r["layer"].startswith("trunk.") and r["kind"] == "linear"]
-
-
-def pointed_layers(runtime: str, layers: list[dict[str, Any]]) -> list[str]:
-    """The fallback candidates the SQNR table points at: POINTED_DB or more below the median of
-    the runtime's layers, worst first."""
-    if not layers:
-        return []
-    median = statistics.median(r["sqnr_db"] for r in layers)
-    low = {r["layer"] for r in layers if r["sqnr_db"] <= median - POINTED_DB}
-    return [c for c in fallback_candidates(runtime, layers) if c in low]
-
-
-def layer_table(layers: list[dict[str, Any]]) -> str:
-    """The eight worst layers."""
-    return "\n".join([f"    {'layer':52s} SQNR dB"] +
-                     [f"    {r['layer']:52s} {r['sqnr_db']:7.1f}" for r in layers[:8]])
 
 
 # ---- running the bundle ----------------------------------------------------------------------

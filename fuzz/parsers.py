@@ -124,7 +124,7 @@ def fuzz_all(targets: list[str], runs: int, seconds: float, timeout: int,
 
 def merge_results(section: str, data: dict[str, Any]) -> None:
     """fuzz/results.json keeps a section per runner ('parsers', 'runtimes')."""
-    from trainer.fileio import write_json
+    from palkit.core.fileio import write_json
     current = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
     current[section] = data
     write_json(RESULTS, current)

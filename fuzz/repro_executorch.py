@@ -89,7 +89,7 @@ def main(argv: list[str]) -> int:
     if not (folder / "xnnpack.pte").is_file():
         subprocess.run([sys.executable, "-c", MAKE], cwd=folder, check=True,
                        capture_output=True)
-    from trainer.fileio import sha256_file
+    from palkit.core.fileio import sha256_file
     for name, digest in SHA256.items():
         if sha256_file(folder / name) != digest:
             print(f"note: {name} differs from the documented bytes (another ExecuTorch or torch?);"

@@ -40,8 +40,8 @@ from typing import Any
 
 import numpy as np
 
-from export.manifest import TEXT_INPUTS
 from fuzz.parsers import merge_results
+from palkit.export.manifest import TEXT_INPUTS
 
 STRATEGIES = ("flip8_head", "flip8_any", "truncate", "zero64")
 LEVELS = ("Minimal", "InternalConsistency")  # ExecuTorch program verification
@@ -85,10 +85,11 @@ class Loader:
     """Imports both runtimes once (in the parent); `run(file)` is what each child does."""
 
     def __init__(self, bundle: Path):
-        from bench.worker import synthetic_input
-        from export.engines import executorch_lib
-        from export.manifest import read_manifest
         import onnxruntime
+
+        from palkit.bench.worker import synthetic_input
+        from palkit.export.engines import executorch_lib
+        from palkit.export.manifest import read_manifest
 
         self.bundle, self.manifest = bundle, read_manifest(bundle)
         self.et = executorch_lib() if "executorch" in self.manifest.runtimes else None
@@ -112,7 +113,7 @@ class Loader:
         if runtime == "executorch":
             import torch
 
-            from export.engines import read_task_weights
+            from palkit.export.engines import read_task_weights
             section = self.manifest.runtimes["executorch"]
             program = self.et._load_program(str(root / section.program),
                                             data_path=str(root / section.trunk_data),
@@ -261,7 +262,7 @@ def mutate_file(loader: Loader, root: Path, rel: str, level: str | None, n: int,
 
 
 def default_files(bundle: Path) -> list[str]:
-    from export.manifest import read_manifest
+    from palkit.export.manifest import read_manifest
     m = read_manifest(bundle)
     task = m.tasks[0]
     files = []

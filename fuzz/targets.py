@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import atheris
 
-from trainer.errors import PalkitError
+from palkit.core.errors import PalkitError
 
 REFUSALS = (PalkitError, ValueError)
 SEEDS = Path(__file__).parent / "seeds"
@@ -99,7 +99,7 @@ def structured_or_raw(data: bytes, seed: Any) -> bytes:
 
 class ManifestTarget:
     def __init__(self) -> None:
-        from export import manifest
+        from palkit.export import manifest
         self.m = manifest
         self.folder = scratch()
         self.seed = json.loads((SEEDS / "manifest" / "real.json").read_text())
@@ -121,7 +121,7 @@ class ManifestTarget:
 
 class ConfigTarget:
     def __init__(self) -> None:
-        from trainer import config, tasks
+        from palkit.trainer import config, tasks
         self.config, self.tasks = config, tasks
         self.folder = scratch()
         self.seed = json.loads((SEEDS / "config" / "custom.json").read_text())
@@ -140,7 +140,7 @@ class TaskSpecTarget:
     """A task described in a config's custom_tasks (or a bundle's tasks[].spec)."""
 
     def __init__(self) -> None:
-        from trainer.tasks import BUILTIN_TASKS, TaskSpec
+        from palkit.trainer.tasks import BUILTIN_TASKS, TaskSpec
         self.TaskSpec = TaskSpec
         self.seed = BUILTIN_TASKS["sts"].to_dict()
 
@@ -159,8 +159,8 @@ class TaskDataTarget:
     """A task's data file (tab-separated, header row) read by trainer.data.read_examples."""
 
     def __init__(self) -> None:
-        from trainer.data import read_examples
-        from trainer.tasks import BUILTIN_TASKS
+        from palkit.trainer.data import read_examples
+        from palkit.trainer.tasks import BUILTIN_TASKS
         self.read, self.tasks = read_examples, list(BUILTIN_TASKS.values())
         self.folder = scratch()
 
@@ -180,8 +180,8 @@ class TaskDataTarget:
 
 class TokenizerTarget:
     def __init__(self) -> None:
-        from export.manifest import TokenizerSettings
-        from export.tokenizer import Tokenizer
+        from palkit.export.manifest import TokenizerSettings
+        from palkit.export.tokenizer import Tokenizer
         vocab = SEEDS / "tokenizer" / "vocab.txt"
         self.size = len(vocab.read_text(encoding="utf-8").splitlines())
         self.tokenizers = {n: Tokenizer(TokenizerSettings("vocab.txt", True, True, n, "[CLS]",
@@ -212,7 +212,7 @@ class SignatureTarget:
     """The signature file of a bundle, read by export.signing before anything else."""
 
     def __init__(self) -> None:
-        from export import signing
+        from palkit.export import signing
         self.signing = signing
         self.folder = scratch() / "bundle"
         shutil.copytree(GOLDEN / "valid", self.folder)

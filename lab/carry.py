@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from trainer.checkpoint import TRUNK_WEIGHTS
+from palkit.trainer.checkpoint import TRUNK_WEIGHTS
 
 KEEP = ("config.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt",
         "special_tokens_map.json")

@@ -15,9 +15,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from studies.results import configuration_row, markdown_table
-from trainer.checkpoint import read_json
-from trainer.fileio import write_json
+from palkit.core.fileio import write_json
+from palkit.studies.results import configuration_row, markdown_table
+from palkit.trainer.checkpoint import read_json
 
 SUFFIX = ", captured"
 

@@ -30,15 +30,19 @@ from typing import Any, Callable
 
 import torch
 
-from export.bundle import export_run
-from export.engines import set_executorch_threads
-from export.manifest import MANIFEST_FILE
-from export.runtime import Engine, load_bundle
-from export.verify import Gate, compare, failure, reference_batched, run_task
-from quant.onnx_int8 import quantize_trunk as palkit_quantize_trunk
-from trainer.checkpoint import load_model
-from trainer.data import read_examples, resolve_data_dir
-from trainer.fileio import write_json, write_text
+from palkit.core.fileio import write_json, write_text
+from palkit.core.options import resolve_data_dir
+from palkit.export.bundle import export_run
+from palkit.export.engines import set_executorch_threads
+from palkit.export.gate import Gate
+from palkit.export.gate_stats import compare, failure
+from palkit.export.manifest import MANIFEST_FILE
+from palkit.export.options import ExportOptions
+from palkit.export.runtime import Engine, load_bundle
+from palkit.export.verify import reference_batched, run_task
+from palkit.quant.onnx_int8 import quantize_trunk as palkit_quantize_trunk
+from palkit.trainer.checkpoint import load_model
+from palkit.trainer.data import read_examples
 
 OFF = dict(max_drop=None, min_agreement=-1.0)  # no gate (Pearson agreement can be < 0)
 REUSE = False
@@ -73,8 +77,10 @@ def export(model_dir: Path, out: Path, data: Path, gate: Gate, lines: list[str])
         print(lines[-1], flush=True)
 
     try:
-        export_run(model_dir, out, target="android", quant="int8", data_dir=data, gate=gate,
-                   overwrite=True, log=log)
+        export_run(model_dir, out,
+                   ExportOptions(target="android", quant="int8", data_dir=data, gate=gate,
+                                 overwrite=True),
+                   log=log)
         report = json.loads((out / "verify.json").read_text())
     except Exception as e:  # a refusal: its report lies beside the target
         log(f"refused: {e}")
@@ -84,7 +90,7 @@ def export(model_dir: Path, out: Path, data: Path, gate: Gate, lines: list[str])
 
 
 def split_inputs(model, tokenizer, data: Path, split: str, max_len: int):
-    from export.verify import encode_texts
+    from palkit.export.verify import encode_texts
     out = {}
     for t, spec in model.tasks.items():
         examples = read_examples(spec, data, split, bad_rows="skip")
@@ -108,7 +114,7 @@ def score(bundle: Path, model, inputs, refs,
 
 def timed_input(tokenizer, dev: dict[str, Any]) -> tuple[Any, ...]:
     """One LATENCY_TOKENS-token input: TIMED_TASK's dev sentences run together and cut there."""
-    from export.verify import encode_texts
+    from palkit.export.verify import encode_texts
     words = " ".join(tokenizer.decode(ids[0][0, 1:-1]) for ids in dev[TIMED_TASK][0][:40])
     (ids, mask, types), = encode_texts(tokenizer, [(words,)], LATENCY_TOKENS)
     assert ids.shape[1] == LATENCY_TOKENS
@@ -167,7 +173,7 @@ def ort_matmul_nbits(block: int):
 def per_token_tables(int8: Callable[[str], bool]):
     """palkit's recipe with the embedding tables `int8(initializer name)` says int8."""
     def write(src: Path, dst: Path, adapter_inputs: set[str], float_weights=None) -> None:
-        from quant import onnx_int8
+        from palkit.quant import onnx_int8
         real = onnx_int8.is_int8_table
         onnx_int8.is_int8_table = int8
         try:
@@ -203,7 +209,7 @@ RECIPES: dict[str, tuple[Any, tuple[str, str]]] = {
 def fake_weight(w: torch.Tensor, mode: str) -> torch.Tensor:
     """w [out, in] quantized as the recipe stores it: symmetric int8 per output channel, per
     tensor, per channel in 7 bits (reduce_range: [-64, 64]), or per block of 32 inputs."""
-    from export.verify import fake_int8_weight
+    from palkit.export.sqnr import fake_int8_weight
     if mode == "channel":
         return fake_int8_weight(w)
     if mode == "block32":
@@ -220,7 +226,7 @@ def fake_weight(w: torch.Tensor, mode: str) -> torch.Tensor:
 def fake_activation(x: torch.Tensor, mode: str) -> torch.Tensor:
     """x quantized as the recipe does at run time: per tensor (asymmetric), per token
     (asymmetric, or symmetric), or per block of 32 (symmetric)."""
-    from export.verify import fake_int8_activation
+    from palkit.export.sqnr import fake_int8_activation
     if mode == "block32":
         blocks = x.reshape(*x.shape[:-1], -1, 32)
         return fake_int8_activation(blocks, True, True).reshape(x.shape)
@@ -230,7 +236,7 @@ def fake_activation(x: torch.Tensor, mode: str) -> torch.Tensor:
 def embedding_tables(model) -> list[dict[str, Any]]:
     """Each embedding table of the trunk quantized int8 per row as both runtimes' recipes would:
     its SQNR (dB, over the whole table), and its largest |value| against its median row RMS."""
-    from export.verify import fake_int8_weight
+    from palkit.export.sqnr import fake_int8_weight
     rows = []
     for name, m in model.trunk.embeddings.named_children():
         if isinstance(m, torch.nn.Embedding):
@@ -254,7 +260,7 @@ def recipe_sqnr(model, dev, recipe: tuple[str, str], n: int = 16) -> list[dict[s
     import torch.nn.functional as F
     from torch import nn
 
-    from export.programs import reference_outputs
+    from palkit.export.programs import reference_outputs
     names = {m: name for name, m in model.named_modules()
              if isinstance(m, nn.Linear) and name.startswith("trunk.")}
     weights = {m: fake_weight(m.weight.detach().float(), recipe[0]) for m in names}
@@ -281,12 +287,14 @@ def recipe_sqnr(model, dev, recipe: tuple[str, str], n: int = 16) -> list[dict[s
 
 def export_onnx(model_dir: Path, out: Path, writer) -> Path:
     """An ONNX Runtime int8 bundle whose trunk.onnx `writer` quantized (no gate: scored apart)."""
-    from quant import onnx_int8
+    from palkit.quant import onnx_int8
     real = onnx_int8.quantize_trunk
     onnx_int8.quantize_trunk = writer
     try:
-        export_run(model_dir, out, target="onnx", quant="int8", data_dir=None,
-                   gate=Gate(**OFF, max_float_layers=0), overwrite=True, log=lambda *a: None)
+        export_run(model_dir, out,
+                   ExportOptions(target="onnx", quant="int8", data_dir=None,
+                                 gate=Gate(**OFF, max_float_layers=0), overwrite=True),
+                   log=lambda *a: None)
     finally:
         onnx_int8.quantize_trunk = real
     return out
@@ -439,7 +447,7 @@ def main() -> None:
 def references(model, tokenizer, data: Path, work: Path):
     """Dev and test inputs of every task and PyTorch fp32's outputs for them (kept in `work`
     for --reuse)."""
-    from export.bundle import default_max_len
+    from palkit.export.bundle import default_max_len
     max_len = default_max_len(model)
     splits = {split: split_inputs(model, tokenizer, data, split, max_len)
               for split in ("dev", "test")}

@@ -35,9 +35,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from export.verify import Gate, compare, failure, rowwise_pearson  # noqa: E402
-from trainer.fileio import write_json, write_text  # noqa: E402
-from trainer.tasks import BUILTIN_TASKS  # noqa: E402
+from palkit.core.fileio import write_json, write_text  # noqa: E402
+from palkit.export.gate import Gate  # noqa: E402
+from palkit.export.gate_stats import compare, failure, rowwise_pearson
+from palkit.trainer.tasks import BUILTIN_TASKS  # noqa: E402
 
 FRACTIONS = {"all": 1.0, "half": 0.5, "quarter": 0.25}
 PLANTED = (0.0, 1.5, 3.0)
@@ -78,9 +79,9 @@ def recorded(path: Path) -> dict[str, dict[str, Outputs]]:
 
 def live(bundle: Path, run: Path, data_dir: Path) -> dict[str, dict[str, Outputs]]:
     """Every runtime's and PyTorch fp32's outputs on all of dev, as export verifies them."""
-    from export.runtime import Engine, read_bundle
-    from export.verify import Verifier, run_task
-    from trainer.checkpoint import load_model, resolve_model_dir
+    from palkit.export.runtime import Engine, read_bundle
+    from palkit.export.verify import Verifier, run_task
+    from palkit.trainer.checkpoint import load_model, resolve_model_dir
 
     loaded = read_bundle(bundle)
     tasks = list(loaded.tasks)

@@ -27,17 +27,20 @@ from typing import Any
 import torch
 
 import lab.int8_gate as gate_lab
-from bench.arch_check import host_python_under_qemu, stratified_sample, worker_logits
-from export.bundle import export_run
-from export.engines import set_executorch_threads
-from export.verify import Gate, compare, reference_batched
-from quant import onnx_int8
-from quant.weights import ProductRanges
-from export.runtime import Engine, load_bundle
-from trainer.checkpoint import load_model, resolve_model_dir
-from trainer.data import resolve_data_dir
-from trainer.fileio import write_json, write_text
-from trainer.host import cpu_model, int8_features
+from palkit.core.fileio import write_json, write_text
+from palkit.core.host import cpu_model, int8_features
+from palkit.core.options import resolve_data_dir
+from palkit.export.arch_check import host_python_under_qemu, stratified_sample, worker_logits
+from palkit.export.bundle import export_run
+from palkit.export.engines import set_executorch_threads
+from palkit.export.gate import Gate
+from palkit.export.gate_stats import compare
+from palkit.export.options import ExportOptions
+from palkit.export.runtime import Engine, load_bundle
+from palkit.export.verify import reference_batched
+from palkit.quant import onnx_int8
+from palkit.quant.weights import ProductRanges
+from palkit.trainer.checkpoint import load_model, resolve_model_dir
 
 CANDIDATES = {
     "8-bit activations, 8-bit weights (palkit before)": ProductRanges(255, 127),
@@ -55,8 +58,10 @@ def export_ranges(model_dir: Path, out: Path, ranges: ProductRanges) -> Path:
     real = onnx_int8.RANGES
     onnx_int8.RANGES = ranges
     try:
-        export_run(model_dir, out, target="onnx", quant="int8", data_dir=None, gate=OFF,
-                   overwrite=True, log=lambda *a: None)
+        export_run(model_dir, out,
+                   ExportOptions(target="onnx", quant="int8", data_dir=None, gate=OFF,
+                                 overwrite=True),
+                   log=lambda *a: None)
     finally:
         onnx_int8.RANGES = real
     return out
@@ -250,8 +255,10 @@ def main() -> None:
     a.work.mkdir(parents=True, exist_ok=True)
     print("ExecuTorch int8", flush=True)
     et = a.work / "executorch"
-    export_run(model_dir, et, target="executorch", quant="int8", data_dir=None, gate=OFF,
-               overwrite=True, log=lambda *x: None)
+    export_run(model_dir, et,
+               ExportOptions(target="executorch", quant="int8", data_dir=None, gate=OFF,
+                             overwrite=True),
+               log=lambda *x: None)
     max_len = load_bundle(et).manifest.tokenizer.max_length
     dev = gate_lab.split_inputs(model, tokenizer, data, "dev", max_len)
     refs = {t: reference_batched(model, t, enc) for t, (enc, _) in dev.items()}

@@ -31,11 +31,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer.checkpoint import TRUNK_WEIGHTS, read_training_state, separate_models
-from trainer.data import resolve_data_dir
-from trainer.fileio import write_json, write_text
-from trainer.host import machine_name
-from trainer.tasks import BUILTIN_TASKS
+from palkit.core.fileio import write_json, write_text
+from palkit.core.host import machine_name
+from palkit.core.options import resolve_data_dir
+from palkit.trainer.checkpoint import TRUNK_WEIGHTS, read_training_state, separate_models
+from palkit.trainer.tasks import BUILTIN_TASKS
 
 CLI = str(Path(__file__).resolve().parents[1] / "cli.py")
 LAUNCH_TASKS = ("sst", "quora", "sts")

@@ -16,11 +16,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bench.machine import host_machine
-from bench.native import measure_native
-from bench.scale import task_tensor_bytes
-from export.manifest import read_manifest
-from trainer.fileio import write_json, write_text
+from palkit.bench.machine import host_machine
+from palkit.bench.native import measure_native
+from palkit.bench.scale import task_tensor_bytes
+from palkit.core.fileio import write_json, write_text
+from palkit.export.manifest import read_manifest
 
 
 def measure(work: Path) -> dict[str, Any]:

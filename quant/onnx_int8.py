@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from quant.weights import ProductRanges, is_int8_table, quantize_rows
+from palkit.quant.weights import ProductRanges, is_int8_table, quantize_rows
 
 MS = "com.microsoft"
 # Full 8-bit activations and weights, with each two neighbouring weights of a column within

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from quant.weights import PLAIN
+from palkit.quant.weights import PLAIN
 
 # XNNPACK's qd8 x qc8w: activations in 255 steps, weights in [-127, 127] (XNNPACKQuantizer's
 # symmetric config). Its kernels multiply these exactly on every x86 and ARM64 path
@@ -30,7 +30,7 @@ def quantize_embeddings(module: nn.Module) -> None:
     from torchao.quantization import IntxWeightOnlyConfig, quantize_
     from torchao.quantization.granularity import PerAxis
 
-    from quant.weights import is_int8_table
+    from palkit.quant.weights import is_int8_table
 
     def int8(m: nn.Module, fqn: str) -> bool:
         return isinstance(m, nn.Embedding) and is_int8_table(fqn)
@@ -65,10 +65,12 @@ def quantize_linears_pt2e(ep: torch.export.ExportedProgram, calibration: list[tu
     """Dynamic int8 linears via pt2e (except FloatLinear ones: quant/mixed.py); returns the
     re-exported, converted program."""
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
-        XNNPACKQuantizer, get_symmetric_quantization_config)
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    from quant.mixed import FloatLinear
+    from palkit.quant.mixed import FloatLinear
 
     quantizer = XNNPACKQuantizer().set_global(
         get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True))

@@ -6,7 +6,7 @@ from typing import Annotated, Literal, Optional
 
 import typer
 
-from trainer.errors import PalkitError
+from palkit.core.errors import PalkitError
 
 app = typer.Typer()
 STUDIES = "Studies"
@@ -31,9 +31,9 @@ def study(
 ) -> None:
     """Train every run of a study file (each seed), score each on dev and test, and keep
     DIR/study.json current. Started again, it skips what is done and resumes what stopped."""
-    from studies.plan import plan_jobs, read_study
-    from studies.run import run_study
-    from trainer.data import resolve_data_dir
+    from palkit.core.options import resolve_data_dir
+    from palkit.studies.plan import plan_jobs, read_study
+    from palkit.studies.run import run_study
 
     if parallel < 1:
         raise PalkitError("--parallel must be at least 1")
@@ -56,8 +56,8 @@ def study_results(
 ) -> None:
     """Tabulate a study: per configuration, dev and test averages as mean ± sd over seeds, the
     dev average after every epoch, optimizer steps and training time."""
-    from studies.results import markdown_table, study_rows
-    from trainer.fileio import write_json
+    from palkit.core.fileio import write_json
+    from palkit.studies.results import markdown_table, study_rows
 
     if not (study_dir / "study.json").is_file():
         raise PalkitError(f"{study_dir}: no study.json; train it with `palkit study FILE --out "

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.config import TrainConfig, build_config
-from trainer.errors import PalkitError
+from palkit.core.errors import PalkitError
+from palkit.trainer.config import TrainConfig, build_config
 
 RUN_REFERENCE = "run:"
 

@@ -11,10 +11,10 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from trainer.checkpoint import read_json, read_metrics, separate_models
-from trainer.metrics import average_score
-from trainer.results import canonical_command, total_steps
-from trainer.tasks import resolve_tasks
+from palkit.trainer.checkpoint import read_json, read_metrics, separate_models
+from palkit.trainer.metrics import average_score
+from palkit.trainer.results import canonical_command, total_steps
+from palkit.trainer.tasks import resolve_tasks
 
 METRICS = ("sst_acc", "quora_acc", "quora_f1", "sts_pearson", "sts_spearman")
 

@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from studies.plan import Job
-from trainer.checkpoint import run_finished, write_run_config
-from trainer.fileio import write_json
-from ui.progress import say
+from palkit.core.fileio import write_json
+from palkit.studies.plan import Job
+from palkit.trainer.checkpoint import run_finished, write_run_config
+from palkit.ui.progress import say
 
-CLI = str(Path(__file__).resolve().parents[1] / "cli.py")
+CLI = ("-m", "palkit.cli")  # the installed palkit, wherever it is
 SPLITS = ("dev", "test")
 
 
@@ -34,10 +34,10 @@ def job_commands(job: Job) -> list[list[str]]:
     if job.trains and not run_finished(job.out):
         # A job killed at any point, even before its first checkpoint, continues from its run.
         resume = ["--resume"] if (job.out / "config.json").is_file() else []
-        commands.append([sys.executable, CLI, "train", "--config", str(config_file(job)),
+        commands.append([sys.executable, *CLI, "train", "--config", str(config_file(job)),
                          "--out", str(job.out), *resume])
     if job.score:
-        commands += [[sys.executable, CLI, "evaluate", str(job.out), "--split", split,
+        commands += [[sys.executable, *CLI, "evaluate", str(job.out), "--split", split,
                       "--data-dir", str(job.config.data_dir),
                       "--out", str(job.out / f"{split}.json")]
                      for split in SPLITS if not (job.out / f"{split}.json").is_file()]

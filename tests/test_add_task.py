@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-import cli
-from trainer.checkpoint import CheckpointError, load_model, sha256_file
-from trainer.data import DataError
+from palkit import cli
+from palkit.core.errors import DataError
+from palkit.trainer.checkpoint import CheckpointError, load_model, sha256_file
 
 
 @pytest.fixture()
@@ -57,7 +57,7 @@ def test_existing_task_name_is_refused_and_nothing_changes(run_copy: Path, tiny_
 
 
 def test_data_file_of_the_wrong_kind_is_refused(run_copy: Path, tiny_data: Path):
-    from trainer.add_task import add_task, task_from_options
+    from palkit.trainer.add_task import add_task, task_from_options
     spec = task_from_options("pairs", None, {
         "kind": "pair_classification", "text_columns": ["sentence1", "sentence2"],
         "label_column": "is_duplicate", "labels": ["no", "yes"],
@@ -78,7 +78,7 @@ def test_adapter_from_another_trunk_is_refused(run_copy: Path):
 
 
 def test_results_quote_the_add_task_command(run_copy: Path, tiny_data: Path):
-    from trainer.results import canonical_command
+    from palkit.trainer.results import canonical_command
     assert cli.main(["add-task", str(run_copy), "--task", "cfimdb", "--data-dir", str(tiny_data),
                      "--epochs", "1", "--steps-per-epoch", "2"]) == 0
     cfg = json.loads((run_copy / "added" / "cfimdb" / "config.json").read_text())
@@ -96,7 +96,7 @@ def test_results_quote_the_add_task_command(run_copy: Path, tiny_data: Path):
     ("shared", "pal", "4,5", ("pals", "4,5")),
 ])
 def test_a_later_task_chooses_its_own_adapter(run_mode, adapter, layers, expected):
-    from trainer.add_task import adapter_options
+    from palkit.trainer.add_task import adapter_options
     chosen = adapter_options({"mode": run_mode, "pal_layers": "top"}, adapter, layers)
     assert (chosen["mode"], chosen["pal_layers"]) == expected
 
@@ -106,8 +106,8 @@ def test_a_later_task_chooses_its_own_adapter(run_mode, adapter, layers, expecte
     ("pals", "head", "--adapter head has none"),
 ])
 def test_pal_layers_without_pals_is_refused(run_mode, adapter, message):
-    from trainer.add_task import adapter_options
-    from trainer.errors import ConfigError
+    from palkit.core.errors import ConfigError
+    from palkit.trainer.add_task import adapter_options
     with pytest.raises(ConfigError, match=message):
         adapter_options({"mode": run_mode, "pal_layers": "all"}, adapter, "top-1")
 
@@ -166,15 +166,18 @@ def test_pal_of_another_width_is_refused_on_load(hybrid_run: Path, tmp_path: Pat
 
 def hybrid_reference(model, task: str, ids, mask, types):
     import torch
-    from export.programs import reference_outputs
+
+    from palkit.export.programs import reference_outputs
     return reference_outputs(model, task, *(torch.from_numpy(x) for x in (ids, mask, types)))[0]
 
 
 def test_hybrid_executorch_bundle_matches_pytorch(hybrid_run: Path, hybrid_bundle: Path,
                                                   tiny_data: Path, tmp_path: Path):
     import numpy as np
-    from export.bundle import export_run
-    from export.runtime import Engine, load_bundle
+
+    from palkit.export.bundle import export_run
+    from palkit.export.options import ExportOptions
+    from palkit.export.runtime import Engine, load_bundle
 
     out, tasks = hybrid_bundle, ["sst", "quora", "cfimdb", "dup", "para"]
     m = json.loads((out / "manifest.json").read_text())
@@ -203,21 +206,26 @@ def test_hybrid_executorch_bundle_matches_pytorch(hybrid_run: Path, hybrid_bundl
     assert verify["passed"]
     # the same run exported again: the same bytes
     again = tmp_path / "again"
-    export_run(hybrid_run, again, target="executorch", quant="fp32", tasks=tasks,
-               data_dir=tiny_data, **QUIET)
+    export_run(hybrid_run, again,
+               ExportOptions(target="executorch", quant="fp32", tasks=tasks, data_dir=tiny_data),
+               **QUIET)
     assert (again / "manifest.json").read_bytes() == (out / "manifest.json").read_bytes()
 
 
 def test_a_later_task_of_a_known_placement_needs_no_lowering(hybrid_run: Path, tiny_data: Path,
                                                              tmp_path: Path, monkeypatch):
     import numpy as np
-    from export import executorch_export
-    from export.bundle import ExportError, add_adapter, export_run
-    from export.runtime import Engine, load_bundle
+
+    from palkit.export import executorch_export
+    from palkit.export.bundle import ExportError, add_adapter, export_run
+    from palkit.export.options import ExportOptions
+    from palkit.export.runtime import Engine, load_bundle
 
     out = tmp_path / "bundle"
-    export_run(hybrid_run, out, target="android", quant="fp32", onnx=False,
-               tasks=["sst", "cfimdb"], data_dir=tiny_data, **QUIET)
+    export_run(hybrid_run, out,
+               ExportOptions(target="android", quant="fp32", onnx=False, tasks=["sst", "cfimdb"],
+                             data_dir=tiny_data),
+               **QUIET)
     program = sha256_file(out / "executorch" / "trunk.pte")
 
     def no_lowering(*args, **kwargs):
@@ -261,9 +269,9 @@ def test_add_task_skips_a_malformed_row_as_training_does(run_copy: Path, tiny_da
 def test_typed_options_reach_the_new_tasks_config(run_copy: Path, tiny_data: Path):
     """A later task's placement and training options travel as AddTaskOptions into its run's
     config; what is left None comes from the run (shape, seed) or add-task's defaults (lr)."""
-    from trainer.add_task import ADD_TASK_DEFAULTS, AddTaskOptions, task_run_config
-    from trainer.checkpoint import read_run_config
-    from trainer.tasks import BUILTIN_TASKS
+    from palkit.trainer.add_task import ADD_TASK_DEFAULTS, AddTaskOptions, task_run_config
+    from palkit.trainer.checkpoint import read_run_config
+    from palkit.trainer.tasks import BUILTIN_TASKS
 
     run_cfg = read_run_config(run_copy)
     options = AddTaskOptions(adapter="pal", pal_layers="top-1", epochs=2, batch_size=4)

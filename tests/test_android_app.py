@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -22,25 +21,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import HANG_GUARD_S
+from testing_utils import ANDROID_DEMO, HANG_GUARD_S, REPO, jdk_tool
 
-ROOT = Path(__file__).resolve().parents[1]
-ANDROID_DEMO = ROOT / "android_demo"
 CORE = ANDROID_DEMO / "core/src/main/java"
 APP = ANDROID_DEMO / "app"
 CMAKE_SOURCE = APP / "src/main/cpp"
 EXECUTORCH_SOURCE_ENV = "PALKIT_EXECUTORCH_SOURCE"
 
 
-def _tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        pytest.skip(f"`{name}` not found on PATH")
-    return path
-
-
 def test_runtime_version_differences_are_worded_for_the_screen(tmp_path):
-    javac, java = _tool("javac"), _tool("java")
+    javac, java = jdk_tool("javac"), jdk_tool("java")
     sources = [*map(str, CORE.rglob("*.java")),
                str(APP / "src/main/java/io/palkit/demo/runtime/RuntimeVersions.java"),
                str(APP / "src/test/java/io/palkit/demo/runtime/RuntimeVersionsTest.java")]
@@ -58,13 +48,13 @@ def test_version_catalog_follows_the_exporters_pins():
     major.minor (Maven lacks some patch releases: libs.versions.toml says which and why)."""
     catalog = tomllib.loads((ANDROID_DEMO / "gradle/libs.versions.toml").read_text())["versions"]
     pins = dict(re.findall(r'"(executorch|onnxruntime)==([^"]+)"',
-                           (ROOT / "pyproject.toml").read_text()))
+                           (REPO / "pyproject.toml").read_text()))
     assert catalog["executorch"] == pins["executorch"]
     assert catalog["onnxruntime"].split(".")[:2] == pins["onnxruntime"].split(".")[:2]
 
 
 def configure(build: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([_tool("cmake"), "-S", str(CMAKE_SOURCE), "-B", str(build), *args],
+    return subprocess.run([jdk_tool("cmake"), "-S", str(CMAKE_SOURCE), "-B", str(build), *args],
                           capture_output=True, text=True, timeout=HANG_GUARD_S)
 
 

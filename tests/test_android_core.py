@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import HANG_GUARD_S
+from testing_utils import ANDROID_DEMO, HANG_GUARD_S, jdk_tool
 
-ANDROID_DEMO = Path(__file__).resolve().parents[1] / "android_demo"
 CORE = ANDROID_DEMO / "core"
 GOLDEN = CORE / "src/test/resources/tokenizer_golden.json"
 CHAR_TABLES = CORE / "src/main/java/io/palkit/core/tokenizer/BertCharTables.java"
@@ -33,36 +32,16 @@ def _load_tool(name: str):
     return module
 
 
-def _jdk_tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        pytest.skip(f"`{name}` not found on PATH: the Android core tests need a JDK (17+), "
-                    "e.g. `apt-get install openjdk-17-jdk-headless`")
-    return path
-
-
 def test_without_a_jdk_the_java_tests_skip_with_the_reason(monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda name: None)
     with pytest.raises(pytest.skip.Exception, match="need a JDK"):
-        _jdk_tool("javac")
-
-
-@pytest.fixture(scope="module")
-def core_classes(tmp_path_factory) -> Path:
-    """android_demo/core (main and test sources, the fuzzer included) compiled once."""
-    javac = _jdk_tool("javac")
-    sources = sorted(str(p) for p in CORE.glob("src/*/java/**/*.java"))
-    classes = tmp_path_factory.mktemp("core-classes")
-    compiled = subprocess.run([javac, "-encoding", "UTF-8", "-d", str(classes), *sources],
-                              capture_output=True, text=True, timeout=HANG_GUARD_S)
-    assert compiled.returncode == 0, f"javac failed:\n{compiled.stdout}{compiled.stderr}"
-    return classes
+        jdk_tool("javac")
 
 
 def _java(classes: Path, main: str, *args: str) -> subprocess.CompletedProcess:
     vocab = _load_tool("make_golden").model_dir() / "vocab.txt"
     return subprocess.run(
-        [_jdk_tool("java"), "-Xmx512m", f"-Dpalkit.golden={GOLDEN}", f"-Dpalkit.vocab={vocab}",
+        [jdk_tool("java"), "-Xmx512m", f"-Dpalkit.golden={GOLDEN}", f"-Dpalkit.vocab={vocab}",
          f"-Dpalkit.signing={SIGNING}", "-cp", str(classes), main, *args],
         capture_output=True, text=True, timeout=HANG_GUARD_S)
 

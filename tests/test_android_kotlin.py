@@ -1,6 +1,6 @@
 """The app's Kotlin, compiled here: every file that needs no Jetpack Compose, with kotlinc at the
 app's Kotlin version, against the compiled core, a BuildConfig generated as the Gradle file would,
-and stubs of the Android and ONNX Runtime classes it calls (android_demo/host/kotlin_check.py,
+and stubs of the Android and ONNX Runtime classes it calls (android_demo/tools/kotlin_check.py,
 android_demo/host/stubs). Skipped, with the reason and the install command, without kotlinc.
 The Compose screens (MainActivity, ui/) need androidx from Google's Maven: not compiled here.
 """
@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-KOTLIN_CHECK = Path(__file__).resolve().parents[1] / "android_demo/host/kotlin_check.py"
+from testing_utils import REPO
+
+KOTLIN_CHECK = REPO / "android_demo/tools/kotlin_check.py"
 
 
 def _load():
@@ -44,7 +46,7 @@ def test_without_kotlinc_the_reason_names_the_install_command(monkeypatch):
 
 
 def test_ci_installs_the_apps_kotlin_version():
-    ci = (Path(__file__).resolve().parents[1] / ".ci/run").read_text()
+    ci = (REPO / ".ci/run").read_text()
     version = kotlin_check.app_kotlin_version()
     assert f"--prefix android_demo/build/kotlin kotlin-compiler@{version}" in ci
 

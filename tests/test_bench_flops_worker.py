@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.flops import model_flops
-from tests.conftest import HANG_GUARD_S
+from palkit.bench.flops import model_flops
+from testing_utils import HANG_GUARD_S
 
 BERT = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
         "num_attention_heads": 4}
@@ -38,10 +38,10 @@ def test_flops_hand_count_pals_and_all_tasks():
 def test_flops_match_torch_flop_counter_on_a_tiny_palbert(tiny_bert: Path):
     from torch.utils.flop_counter import FlopCounterMode
 
-    from trainer.checkpoint import load_trunk
-    from trainer.model import PalBert, PalConfig
-    from trainer.placement import pal_layer_indices
-    from trainer.tasks import BUILTIN_TASKS
+    from palkit.trainer.checkpoint import load_trunk
+    from palkit.trainer.model import PalBert, PalConfig
+    from palkit.trainer.placement import pal_layer_indices
+    from palkit.trainer.tasks import BUILTIN_TASKS
 
     trunk, _ = load_trunk(tiny_bert)
     cfg = trunk.config
@@ -65,14 +65,15 @@ def test_flops_match_torch_flop_counter_on_a_tiny_palbert(tiny_bert: Path):
 @pytest.fixture(scope="session")
 def tiny_separate_run(tmp_path_factory, tiny_bert: Path, tiny_data: Path) -> Path:
     from conftest import tiny_config
-    from trainer.train import train
+
+    from palkit.trainer.train import train
     out = tmp_path_factory.mktemp("runs") / "separate"
     return train(tiny_config(tiny_bert, tiny_data, out, mode="separate", epochs=1))
 
 
 def test_worker_runs_a_tiny_ort_peer_in_a_fresh_process(tiny_separate_run: Path, tmp_path: Path):
-    from bench.peers import build_ort_int8
-    from bench.run import run_worker
+    from palkit.bench.peers import build_ort_int8
+    from palkit.bench.run import run_worker
 
     src = build_ort_int8(tiny_separate_run / "models" / "sst", tmp_path / "peer")
     assert src["fused"].get("Attention") == 2  # the BERT fusion found both layers
@@ -95,8 +96,9 @@ def test_worker_runs_a_tiny_ort_peer_in_a_fresh_process(tiny_separate_run: Path,
 def test_bench_end_to_end_on_tiny_peers_writes_a_valid_file(tiny_separate_run: Path,
                                                             tiny_data: Path, tmp_path: Path,
                                                             capsys):
-    from bench.run import BenchOptions, LatencyBudget, bench
-    from bench.schema import load_bench_file
+    from palkit.bench.options import BenchOptions, LatencyBudget
+    from palkit.bench.run import bench
+    from palkit.bench.schema import load_bench_file
 
     out = tmp_path / "bench.json"
     bench([], [tiny_separate_run], out, BenchOptions(
@@ -161,10 +163,10 @@ def _models_that_evict_each_other(names: list[str], clock: FakeClock) -> dict:
 def test_timing_in_blocks_keeps_out_the_call_that_refills_the_caches(monkeypatch):
     from statistics import median
 
-    import bench.worker
-    from bench.worker import time_interleaved
+    from palkit.bench import worker
+    from palkit.bench.worker import time_interleaved
     clock = FakeClock()
-    monkeypatch.setattr(bench.worker, "time", clock)
+    monkeypatch.setattr(worker, "time", clock)
     names = ["sst", "quora", "sts"]
     one_by_one = time_interleaved(_models_that_evict_each_other(names, clock), 0, 6, 0.0, 5.0)
     blocks = time_interleaved(_models_that_evict_each_other(names, clock), 0, 6, 0.0, 5.0,
@@ -175,7 +177,7 @@ def test_timing_in_blocks_keeps_out_the_call_that_refills_the_caches(monkeypatch
 
 
 def test_merged_rounds_take_medians_and_keep_what_each_round_saw():
-    from bench.run import merge_rounds
+    from palkit.bench.run import merge_rounds
 
     def row(p50, runs, load, error=None):
         ok = p50 is not None

@@ -7,10 +7,10 @@ import json
 import pytest
 import torch
 
-from bench.run import LatencyBudget
-from bench.scale import QUANTITIES, ScaleOptions, add_synthetic_tasks, scale
-from tests.conftest import HANG_GUARD_S
-from trainer.checkpoint import load_model, resolve_model_dir
+from palkit.bench.options import LatencyBudget
+from palkit.bench.scale import QUANTITIES, ScaleOptions, add_synthetic_tasks, scale
+from palkit.trainer.checkpoint import load_model, resolve_model_dir
+from testing_utils import HANG_GUARD_S
 
 
 def test_synthetic_tasks_copy_the_runs_tasks_with_different_weights(tiny_pal_run):

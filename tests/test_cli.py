@@ -13,12 +13,11 @@ from pathlib import Path
 import pytest
 import typer
 
-import cli
-from bench.commands import DEFAULT_BENCH_OUT, DEFAULT_REPORT_OUT
-from tests.conftest import HANG_GUARD_S
-from trainer.config import TrainConfig, config_fields, field_default
-
-REPO = Path(__file__).resolve().parents[1]
+from palkit import cli
+from palkit.bench.options import DEFAULT_BENCH_OUT
+from palkit.report.commands import DEFAULT_REPORT_OUT
+from palkit.trainer.config import TrainConfig, config_fields, field_default
+from testing_utils import HANG_GUARD_S, REPO
 
 
 def _command(name: str):
@@ -56,9 +55,9 @@ def _changed_value(f, tmp_path: Path, data: Path):
 @pytest.fixture
 def captured_config(monkeypatch, tmp_path):
     """Replace the training loop: `palkit train` then only builds and records its config."""
-    import trainer.train
+    from palkit.trainer import train
     seen: list[TrainConfig] = []
-    monkeypatch.setattr(trainer.train, "train", lambda cfg, resume=False: seen.append(cfg) or
+    monkeypatch.setattr(train, "train", lambda cfg, resume=False: seen.append(cfg) or
                         tmp_path)
     return seen
 
@@ -85,7 +84,8 @@ def test_every_training_field_is_a_flag_and_a_config_key(captured_config, tiny_d
 
 
 def test_help_and_version_do_not_import_torch():
-    code = ("import sys, cli; cli.main(['--help']); cli.main(['train', '--help']); "
+    code = ("import sys; from palkit import cli; cli.main(['--help']); "
+            "cli.main(['train', '--help']); "
             "cli.main(['--version']); print(sorted(m for m in ('torch', 'transformers', "
             "'executorch', 'onnxruntime') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
@@ -97,14 +97,14 @@ def test_help_and_version_do_not_import_torch():
 
 def test_known_failures_are_one_line_and_unknown_ones_keep_their_traceback(
         captured_config, monkeypatch, tiny_data, capsys):
-    import trainer.train
+    from palkit.trainer import train
     assert cli.main(["train", "--tasks", "sst,nope", "--data-dir", str(tiny_data)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: unknown task 'nope'") and err.count("\n") == 1
 
     def broken(cfg, resume=False):
         raise RuntimeError("a bug, not bad input")
-    monkeypatch.setattr(trainer.train, "train", broken)
+    monkeypatch.setattr(train, "train", broken)
     with pytest.raises(RuntimeError, match="a bug"):
         cli.main(["train", "--data-dir", str(tiny_data)])
 
@@ -125,9 +125,35 @@ def test_default_outputs_are_git_ignored_never_the_committed_reports():
 def test_console_script_is_declared():
     import tomllib
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    assert project["scripts"]["palkit"] == "cli:entry_point"
+    assert project["scripts"]["palkit"] == "palkit.cli:entry_point"
     assert callable(cli.entry_point)
 
+
+
+def test_export_bench_and_verify_arch_flags_default_to_their_dataclasses(monkeypatch, tmp_path):
+    """Each default is defined once, in the options dataclass: `palkit export` and `palkit bench`
+    given no flags hand their work exactly the dataclass's defaults (a signature that drifts from
+    its dataclass fails here), and verify-arch's --max-drop is the gate's."""
+    from palkit.bench import run as bench_run
+    from palkit.bench.options import BenchOptions
+    from palkit.export import bundle
+    from palkit.export.gate import Gate
+    from palkit.export.options import ExportOptions
+
+    seen = {}
+    monkeypatch.setattr(bundle, "export_run",
+                        lambda run, out, opts: seen.update(export=opts) or [])
+    monkeypatch.setattr(bench_run, "bench",
+                        lambda bundles, runs, out, opts: seen.update(bench=opts) or {"notes": []})
+    data = tmp_path / "data"
+    data.mkdir()
+    assert cli.main(["export", str(tmp_path), "--out", str(tmp_path / "b"), "--data-dir",
+                     str(data)]) == 0
+    assert seen["export"] == ExportOptions(data_dir=data)
+    assert cli.main(["bench", str(tmp_path), "--data-dir", str(data)]) == 0
+    assert seen["bench"] == BenchOptions(data_dir=data)
+    flags = {p.name: p for p in _command("verify-arch").params}
+    assert flags["max_drop"].default == Gate().max_drop
 
 # --- commands on a real (tiny) bundle ------------------------------------------------------
 
@@ -192,7 +218,7 @@ def test_input_mistakes_fail_before_any_runtime_is_imported(et_bundle, tmp_path)
     calls += [(["predict", str(et_bundle) + "x", "--task", "sst", "a"], "manifest.json: not "
                "found"), (["predict", str(tmp_path / "not-a-bundle"), "--all", "a"],
                           "manifest.json: not found")]
-    code = ("import contextlib, io, json, sys, cli\n"
+    code = ("import contextlib, io, json, sys\nfrom palkit import cli\n"
             "out = []\n"
             f"for argv in {[argv for argv, _ in calls]!r}:\n"
             "    err = io.StringIO()\n"
@@ -212,7 +238,7 @@ def test_input_mistakes_fail_before_any_runtime_is_imported(et_bundle, tmp_path)
 
 
 def test_typed_lines_one_rule_for_predict_and_demo():
-    from export.inputs import InputError, check_texts, split_line
+    from palkit.export.inputs import InputError, check_texts, split_line
     assert split_line("a ||| b", "line 1") == check_texts(["a", "b"])
     assert split_line(" just one ", "line 1").second is None
     with pytest.raises(InputError, match=r"^line 4: 3 texts separated by '\|\|\|'"):
@@ -281,7 +307,7 @@ def test_keygen_sign_verify_and_trusted_loading(et_bundle, tiny_data, tmp_path, 
                                                 monkeypatch):
     import shutil
 
-    from export.signing import TRUST_KEY_ENV, sign_bundle
+    from palkit.export.signing import TRUST_KEY_ENV, sign_bundle
     monkeypatch.delenv(TRUST_KEY_ENV, raising=False)  # the key travels as a value, not by env
     assert cli.main(["keygen", str(tmp_path / "keys")]) == 0
     private, public = tmp_path / "keys" / "palkit.key.pem", tmp_path / "keys" / "palkit.pub.pem"
@@ -332,7 +358,7 @@ def test_help_says_what_options_are_without_type_noise(capsys, monkeypatch):
 
 
 def test_evaluate_table_keeps_the_average_in_its_own_column(capsys):
-    from ui.tables import metrics_table
+    from palkit.ui.tables import metrics_table
     metrics_table({"tasks": ["sst", "sts"], "sst_acc": 0.4123, "sts_pearson": 0.7712,
                    "sts_spearman": 0.7791, "avg": 0.6939}, "dev")
     rows = [[c.strip() for c in line.replace("┃", "│").split("│")[1:-1]]
@@ -345,8 +371,8 @@ def test_evaluate_table_keeps_the_average_in_its_own_column(capsys):
 
 def test_training_reports_dev_scores_in_points(tiny_bert, tiny_data, tmp_path, capsys):
     """Points (69.39), as evaluate and results print them, not fractions (0.6939)."""
-    from tests.conftest import tiny_config
-    from trainer.train import train
+    from palkit.trainer.train import train
+    from testing_utils import tiny_config
     run = train(tiny_config(tiny_bert, tiny_data, tmp_path / "run", epochs=1))
     err = capsys.readouterr().err
     dev = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])["dev"]
@@ -355,7 +381,7 @@ def test_training_reports_dev_scores_in_points(tiny_bert, tiny_data, tmp_path, c
 
 
 def test_export_summary_shows_the_gated_metric_change():
-    from export.commands import verified_change
+    from palkit.export.commands import verified_change
     scored = {"agreement": 0.989, "max_abs_diff": 0.1, "metric": "sst_acc", "metric_change": 0.18,
               "metric_change_interval": [-0.36, 0.73]}
     assert verified_change(scored) == "sst_acc +0.18 points [-0.36, +0.73], agreement 0.989"
@@ -364,7 +390,7 @@ def test_export_summary_shows_the_gated_metric_change():
 
 
 def test_report_prints_the_comparison_with_separate_models(capsys):
-    from ui.tables import comparison_table
+    from palkit.ui.tables import comparison_table
     latency = {"task:sst t1 s128": 1.2, "task:sts t1 s128": 1.4, "all_tasks t1 s128": 0.7}
     comparison_table({"pairwise": [
         {"pal": "default/executorch", "other": "default/onnxruntime", "other_role": "pal",
@@ -379,7 +405,7 @@ def test_report_prints_the_comparison_with_separate_models(capsys):
 
 
 def test_report_prints_every_bundle_on_the_phones_runtime_against_the_separate_models(capsys):
-    from ui.tables import comparison_table
+    from palkit.ui.tables import comparison_table
     latency = {"task:sst t1 s128": 0.9, "all_tasks t1 s128": 0.3}
     comparison_table({"pairwise": [
         {"pal": p, "other": "separate/executorch/int8", "other_role": "separate",
@@ -390,7 +416,7 @@ def test_report_prints_every_bundle_on_the_phones_runtime_against_the_separate_m
 
 
 def test_quiet_silences_the_peers_tracer_notes_and_keeps_other_warnings(monkeypatch):
-    from ui import quiet
+    from palkit.ui import quiet
 
     for key in (quiet.VERBOSE_ENV, *quiet.QUIET_ENVIRONMENT):  # restored afterwards
         monkeypatch.setenv(key, "")

@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from trainer.data import DataError, collate, encode, read_examples, resolve_data_dir
-from trainer.tasks import BUILTIN_TASKS, TaskSpec, resolve_tasks
+from palkit.core.errors import DataError
+from palkit.core.options import resolve_data_dir
+from palkit.trainer.data import collate, encode, read_examples
+from palkit.trainer.tasks import BUILTIN_TASKS, TaskSpec, resolve_tasks
 
 SST = BUILTIN_TASKS["sst"]
 STS = BUILTIN_TASKS["sts"]
@@ -123,8 +125,8 @@ BOM = "\ufeff"
 def test_a_byte_order_mark_reads_as_none(tmp_path: Path):
     """Excel's "CSV UTF-8" and Windows editors start files with U+FEFF: data files, task files
     and config files read the same with it as without it."""
-    from trainer.add_task import task_from_options
-    from trainer.config import build_config
+    from palkit.trainer.add_task import task_from_options
+    from palkit.trainer.config import build_config
 
     body = "sentence1\tsentence2\tsimilarity\nA man plays.\tA man is playing.\t4.2\n"
     write(tmp_path, "sts/sts-train.csv", BOM + body)

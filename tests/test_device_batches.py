@@ -7,13 +7,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import trainer.train as tt
-from tests.conftest import tiny_config
-from tests.test_train import tensors_of
-from trainer.data import collate
-from trainer.sampling import TaskStream
-from trainer.step import width_for
-from trainer.train import Dist, Run, train
+import palkit.trainer.train as tt
+from palkit.trainer.data import collate
+from palkit.trainer.sampling import TaskStream
+from palkit.trainer.step import width_for
+from palkit.trainer.train import Dist, Run, train
+from testing_utils import tensors_of, tiny_config
 
 BATCHES = 30    # 30 batches of 8 over 48 rows per task: five passes, batches straddling them
 

@@ -9,12 +9,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.conftest import tiny_config
-from trainer.config import TrainConfig
-from trainer.distill import DistillError, distill_loss, teacher_weight
-from trainer.model import regression_score
-from trainer.tasks import resolve_tasks
-from trainer.train import train
+from palkit.trainer.config import TrainConfig
+from palkit.trainer.distill import DistillError, distill_loss, teacher_weight
+from palkit.trainer.model import regression_score
+from palkit.trainer.tasks import resolve_tasks
+from palkit.trainer.train import train
+from testing_utils import tiny_config
 
 SST, QUORA, STS = resolve_tasks(["sst", "quora", "sts"], [])
 
@@ -69,7 +69,7 @@ def tiny_teachers(tmp_path_factory, tiny_bert: Path, tiny_data: Path) -> Path:
 
 def test_distilled_run_anneals_the_teacher_over_the_joint_phase(tmp_path, tiny_bert, tiny_data,
                                                                tiny_teachers, monkeypatch):
-    import trainer.train as tt
+    import palkit.trainer.train as tt
     seen: list[tuple[str, float]] = []
     real = tt.distill_loss
 

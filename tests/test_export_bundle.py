@@ -17,13 +17,15 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from export.bundle import export_run, add_adapter, ExportError
-from export.engines import executorch_lib
-from export.manifest import read_manifest
-from export.inputs import Texts
-from export.programs import reference_outputs
-from export.runtime import BundleError, Engine, load_bundle
-from trainer.checkpoint import load_model, resolve_model_dir, sha256_file
+from palkit.export.bundle import ExportError, add_adapter, export_run
+from palkit.export.engines import executorch_lib
+from palkit.export.inputs import Texts
+from palkit.export.manifest import read_manifest
+from palkit.export.options import ExportOptions
+from palkit.export.programs import reference_outputs
+from palkit.export.runtime import BundleError, Engine, load_bundle
+from palkit.trainer.checkpoint import load_model, resolve_model_dir, sha256_file
+from testing_utils import REPO
 
 QUIET = dict(log=lambda *a: None)
 
@@ -34,17 +36,11 @@ def files_of(folder: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="module")
-def onnx_fp32(tiny_pal_run, tiny_data, tmp_path_factory):
-    out = tmp_path_factory.mktemp("b") / "onnx-fp32"
-    export_run(tiny_pal_run, out, target="onnx", quant="fp32", data_dir=tiny_data, **QUIET)
-    return out
-
-
-@pytest.fixture(scope="module")
 def android_int8(tiny_pal_run, tiny_data, tmp_path_factory):
     out = tmp_path_factory.mktemp("b") / "android-int8"
-    export_run(tiny_pal_run, out, target="android", quant="int8", tasks=["quora"],
-               data_dir=tiny_data, **QUIET)
+    export_run(tiny_pal_run, out,
+               ExportOptions(target="android", quant="int8", tasks=["quora"], data_dir=tiny_data),
+               **QUIET)
     return out
 
 
@@ -197,7 +193,8 @@ def test_trunk_stored_once_and_adapters_small(onnx_fp32):
 
 def test_reexport_is_byte_identical(onnx_fp32, tiny_pal_run, tiny_data, tmp_path):
     again = tmp_path / "again"
-    export_run(tiny_pal_run, again, target="onnx", quant="fp32", data_dir=tiny_data, **QUIET)
+    export_run(tiny_pal_run, again,
+               ExportOptions(target="onnx", quant="fp32", data_dir=tiny_data), **QUIET)
     assert files_of(again) == files_of(onnx_fp32)
 
 
@@ -205,15 +202,17 @@ def test_reexport_is_byte_identical(onnx_fp32, tiny_pal_run, tiny_data, tmp_path
 def test_executorch_fp32_reexport_is_byte_identical(et_fp32, tiny_pal_run, tiny_data, tmp_path):
     # the programs, their trunk data and every task's weights file, bit for bit
     again = tmp_path / "again"
-    export_run(tiny_pal_run, again, target="android", quant="fp32", tasks=["sst", "sts"],
-               data_dir=tiny_data, **QUIET)
+    export_run(tiny_pal_run, again,
+               ExportOptions(target="android", quant="fp32", tasks=["sst", "sts"],
+                             data_dir=tiny_data),
+               **QUIET)
     assert files_of(again) == files_of(et_fp32)
 
 
 @pytest.mark.slow
 def test_executorch_add_task_writes_weights_without_lowering(android_int8, tiny_pal_run,
                                                              tiny_data, tmp_path, monkeypatch):
-    import export.executorch_export as et_export
+    import palkit.export.executorch_export as et_export
 
     def no_lowering(*args, **kwargs):
         raise AssertionError("add-task must not lower a program")
@@ -242,7 +241,8 @@ def test_executorch_add_task_writes_weights_without_lowering(android_int8, tiny_
 
 def test_adapter_from_another_trunk_is_refused(onnx_fp32, tiny_bert, tiny_data, tmp_path):
     from conftest import make_tiny_bert, tiny_config
-    from trainer.train import train
+
+    from palkit.trainer.train import train
     other = train(tiny_config(make_tiny_bert(tmp_path / "bert2", seed=1), tiny_data,
                               tmp_path / "other", epochs=1, steps_per_epoch=1))
     bundle = tmp_path / "b"
@@ -338,17 +338,19 @@ def test_refuses_task_from_another_trunk(copy_of):
 
 def test_export_refuses_an_existing_folder_without_overwrite(onnx_fp32, tiny_pal_run, tmp_path):
     with pytest.raises(ExportError) as e:
-        export_run(tiny_pal_run, onnx_fp32, target="onnx", quant="fp32", **QUIET)
+        export_run(tiny_pal_run, onnx_fp32, ExportOptions(target="onnx", quant="fp32"), **QUIET)
     assert one_line(e) == f"{onnx_fp32} exists; pass --overwrite to replace it"
     (tmp_path / "notes").mkdir()
     with pytest.raises(ExportError, match="exists and is not a bundle"):
-        export_run(tiny_pal_run, tmp_path / "notes", target="onnx", overwrite=True, **QUIET)
+        export_run(tiny_pal_run, tmp_path / "notes", ExportOptions(target="onnx", overwrite=True),
+                   **QUIET)
 
 
 def test_export_of_an_unknown_task_lists_the_runs_tasks(tiny_pal_run, tmp_path):
-    from trainer.errors import PalkitError
+    from palkit.core.errors import PalkitError
     with pytest.raises(PalkitError) as e:
-        export_run(tiny_pal_run, tmp_path / "b", target="onnx", tasks=["nope"], **QUIET)
+        export_run(tiny_pal_run, tmp_path / "b", ExportOptions(target="onnx", tasks=["nope"]),
+                   **QUIET)
     assert "no task 'nope' (it has: quora, sst, sts)" in one_line(e)
     assert not (tmp_path / "b").exists()
 
@@ -427,7 +429,8 @@ def test_concurrent_predictions(onnx_fp32):
 
 def test_cli_predict_and_demo(onnx_fp32, capsys, monkeypatch):
     import io
-    import cli
+
+    from palkit import cli
     assert cli.main(["predict", str(onnx_fp32), "--task", "sst", "a good film",
                      "--runtime", "onnxruntime"]) == 0
     assert "sst" in capsys.readouterr().out
@@ -439,8 +442,8 @@ def test_cli_predict_and_demo(onnx_fp32, capsys, monkeypatch):
 
 
 def test_evaluate_bundle(onnx_fp32, tiny_data, tiny_pal_run):
-    from export.evaluate import evaluate_bundle
-    from trainer.evaluate import evaluate_model_dir
+    from palkit.export.evaluate import evaluate_bundle
+    from palkit.trainer.evaluate import evaluate_model_dir
     got = evaluate_bundle(onnx_fp32, tiny_data, "dev", max_examples=16)
     ref = evaluate_model_dir(resolve_model_dir(tiny_pal_run), tiny_data, "dev", 128,
                              max_examples=16)
@@ -472,7 +475,7 @@ MISSING = object()
 
 @pytest.mark.slow
 def test_exporter_writes_every_key_the_android_app_reads(android_int8):
-    keys = json.loads((Path(__file__).resolve().parents[1] / "android_demo" /
+    keys = json.loads((REPO / "android_demo" /
                        "manifest_keys.json").read_text())
     manifest = read_manifest(android_int8).to_dict()     # what the typed manifest writes
     for key in keys["required"] + keys["optional"]:
@@ -504,7 +507,7 @@ def test_runtime_tokenizer_matches_the_trunk_tokenizer(onnx_fp32, tiny_pal_run, 
 
 
 def test_non_utf8_input_is_refused_in_one_line(onnx_fp32, capsys):
-    import cli
+    from palkit import cli
     engine = Engine(load_bundle(onnx_fp32), "onnxruntime")
     undecodable = b"caf\xe9 film".decode("utf-8", "surrogateescape")  # how argv carries it
     with pytest.raises(BundleError, match=r"not valid UTF-8 \(at character 3\)"):
@@ -515,7 +518,7 @@ def test_non_utf8_input_is_refused_in_one_line(onnx_fp32, capsys):
 
 def test_crash_during_export_leaves_no_half_bundle(onnx_fp32, tiny_pal_run, tiny_data,
                                                     tmp_path, monkeypatch):
-    import export.onnx_export as onnx_export
+    import palkit.export.onnx_export as onnx_export
     out = tmp_path / "bundle"
     shutil.copytree(onnx_fp32, out)
     before = files_of(out)
@@ -525,8 +528,9 @@ def test_crash_during_export_leaves_no_half_bundle(onnx_fp32, tiny_pal_run, tiny
 
     monkeypatch.setattr(onnx_export, "write_adapter", crash)
     with pytest.raises(OSError, match="No space left"):
-        export_run(tiny_pal_run, out, target="onnx", quant="fp32", data_dir=tiny_data,
-                   overwrite=True, **QUIET)
+        export_run(tiny_pal_run, out,
+                   ExportOptions(target="onnx", quant="fp32", data_dir=tiny_data, overwrite=True),
+                   **QUIET)
     assert files_of(out) == before                        # the old bundle is untouched
     assert [p.name for p in tmp_path.iterdir()] == ["bundle"]   # no temporary folder left
 
@@ -535,14 +539,16 @@ def test_crash_during_export_leaves_no_half_bundle(onnx_fp32, tiny_pal_run, tiny
 def test_executorch_int8_reexport_is_byte_identical(android_int8, tiny_pal_run, tiny_data,
                                                     tmp_path):
     again = tmp_path / "again"
-    export_run(tiny_pal_run, again, target="android", quant="int8", tasks=["quora"],
-               data_dir=tiny_data, **QUIET)
+    export_run(tiny_pal_run, again,
+               ExportOptions(target="android", quant="int8", tasks=["quora"], data_dir=tiny_data),
+               **QUIET)
     assert files_of(again) == files_of(android_int8)
 
 
 @pytest.mark.slow
 def test_bench_worker_runs_the_all_tasks_program(et_fp32, tiny_pal_run, tmp_path):
-    from bench.run import discover, run_worker
+    from palkit.bench.run import run_worker
+    from palkit.bench.subjects import discover
 
     subjects, _, notes = discover([et_fp32], [tiny_pal_run], ["executorch"], [], tmp_path)
     (pal,) = subjects
@@ -564,9 +570,10 @@ def test_bench_worker_runs_the_all_tasks_program(et_fp32, tiny_pal_run, tmp_path
 
 @pytest.mark.slow
 def test_bench_and_report_on_a_pal_bundle(et_fp32, tiny_pal_run, tiny_data, tmp_path):
-    from bench.report import build_report
-    from bench.run import BenchOptions, LatencyBudget, bench
-    from bench.schema import load_bench_file
+    from palkit.bench.options import BenchOptions, LatencyBudget
+    from palkit.bench.run import bench
+    from palkit.bench.schema import load_bench_file
+    from palkit.report.build import build_report
 
     out = tmp_path / "bench.json"
     bench([et_fp32], [tiny_pal_run], out, BenchOptions(
@@ -584,8 +591,8 @@ def test_bench_and_report_on_a_pal_bundle(et_fp32, tiny_pal_run, tiny_data, tmp_
     assert rows[("et-fp32/onnxruntime", "all_tasks")]["all_tasks_mode"] == "sequential"
     assert set(data["accuracy"]) == {"et-fp32/executorch", "et-fp32/onnxruntime", "fp32:pals"}
     # The app's own C++ path is a subject of its own, timed in the same condition.
-    from bench.native import native_host
-    if native_host().missing_toolchain() is None:
+    from palkit.android_demo.host import native_host
+    if native_host.missing_toolchain() is None:
         native = data["subjects"]["et-fp32/executorch-cpp"]
         assert native["role"] == "native" and native["memory_rss_bytes"]["model_one_task"] > 0
         assert rows[("et-fp32/executorch-cpp", "task:sst")]["p50_ms"] > 0

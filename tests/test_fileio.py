@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer import fileio
-from trainer.errors import PalkitError
+from palkit.core.errors import PalkitError
+from palkit.trainer import fileio
 
 
 def test_write_json_is_sorted_indented_and_leaves_no_temporary(tmp_path: Path):

@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from studies.results import configuration_row
+from palkit.studies.results import configuration_row
 
 
 def seed(n: int, dev: float, test: float | None) -> dict:

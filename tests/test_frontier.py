@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.ingest import ReportError
-from bench.report import build_report
-from test_report_bench import host_bench, png_size
+from palkit.report.build import build_report
+from palkit.report.ingest import ReportError
+from testing_utils import host_bench, png_size
 
 RENAMED = {"pal/executorch": "pals-annealed/executorch", "pal-top/executorch": "pals-top-1/executorch"}
 
@@ -68,7 +68,7 @@ def test_a_configuration_too_far_below_all_layer_pals_is_not_recommended(tmp_pat
 
 
 def test_headline_all_layer_pals_are_the_ones_with_the_trunks_heads() -> None:
-    from bench.headline import pal_groups
+    from palkit.report.headline import pal_groups
     every, top = {"pal_layers": list(range(6)), "num_layers": 6}, {"pal_layers": [3, 4, 5],
                                                                     "num_layers": 6}
     subs = {"pals-annealed/executorch": {"role": "pal", "precision": "int8", **every,
@@ -140,7 +140,7 @@ def _point(name: str, one_ms: float, all_ms: float, mib: float) -> dict:
 
 
 def test_latencies_within_five_percent_are_a_tie_won_by_the_smaller_bundle() -> None:
-    from bench.frontier import recommend
+    from palkit.report.frontier import recommend
     points = [_point("pals-annealed", 13.9, 37.9, 23.2), _point("shared", 11.1, 11.1, 22.2),
               _point("separate", 11.0, 33.3, 66.1)]
     rec = recommend(points, "dev")
@@ -222,10 +222,16 @@ def test_report_names_the_closest_adapter_when_none_is_within(tmp_path: Path) ->
     assert "closest: pal-all (quora +0.10, sst +0.30, sts -1.20)" in add["notes"][0]
 
 
-def test_report_says_the_later_tasks_study_is_missing(tmp_path: Path) -> None:
+def test_report_without_the_later_tasks_study_says_which_flag_adds_it(tmp_path: Path) -> None:
     bench, _ = write_inputs(tmp_path, top1_dev=74.0)
-    report = build_report([bench], [], tmp_path / "r", None,
-                          later_tasks_file=tmp_path / "absent.json")
+    report = build_report([bench], [], tmp_path / "r", None)
     assert report["add_task"]["adapter"] is None
-    assert any("absent.json is missing; `python -m lab.later_tasks --work DIR` writes it" in n
+    assert any("how to add a task: not measured (give --later-tasks FILE" in n
                for n in report["summary"]["notes"])
+    assert not any("lab." in n for n in report["summary"]["notes"])  # nothing outside the wheel
+
+
+def test_report_refuses_a_later_tasks_file_that_is_not_there(tmp_path: Path) -> None:
+    bench, _ = write_inputs(tmp_path, top1_dev=74.0)
+    with pytest.raises(ReportError, match=r"absent.json: no such file \(--later-tasks"):
+        build_report([bench], [], tmp_path / "r", None, later_tasks_file=tmp_path / "absent.json")

@@ -15,12 +15,19 @@ from pathlib import Path
 
 import pytest
 
-from fuzz.runtimes import (Loader, Mutation, campaign, classify, in_child, mutations, shrink,
-                           STRATEGIES)
+from fuzz.runtimes import (
+    STRATEGIES,
+    Loader,
+    Mutation,
+    campaign,
+    classify,
+    in_child,
+    mutations,
+    shrink,
+)
 from fuzz.targets import TARGETS
-from tests.conftest import HANG_GUARD_S
+from testing_utils import HANG_GUARD_S, REPO
 
-ROOT = Path(__file__).parents[1]
 # Crashes the 200k-input campaign found in other modules' parsers (fuzz/README.md) that are still
 # open; strict, so a marker goes as soon as the parser refuses its inputs. All are fixed now:
 # each saved input is replayed as a regression test.
@@ -38,7 +45,7 @@ def test_parser_fuzzer_finds_no_crash(target, tmp_path):
     out = tmp_path / "counts.json"
     proc = subprocess.run([sys.executable, "-m", "fuzz.parsers", target, "--runs", "300",
                            "--seed", "1", "--out", str(out), "--crash-dir", str(tmp_path)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=HANG_GUARD_S)
+                          cwd=REPO, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert proc.returncode == 0, proc.stderr[-2000:]
     counts = json.loads(out.read_text())
     assert counts["inputs"] == 300
@@ -53,7 +60,7 @@ def replay_crashes(target: str) -> list[str]:
     from fuzz.targets import REFUSALS
 
     fn, still = TARGETS[target](), []
-    for path in sorted((ROOT / "fuzz" / "crashes" / target).glob("*.bin")):
+    for path in sorted((REPO / "fuzz" / "crashes" / target).glob("*.bin")):
         try:
             fn(path.read_bytes())
         except REFUSALS:
@@ -64,7 +71,7 @@ def replay_crashes(target: str) -> list[str]:
 
 
 @pytest.mark.parametrize("target", marked(
-    (p.name for p in (ROOT / "fuzz" / "crashes").iterdir()), set(OPEN_FINDINGS)))
+    (p.name for p in (REPO / "fuzz" / "crashes").iterdir()), set(OPEN_FINDINGS)))
 def test_saved_crash_inputs_are_now_refused(target):
     assert replay_crashes(target) == []
 
@@ -128,17 +135,8 @@ def test_mutations_are_reproducible_and_change_the_file():
 
 # ---- real ONNX Runtime mutations of a tiny bundle --------------------------------------------
 
-@pytest.fixture(scope="module")
-def onnx_bundle(tiny_pal_run, tiny_data, tmp_path_factory):
-    from export.bundle import export_run
-    out = tmp_path_factory.mktemp("fuzz") / "onnx-fp32"
-    export_run(tiny_pal_run, out, target="onnx", quant="fp32", tasks=["sst"],
-               data_dir=tiny_data, log=lambda *a: None)
-    return out
-
-
-def test_onnx_adapter_mutations_are_counted(onnx_bundle):
-    report = campaign(onnx_bundle, ["onnx/sst.onnx_adapter"], n=4, seed=0,
+def test_onnx_adapter_mutations_are_counted(onnx_fp32):
+    report = campaign(onnx_fp32, ["onnx/sst.onnx_adapter"], n=4, seed=0,
                       timeout=HANG_GUARD_S)
     counts = report["files"]["onnx/sst.onnx_adapter"]
     assert set(counts) == set(STRATEGIES)

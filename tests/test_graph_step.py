@@ -13,11 +13,10 @@ import signal
 import pytest
 import torch
 
-from tests.conftest import run_tree, tiny_config
-from tests.test_train import _train_cli, finish, tensors_of
-from trainer.config import TrainConfig, parse_widths
-from trainer.sampling import epoch_task_schedule
-from trainer.train import Run, TrainingError, task_loss, train
+from palkit.trainer.config import TrainConfig, parse_widths
+from palkit.trainer.sampling import epoch_task_schedule
+from palkit.trainer.train import Run, TrainingError, task_loss, train
+from testing_utils import finish, run_tree, tensors_of, tiny_config, train_cli
 
 STEPS = 24
 
@@ -167,8 +166,8 @@ def test_graph_widths_and_refusals():
 
 def test_cuda_graphs_with_several_processes_is_refused_in_one_line(tmp_path, tiny_bert, tiny_data,
                                                                    monkeypatch):
-    import trainer.train as tt
-    from trainer.train import Dist
+    import palkit.trainer.train as tt
+    from palkit.trainer.train import Dist
     monkeypatch.setattr(tt, "setup_distributed", lambda cfg: Dist(0, 2, torch.device("cpu")))
     with pytest.raises(TrainingError) as e:
         train(tiny_config(tiny_bert, tiny_data, tmp_path / "ddp", cuda_graphs=True))
@@ -186,12 +185,12 @@ def test_cuda_graphs_run_equals_plain_run_and_survives_kill_minus_nine(tmp_path,
               "--tune-adapters-after", "1"]
     every_width = ["--cuda-graphs", "--graph-widths", ",".join(map(str, range(1, 33)))]
     coarse = ["--cuda-graphs", "--graph-widths", "8,16,24"]
-    plain = _train_cli([*common, "--out", str(tmp_path / "plain")])
-    static = _train_cli([*common, *every_width, "--out", str(tmp_path / "static")])
-    straight = _train_cli([*common, *coarse, "--out", str(tmp_path / "straight")])
-    victim = _train_cli([*common, *coarse, "--out", str(tmp_path / "victim")], kill_at="step:3")
+    plain = train_cli([*common, "--out", str(tmp_path / "plain")])
+    static = train_cli([*common, *every_width, "--out", str(tmp_path / "static")])
+    straight = train_cli([*common, *coarse, "--out", str(tmp_path / "straight")])
+    victim = train_cli([*common, *coarse, "--out", str(tmp_path / "victim")], kill_at="step:3")
     assert finish(victim) == -signal.SIGKILL          # mid-epoch, after the step-2 checkpoint
-    resumed = _train_cli([*common, *coarse, "--out", str(tmp_path / "victim"), "--resume"])
+    resumed = train_cli([*common, *coarse, "--out", str(tmp_path / "victim"), "--resume"])
     for proc in (plain, static, straight, resumed):
         assert finish(proc) == 0
     a, b = tensors_of(tmp_path / "plain" / "last"), tensors_of(tmp_path / "static" / "last")

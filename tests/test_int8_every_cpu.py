@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from quant import onnx_int8, xnnpack
-from quant.weights import INT16_MAX, PLAIN, ProductRanges
-from trainer.host import int8_features
+from palkit.core.host import int8_features
+from palkit.quant import onnx_int8, xnnpack
+from palkit.quant.weights import INT16_MAX, PLAIN, ProductRanges
 
 FULL = PLAIN  # full 8-bit ranges, as ExecuTorch keeps them: exact with VNNI only
 PROBE = """
@@ -73,7 +73,7 @@ def test_palkits_onnx_ranges_cannot_saturate_and_full_ranges_could():
 
 
 def test_saturation_probe_through_palkits_graph_under_qemu_haswell(tmp_path):
-    from bench.arch_check import ArchCheckError, host_python_under_qemu
+    from palkit.export.arch_check import ArchCheckError, host_python_under_qemu
 
     try:
         launcher, env = host_python_under_qemu("Haswell")
@@ -119,7 +119,7 @@ def test_int8_features_say_what_the_kernels_can_do(flags, words):
 
 
 def test_the_report_names_the_host_cpus_int8_features():
-    from bench.ingest import machine_label
+    from palkit.report.ingest import machine_label
 
     host = {"kind": "host", "model": "AMD EPYC", "cores_logical": 2, "cpu_flags": ["avx2", "fma"]}
     assert machine_label(host) == ("host CPU: AMD EPYC (2 cores; x86-64, AVX2, no VNNI "

@@ -15,17 +15,32 @@ import pytest
 import torch
 from torch import nn
 
-from export.bundle import ExportError, export_run
-from export.runtime import Engine, load_bundle
-from export.verify import (Gate, bootstrap_indices, compare, drop_bound, failure, fall_back,
-                           fake_int8_activation, fake_int8_weight, fallback_candidates,
-                           interval, layer_sqnr, output_kl, pointed_layers, reference_batched,
-                           unresolved_note, verification_inputs)
-from quant.onnx_int8 import RANGES
-from quant.weights import quantize_rows
-from tests.conftest import make_tiny_data, tiny_config
-from trainer.checkpoint import load_model, resolve_model_dir, save_model
-from trainer.tasks import BUILTIN_TASKS, TaskSpec
+from palkit.export.bundle import ExportError, export_run
+from palkit.export.gate import Gate
+from palkit.export.gate_stats import (
+    bootstrap_indices,
+    compare,
+    drop_bound,
+    failure,
+    interval,
+    output_kl,
+    unresolved_note,
+)
+from palkit.export.options import ExportOptions
+from palkit.export.runtime import Engine, load_bundle
+from palkit.export.sqnr import (
+    fake_int8_activation,
+    fake_int8_weight,
+    fallback_candidates,
+    layer_sqnr,
+    pointed_layers,
+)
+from palkit.export.verify import fall_back, reference_batched, verification_inputs
+from palkit.quant.onnx_int8 import RANGES
+from palkit.quant.weights import quantize_rows
+from palkit.trainer.checkpoint import load_model, resolve_model_dir, save_model
+from palkit.trainer.tasks import BUILTIN_TASKS, TaskSpec
+from testing_utils import make_tiny_data, tiny_config
 
 QUIET = dict(log=lambda *a: None)
 PLANTED = "trunk.encoder.layer.1.output.dense"
@@ -295,7 +310,7 @@ def run_graph(path: Path, ids: np.ndarray, w: dict[str, np.ndarray]) -> np.ndarr
 def test_onnx_int8_computes_the_replayed_recipe_and_outlier_tokens_stay_apart(tmp_path, symmetric):
     import onnx
 
-    from quant.onnx_int8 import quantize_trunk
+    from palkit.quant.onnx_int8 import quantize_trunk
 
     ids = np.array([[3, 9, 27, 41, 5, 12, 33, 8]])
     w = recipe_weights(outlier_row=41)  # one token's embedding 1000x the others
@@ -331,7 +346,7 @@ def test_onnx_int8_asymmetric_rows_halve_the_error_of_a_skewed_input(tmp_path):
     from onnx import helper as h
     from onnx import numpy_helper as nh
 
-    from quant.onnx_int8 import quantize_trunk
+    from palkit.quant.onnx_int8 import quantize_trunk
 
     rng = np.random.default_rng(1)
     w = {"w": (rng.standard_normal((32, 24)) * 0.2).astype(np.float32),
@@ -379,7 +394,7 @@ def test_onnx_int8_one_weight_under_two_biases(tmp_path):
     from onnx import helper as h
     from onnx import numpy_helper as nh
 
-    from quant.onnx_int8 import quantize_trunk
+    from palkit.quant.onnx_int8 import quantize_trunk
 
     rng = np.random.default_rng(2)
     w = {"w": (rng.standard_normal((16, 8)) * 0.3).astype(np.float32),
@@ -405,7 +420,7 @@ def test_onnx_int8_one_weight_under_two_biases(tmp_path):
 def test_onnx_int8_keeps_the_fallbacks_layers_in_float(tmp_path):
     import onnx
 
-    from quant.onnx_int8 import quantize_trunk
+    from palkit.quant.onnx_int8 import quantize_trunk
 
     ids = np.array([[3, 9, 27, 41, 5]])
     w = recipe_weights()
@@ -429,7 +444,7 @@ def test_onnx_int8_keeps_the_small_tables_in_fp32(tmp_path):
     from onnx import helper as h
     from onnx import numpy_helper as nh
 
-    from quant.onnx_int8 import int8_rows, quantize_trunk
+    from palkit.quant.onnx_int8 import int8_rows, quantize_trunk
 
     rng = np.random.default_rng(2)
     words = rng.standard_normal((600, 16)).astype(np.float32)
@@ -460,7 +475,7 @@ def test_onnx_int8_keeps_the_small_tables_in_fp32(tmp_path):
 def test_executorch_int8_keeps_the_small_tables_in_fp32():
     from transformers import BertConfig, BertModel
 
-    from quant.xnnpack import quantize_embeddings
+    from palkit.quant.xnnpack import quantize_embeddings
 
     torch.manual_seed(0)
     program = nn.Module()  # named as lower_methods sees a program: model.trunk.embeddings...
@@ -505,7 +520,7 @@ def planted(tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[
     """(model folder, data folder): an sst-only PAL model trained to real margins, with planted
     outliers, and a dev split of 200 sentences labelled with the planted fp32 model's own
     predictions, so that fp32 scores 100% and every int8 flip is a lost example."""
-    from trainer.train import train
+    from palkit.trainer.train import train
 
     root = tmp_path_factory.mktemp("planted")
     data = make_tiny_data(root / "data", n=400)
@@ -553,8 +568,10 @@ def test_planted_outliers_fail_the_gate_and_the_fallback_fixes_them(planted, tmp
     # Today's gate (agreement with fp32 on the first 32 dev sentences >= 0.9) against the new one,
     # on the bundle with every layer int8 (fallback off, gate off to publish it).
     plain = tmp_path / "plain"
-    export_run(model_dir, plain, target="onnx", quant="int8", data_dir=data,
-               gate=Gate(max_drop=None, min_agreement=0.0, max_float_layers=0), **QUIET)
+    export_run(model_dir, plain,
+               ExportOptions(target="onnx", quant="int8", data_dir=data,
+                             gate=Gate(max_drop=None, min_agreement=0.0, max_float_layers=0)),
+               **QUIET)
     record = json.loads((plain / "verify.json").read_text())["runtimes"]["onnxruntime"]["tasks"]["sst"]
     assert record["examples"] == 200 and record["flips"]["gained"] == 0
     assert record["flips"]["lost"] > 20 and drop_bound(record) > 10
@@ -576,13 +593,16 @@ def test_planted_outliers_fail_the_gate_and_the_fallback_fixes_them(planted, tmp
 
     with pytest.raises(ExportError, match=r"onnxruntime/sst: int8 loses \d+\.\d+ "
                                           r"points of sst_acc .* > --max-drop 1"):
-        export_run(model_dir, tmp_path / "refused", target="onnx", quant="int8", data_dir=data,
-                   gate=Gate(max_float_layers=0), **QUIET)
+        export_run(model_dir, tmp_path / "refused",
+                   ExportOptions(target="onnx", quant="int8", data_dir=data,
+                                 gate=Gate(max_float_layers=0)),
+                   **QUIET)
     assert not (tmp_path / "refused").exists()
 
     # Default gate: the fallback keeps the planted layer in float and both runtimes pass.
     out = tmp_path / "mixed"
-    export_run(model_dir, out, target="android", quant="int8", data_dir=data, **QUIET)
+    export_run(model_dir, out, ExportOptions(target="android", quant="int8", data_dir=data),
+               **QUIET)
     verify = json.loads((out / "verify.json").read_text())
     assert verify["passed"]
     for runtime in ("executorch", "onnxruntime"):
@@ -603,7 +623,7 @@ def test_a_refusal_on_the_interval_alone_lowers_nothing_again(planted, tmp_path,
     its measured drop and the drop its interval allows: refused on the interval's width alone,
     so export lowers the graph once and keeps no layer in float (the SQNR table does point at
     the planted layer); the default gate at the same limit passes it."""
-    import export.bundle as bundle
+    import palkit.export.bundle as bundle
 
     lowered: list[list[str]] = []
     write_onnx = bundle.write_onnx
@@ -611,15 +631,19 @@ def test_a_refusal_on_the_interval_alone_lowers_nothing_again(planted, tmp_path,
         [n for n, m in model.named_modules() if type(m).__name__ == "FloatLinear"])
         or write_onnx(model, *a, **k))
     plain = tmp_path / "plain"
-    export_run(model_dir := planted[0], plain, target="onnx", quant="int8", data_dir=planted[1],
-               gate=Gate(max_drop=None, min_agreement=0.0, max_float_layers=0), **QUIET)
+    export_run(model_dir := planted[0], plain,
+               ExportOptions(target="onnx", quant="int8", data_dir=planted[1],
+                             gate=Gate(max_drop=None, min_agreement=0.0, max_float_layers=0)),
+               **QUIET)
     r = json.loads((plain / "verify.json").read_text())["runtimes"]["onnxruntime"]["tasks"]["sst"]
     limit = (drop_bound(r) - r["metric_change"]) / 2  # beyond the measured drop, inside the bound
     assert -r["metric_change"] < limit < drop_bound(r) and r["resolution"] < limit
     lowered.clear()
     with pytest.raises(ExportError, match=r"onnxruntime/sst: int8 may lose up to .*--strict-gate"):
-        export_run(model_dir, tmp_path / "strict", target="onnx", quant="int8",
-                   data_dir=planted[1], gate=Gate(max_drop=limit, strict=True), **QUIET)
+        export_run(model_dir, tmp_path / "strict",
+                   ExportOptions(target="onnx", quant="int8", data_dir=planted[1],
+                                 gate=Gate(max_drop=limit, strict=True)),
+                   **QUIET)
     assert lowered == [[]]  # the all-int8 graph only
     refused = json.loads((tmp_path / "strict.refused-verify.json").read_text())
     assert refused["layers"]["onnxruntime"][0]["layer"] == PLANTED
@@ -627,21 +651,22 @@ def test_a_refusal_on_the_interval_alone_lowers_nothing_again(planted, tmp_path,
     assert refused["fallback_skipped"]["onnxruntime"].startswith("sst: not a loss the dev split "
                                                                  "resolves")
     lowered.clear()
-    export_run(model_dir, tmp_path / "measured", target="onnx", quant="int8", data_dir=planted[1],
-               gate=Gate(max_drop=limit), **QUIET)
+    export_run(model_dir, tmp_path / "measured",
+               ExportOptions(target="onnx", quant="int8", data_dir=planted[1],
+                             gate=Gate(max_drop=limit)),
+               **QUIET)
     assert lowered == [[]]
 
 
 def test_export_passes_the_gate_options_through(monkeypatch, tmp_path):
     """`palkit export`: the default gate is the measured-change rule at DEFAULT_MAX_DROP;
     --strict-gate and --max-drop reach the Gate that export_run gets."""
-    import cli
-    import export.bundle
-    from export.verify import DEFAULT_MAX_DROP
+    from palkit import cli
+    from palkit.export import bundle
+    from palkit.export.gate import DEFAULT_MAX_DROP
 
     seen: list[Gate] = []
-    monkeypatch.setattr(export.bundle, "export_run", lambda run, out, **o: seen.append(o["gate"])
-                        or [])
+    monkeypatch.setattr(bundle, "export_run", lambda run, out, opts: seen.append(opts.gate) or [])
     args = ["export", str(tmp_path), "--out", str(tmp_path / "b"), "--data-dir", str(tmp_path)]
     assert cli.main(args) == 0
     assert cli.main(args + ["--strict-gate", "--max-drop", "2.5"]) == 0

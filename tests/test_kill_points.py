@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import assert_agrees_with_last, killed_at, run_tree, tiny_config
-from trainer.add_task import AddTaskOptions, add_task
-from trainer.config import TrainConfig
-from trainer.tasks import BUILTIN_TASKS
-from trainer.train import train
+from palkit.trainer.add_task import AddTaskOptions, add_task
+from palkit.trainer.config import TrainConfig
+from palkit.trainer.tasks import BUILTIN_TASKS
+from palkit.trainer.train import train
+from testing_utils import assert_agrees_with_last, killed_at, run_tree, tiny_config
 
 # Two tasks, joint then one tune phase each: 4 epochs of 4 steps, a checkpoint every 2 steps
 # (so 8 checkpoints: mid-epoch and end of epoch, alternately).

@@ -4,10 +4,10 @@ from __future__ import annotations
 import torch
 from transformers import BertConfig, BertModel
 
-from trainer.model import PalBert, PalConfig, TaskAdapter, additive_mask, default_pal_size
-from trainer.errors import ConfigError
-from trainer.placement import pal_layer_indices
-from trainer.tasks import BUILTIN_TASKS
+from palkit.core.errors import ConfigError
+from palkit.trainer.model import PalBert, PalConfig, TaskAdapter, additive_mask, default_pal_size
+from palkit.trainer.placement import pal_layer_indices
+from palkit.trainer.tasks import BUILTIN_TASKS
 
 TASKS = [BUILTIN_TASKS["sst"], BUILTIN_TASKS["quora"], BUILTIN_TASKS["sts"]]
 
@@ -163,7 +163,7 @@ def test_shared_mode_has_heads_only():
 def test_training_attention_is_the_fused_kernel_with_the_same_outputs_and_gradients():
     """Train mode runs PyTorch's fused attention, eval mode (evaluation, export) the written-out
     bmm form; with dropout off the two agree, padded rows included, and so do the gradients."""
-    from trainer.model import multi_head_attention
+    from palkit.trainer.model import multi_head_attention
     torch.manual_seed(0)
     q, k, v = (torch.randn(3, 9, 8, requires_grad=True) for _ in range(3))
     _, mask, _ = inputs()
@@ -180,7 +180,7 @@ def test_training_attention_is_the_fused_kernel_with_the_same_outputs_and_gradie
 
 
 def test_training_attention_drops_out_with_its_probability():
-    from trainer.model import multi_head_attention
+    from palkit.trainer.model import multi_head_attention
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 16, 8) for _ in range(3))
     am = additive_mask(torch.ones(2, 16, dtype=torch.long), torch.float32)

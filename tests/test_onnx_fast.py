@@ -11,9 +11,9 @@ import onnx
 import pytest
 import torch
 
-from export.onnx_export import export_trunk, write_adapter
-from export.programs import graph_pal, reference_outputs
-from trainer.checkpoint import load_model, resolve_model_dir
+from palkit.export.onnx_export import export_trunk, write_adapter
+from palkit.export.programs import graph_pal, reference_outputs
+from palkit.trainer.checkpoint import load_model, resolve_model_dir
 
 FP32_TOL = 1e-5   # fp32 graph vs PyTorch, absolute (outputs here are O(0.01..5))
 INT8_TOL = 0.05   # int8 graph vs PyTorch, relative to the largest output
@@ -109,8 +109,8 @@ def test_any_placement_exports_and_runs(tiny_bert, tmp_path, layers, share):
     """PALs in one layer of two (top-1, and the bottom one with per-layer V^E/V^D)."""
     from transformers import BertModel
 
-    from trainer.model import PalBert, PalConfig
-    from trainer.tasks import resolve_tasks
+    from palkit.trainer.model import PalBert, PalConfig
+    from palkit.trainer.tasks import resolve_tasks
 
     torch.manual_seed(0)
     model = PalBert(BertModel.from_pretrained(tiny_bert), resolve_tasks(["sst", "sts"]),

@@ -14,15 +14,21 @@ import numpy as np
 import pytest
 import torch
 
-from export.bundle import ExportError, add_adapter, export_run
-from export.manifest import BundleError, read_manifest, write_manifest
-from export.programs import (adapter_in_graph, adapter_tensors, fits_graph, graph_pal,
-                             reference_outputs)
-from export.runtime import Engine, load_bundle
-from export.verify import Gate
-from quant.weights import quantize_rows
-from trainer.checkpoint import load_model, sha256_file
-from trainer.model import PalConfig
+from palkit.export.bundle import ExportError, add_adapter, export_run
+from palkit.export.gate import Gate
+from palkit.export.manifest import BundleError, read_manifest, write_manifest
+from palkit.export.options import ExportOptions
+from palkit.export.programs import (
+    adapter_in_graph,
+    adapter_tensors,
+    fits_graph,
+    graph_pal,
+    reference_outputs,
+)
+from palkit.export.runtime import Engine, load_bundle
+from palkit.quant.weights import quantize_rows
+from palkit.trainer.checkpoint import load_model, sha256_file
+from palkit.trainer.model import PalConfig
 
 QUIET = dict(log=lambda *a: None)
 TASKS = ["sst", "quora", "cfimdb", "para"]  # launch PALs, launch PALs, a head, PALs on top
@@ -59,7 +65,8 @@ def model(hybrid_run: Path):
 def ort_hybrid(hybrid_run: Path, tiny_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An fp32 bundle of both runtimes (`--target android`) of the hybrid run. Read-only."""
     out = tmp_path_factory.mktemp("b") / "ort-hybrid"
-    export_run(hybrid_run, out, target="android", quant="fp32", tasks=TASKS, data_dir=tiny_data,
+    export_run(hybrid_run, out,
+               ExportOptions(target="android", quant="fp32", tasks=TASKS, data_dir=tiny_data),
                **QUIET)
     return out
 
@@ -139,7 +146,7 @@ def test_head_only_task_runs_the_plain_trunk(ort_hybrid: Path, model):
 
 
 def test_all_tasks_on_onnxruntime_run_one_by_one(ort_hybrid: Path, model):
-    from export.inputs import Texts
+    from palkit.export.inputs import Texts
     engine = Engine(load_bundle(ort_hybrid), "onnxruntime")
     assert engine.all_tasks_program() is None
     single = engine.predict_all(Texts("the movie was good", None))
@@ -154,9 +161,10 @@ def test_all_tasks_on_onnxruntime_run_one_by_one(ort_hybrid: Path, model):
 def test_int8_hybrid_bundle_is_close_to_pytorch(hybrid_run: Path, tiny_data: Path, model,
                                                 tmp_path: Path):
     out = tmp_path / "int8"
-    export_run(hybrid_run, out, target="onnx", quant="int8", tasks=["sst", "cfimdb", "para"],
-               data_dir=tiny_data, gate=Gate(max_drop=None, min_agreement=0.0,
-                                             max_float_layers=0), **QUIET)
+    export_run(hybrid_run, out,
+               ExportOptions(target="onnx", quant="int8", tasks=["sst", "cfimdb", "para"], data_dir=tiny_data, gate=Gate(max_drop=None, min_agreement=0.0,
+                                             max_float_layers=0)),
+               **QUIET)
     assert read_manifest(out).onnx_graph_pal() == UNION
     for task in ("sst", "cfimdb", "para"):
         for got, x in zip(outputs(out, task), encoded(out)):
@@ -170,7 +178,7 @@ def test_a_fitting_task_is_an_adapter_file(ort_hybrid: Path, hybrid_run: Path, t
                                            model, tmp_path: Path, monkeypatch):
     """Into the union graph: a head-only task, and a PAL task in some of its layers (replaced),
     each only its .onnx_adapter and a new manifest; no export, trunk.onnx the same bytes."""
-    from export import onnx_export
+    from palkit.export import onnx_export
     bundle = tmp_path / "bundle"
     shutil.copytree(ort_hybrid, bundle)
     before = {p.relative_to(bundle).as_posix(): sha256_file(p) for p in bundle.rglob("*")
@@ -199,8 +207,9 @@ def test_a_task_that_does_not_fit_the_graph_is_refused(hybrid_run: Path, tiny_da
     """sst and cfimdb: the graph is sst's own placement (one V^E/V^D shared by both layers),
     which cannot leave layer 0 out for para."""
     bundle = tmp_path / "bundle"
-    export_run(hybrid_run, bundle, target="onnx", quant="fp32", tasks=["sst", "cfimdb"],
-               data_dir=tiny_data, **QUIET)
+    export_run(hybrid_run, bundle,
+               ExportOptions(target="onnx", quant="fp32", tasks=["sst", "cfimdb"], data_dir=tiny_data),
+               **QUIET)
     assert read_manifest(bundle).onnx_graph_pal() == read_manifest(bundle).trunk.pal
     manifest = (bundle / "manifest.json").read_bytes()
     with pytest.raises(ExportError) as e:

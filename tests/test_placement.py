@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trainer.config import TrainConfig
-from trainer.placement import check_placement, pal_layer_indices, placement_name
+from palkit.trainer.config import TrainConfig
+from palkit.trainer.placement import check_placement, pal_layer_indices, placement_name
 
 
 @pytest.mark.parametrize("which, layers", [
@@ -47,16 +47,19 @@ def test_any_placement_trains_exports_and_runs_on_both_runtimes(tmp_path, tiny_b
     forward_all, which forks the tasks at layer 1) and ONNX Runtime; each runtime matches
     PyTorch (export's verification) and all tasks at once equal each task alone."""
     from conftest import tiny_config
-    from export.bundle import export_run
-    from export.runtime import Engine, load_bundle
-    from trainer.checkpoint import load_model, resolve_model_dir
-    from trainer.train import train
+
+    from palkit.export.bundle import export_run
+    from palkit.export.options import ExportOptions
+    from palkit.export.runtime import Engine, load_bundle
+    from palkit.trainer.checkpoint import load_model, resolve_model_dir
+    from palkit.trainer.train import train
 
     run = train(tiny_config(tiny_bert, tiny_data, tmp_path / "run", pal_layers="1", epochs=1))
     model, _, _ = load_model(resolve_model_dir(run))
     assert model.pal.layers == (1,) and model.first_adapted_layer("sst") == 1
-    (bundle,) = export_run(run, tmp_path / "bundle", target="android", quant="fp32",
-                           tasks=["sst", "sts"], data_dir=tiny_data, log=lambda *a: None)
+    (bundle,) = export_run(run, tmp_path / "bundle",
+                           ExportOptions(target="android", quant="fp32", tasks=["sst", "sts"], data_dir=tiny_data),
+                           log=lambda *a: None)
     et, ort = Engine(load_bundle(bundle), "executorch"), Engine(load_bundle(bundle), "onnxruntime")
     for task, texts in (("sst", ("the movie was good",)), ("sts", ("a man is running",
                                                                    "two people are playing"))):

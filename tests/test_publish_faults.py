@@ -18,9 +18,16 @@ from typing import Callable
 import pytest
 import torch
 
-from trainer import fileio
-from trainer.checkpoint import (Checkpoint, CheckpointError, TrainingState, link_run_files,
-                                load_model, save_best, save_checkpoint)
+from palkit.trainer import fileio
+from palkit.trainer.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    TrainingState,
+    link_run_files,
+    load_model,
+    save_best,
+    save_checkpoint,
+)
 
 STEPS = ("_rename", "_exchange", "_swap_link", "remove_tree")
 
@@ -154,17 +161,19 @@ def test_an_epochs_best_model_and_checkpoint_appear_together_at_every_crash(
 
 
 def test_bundle_survives_a_crash_at_every_step(tmp_path, monkeypatch, tiny_pal_run, tiny_data):
-    from export.bundle import export_run
-    from export.runtime import load_bundle
+    from palkit.export.bundle import export_run
+    from palkit.export.options import ExportOptions
+    from palkit.export.runtime import load_bundle
 
     pristine = tmp_path / "pristine"
-    export_run(tiny_pal_run, pristine / "bundle", target="onnx", quant="fp32",
-               tasks=["sst", "sts"], data_dir=tiny_data, log=lambda *a: None)
+    export_run(tiny_pal_run, pristine / "bundle",
+               ExportOptions(target="onnx", quant="fp32", tasks=["sst", "sts"], data_dir=tiny_data),
+               log=lambda *a: None)
     check_every_crash(
         monkeypatch, pristine, tmp_path / "work",
-        lambda parent: export_run(tiny_pal_run, parent / "bundle", target="onnx", quant="fp32",
-                                  tasks=["sst"], data_dir=tiny_data, log=lambda *a: None,
-                                  overwrite=True),
+        lambda parent: export_run(tiny_pal_run, parent / "bundle",
+                                  ExportOptions(target="onnx", quant="fp32", tasks=["sst"], data_dir=tiny_data, overwrite=True),
+                                  log=lambda *a: None),
         lambda parent: parent / "bundle")
     assert set(load_bundle(tmp_path / "work" / "bundle").tasks) == {"sst"}
 

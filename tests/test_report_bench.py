@@ -3,94 +3,15 @@ from __future__ import annotations
 
 import json
 import math
-import struct
 from pathlib import Path
 
 import pytest
 
-from bench.headline import SUMMARY_KEYS
-from bench.ingest import ReportError
-from bench.report import build_report
-from bench.schema import BenchFileError, load_bench_file, percentile, validate
-
-TASKS = ("sst", "quora", "sts")
-
-
-def _rows(subject, runtime, p50_task, p50_all=None, prec="int8"):
-    rows = []
-    for threads in (1, 2):
-        for seq in (32, 128):
-            scale = (seq / 128) / threads
-            configs = [f"task:{t}" for t in TASKS] + (["all_tasks"] if p50_all else [])
-            for c in configs:
-                p50 = (p50_all if c == "all_tasks" else p50_task) * scale
-                rows.append({"subject": subject, "runtime": runtime, "config": c,
-                             "threads": threads, "seq_len": seq, "p50_ms": p50,
-                             "p90_ms": p50 * 1.2, "runs": 30, "precision": prec,
-                             "id": f"latency:{subject}:{c}:t{threads}:s{seq}",
-                             "matmul_flops": 2_870_000_000 * seq // 128,
-                             **({"all_tasks_mode": "program"} if c == "all_tasks" else {})})
-    return rows
-
-
-def _subject(role, runtime, prec, label, sizes, mem_one, mem_all, swap, pal_layers=(),
-             model_dirs=None):
-    """A bench file's subject; `pal_layers`: the layer indices of a 6-layer trunk."""
-    return {"role": role, "runtime": runtime, "precision": prec, "label": label,
-            "pal_layers": list(pal_layers), "num_layers": 6, "tasks": list(TASKS), "bundle": sizes,
-            "load_ms": {runtime: 50.0}, "first_result_ms": {runtime: 62.0},
-            "swap_ms": {runtime: swap}, "fp32_model_dirs": model_dirs or {},
-            "memory_rss_bytes": {"after_import": 100, "model_one_task": mem_one,
-                                 "model_all_tasks": mem_all}}
-
-
-def host_bench(tmp: Path) -> dict:
-    pal_run, sep_run = tmp / "runs" / "pals", tmp / "runs" / "separate"
-    subjects = {
-        "pal/executorch": _subject("pal", "executorch", "int8", "pal (executorch, int8)",
-                                   {"trunk_bytes": 22_000_000,
-                                    "adapter_bytes": {t: 400_000 for t in TASKS},
-                                    "total_bytes": 23_200_000}, 30_000_000, 33_000_000, 4.0,
-                                   range(6), {t: str(pal_run / "model") for t in TASKS}),
-        "pal-top/executorch": _subject("pal", "executorch", "int8", "top (executorch, int8)",
-                                       {"trunk_bytes": 22_000_000,
-                                        "adapter_bytes": {t: 200_000 for t in TASKS},
-                                        "total_bytes": 22_600_000}, 30_000_000, 32_000_000, 3.0,
-                                       (3, 4, 5)),
-        "separate/executorch/int8": _subject(
-            "separate", "executorch", "int8", "separate models (executorch, int8)",
-            {"trunk_bytes": {t: 22_000_000 for t in TASKS},
-             "per_model_bytes": {t: 22_100_000 for t in TASKS}, "total_bytes": 66_300_000},
-            30_000_000, 90_000_000, 40.0),
-        "peer/ort-int8": _subject("peer", "onnxruntime", "int8", "ORT int8 (Optimum recipe)",
-                                  {"per_model_bytes": {t: 23_000_000 for t in TASKS},
-                                   "total_bytes": 69_000_000}, 40_000_000, 120_000_000, 30.0),
-        "peer/torch": _subject("peer", "torch", "fp32", "PyTorch eager fp32",
-                               {"per_model_bytes": {t: 91_000_000 for t in TASKS},
-                                "total_bytes": 273_000_000}, 100_000_000, 300_000_000, 200.0),
-    }
-    results = (_rows("pal/executorch", "executorch", 13.0, 28.0)
-               + _rows("pal-top/executorch", "executorch", 12.5, 20.0)
-               + _rows("separate/executorch/int8", "executorch", 12.0, 36.0)
-               + _rows("peer/ort-int8", "onnxruntime", 14.8, 44.4)
-               + _rows("peer/torch", "torch", 43.8, 131.4, "fp32"))
-    return {
-        "schema": "palkit-bench", "version": 1,
-        "machine": {"kind": "host", "model": "Test CPU 9000", "cores_logical": 2, "os": "Linux"},
-        "bundle": {}, "results": results, "load_ms": {}, "swap_ms": {}, "memory_rss_bytes": {},
-        "subjects": subjects,
-        "ceiling": {"1": {"fp32_gflops_best": 100.0, "int8_gops_best": 250.0},
-                    "2": {"fp32_gflops_best": 190.0, "int8_gops_best": 480.0}},
-        "accuracy": {
-            "pal/executorch": {"dev": {"avg": 0.700}, "test": {"avg": 0.690}},
-            "fp32:pals": {"dev": {"avg": 0.705}, "test": {"avg": 0.694},
-                          "run": str(pal_run), "kind": "joint", "optimizer_steps": 400},
-            "fp32:separate": {"dev": {"avg": 0.702}, "test": {"avg": 0.698},
-                              "run": str(sep_run), "kind": "separate", "optimizer_steps": 1200},
-        },
-        "notes": ["a note from bench"],
-    }
-
+from palkit.bench.schema import BenchFileError, load_bench_file, percentile, validate
+from palkit.report.build import build_report
+from palkit.report.headline import SUMMARY_KEYS
+from palkit.report.ingest import ReportError
+from testing_utils import REPO, host_bench, png_size
 
 DEVICE = {"schema": "palkit-bench", "version": 1,
           "machine": {"kind": "android", "manufacturer": "Google", "model": "Pixel 8",
@@ -110,13 +31,6 @@ def inputs(tmp_path: Path) -> tuple[Path, Path]:
     host.write_text(json.dumps(host_bench(tmp_path)))
     dev.write_text(json.dumps(DEVICE))
     return host, dev
-
-
-def png_size(path: Path) -> tuple[int, int]:
-    """Width and height from a PNG's IHDR chunk."""
-    head = path.read_bytes()[:24]
-    assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR", path
-    return struct.unpack(">II", head[16:24])
 
 
 def test_percentile_matches_the_apps_interpolation():
@@ -197,8 +111,8 @@ def test_report_targets_and_charts_and_labels(inputs, tmp_path: Path):
 
 
 def test_headline_figure_rows_carry_the_targets(tmp_path: Path):
-    from bench.charts import headline_rows
-    from bench.ingest import Measurements, ingest_host
+    from palkit.report.charts import headline_rows
+    from palkit.report.ingest import Measurements, ingest_host
 
     data, m = host_bench(tmp_path), Measurements()
     ingest_host(data, "", "host.json", m)
@@ -267,7 +181,7 @@ def test_missed_target_and_missing_parts_are_said(tmp_path: Path):
 def test_report_command_says_on_the_terminal_what_was_not_measured(tmp_path: Path, capsys):
     """A row left empty is named on stderr with its reason, and the bench's notes (which name
     the command that fills the gap) are repeated there, not only in report.md."""
-    from cli import main
+    from palkit.cli import main
 
     data = host_bench(tmp_path)
     del data["subjects"]["pal-top/executorch"]
@@ -300,7 +214,7 @@ def test_bad_bench_files_fail_in_one_line_naming_the_file(tmp_path: Path, conten
 
 
 def test_cli_prints_the_error_and_exits_2(tmp_path: Path, capsys):
-    from cli import main
+    from palkit.cli import main
 
     status = main(["report", "--device-results", str(tmp_path / "nope.json"),
                    "--out", str(tmp_path / "o")])
@@ -345,7 +259,7 @@ def test_one_task_ratio_is_given_against_its_flop_floor(tmp_path: Path):
 
 @pytest.mark.parametrize("argv0", ["/home/me/.venv/bin/palkit", "cli.py", "/src/palkit/cli.py"])
 def test_bench_file_records_the_command_however_it_was_typed(monkeypatch, argv0):
-    from bench.run import command_line
+    from palkit.bench.run import command_line
     monkeypatch.setattr("sys.argv", [argv0, "bench", "runs/default", "--out", "b.json"])
     assert command_line() == ["palkit", "bench", "runs/default", "--out", "b.json"]
     monkeypatch.setattr("sys.argv", ["/usr/lib/python3/site-packages/pytest/__main__.py"])
@@ -365,8 +279,8 @@ def _one_bundle(tmp_path: Path, int8: float, fp32: float) -> dict:
 
 def test_accuracy_axis_spans_at_least_a_point_either_side(tmp_path: Path):
     """A 0.14-point int8 gap must look small: the axis never zooms in to fill the chart."""
-    from bench.charts import ACCURACY_PAD_POINTS, accuracy_points, draw_accuracy
-    from bench.ingest import Measurements, ingest_host
+    from palkit.report.charts import ACCURACY_PAD_POINTS, accuracy_points, draw_accuracy
+    from palkit.report.ingest import Measurements, ingest_host
 
     data, m = _one_bundle(tmp_path, 0.6925, 0.6939), Measurements()
     ingest_host(data, "", "host.json", m)
@@ -384,8 +298,8 @@ def test_accuracy_axis_spans_at_least_a_point_either_side(tmp_path: Path):
 
 @pytest.mark.parametrize("with_peers", [False, True])
 def test_headline_legend_and_labels_show_only_what_is_drawn(tmp_path: Path, with_peers):
-    from bench.charts import draw_headline, headline_rows
-    from bench.ingest import Measurements, ingest_host
+    from palkit.report.charts import draw_headline, headline_rows
+    from palkit.report.ingest import Measurements, ingest_host
 
     data, m = (host_bench(tmp_path) if with_peers else _one_bundle(tmp_path, 0.69, 0.70),
                Measurements())
@@ -408,7 +322,7 @@ def test_report_shows_the_int8_check_on_other_cpus_that_bench_found_in_a_bundle(
     """`palkit verify-arch` writes verify.json's architectures; bench carries each runtime's
     part from the bundle to that runtime's subject, and the report prints one row per task
     with the recorded figures and the CPU's int8 features."""
-    from bench.subjects import cpu_checks
+    from palkit.export.arch_records import cpu_checks
 
     def change(metric, value, low, high):
         return {"metric": metric, "metric_change": value, "metric_change_interval": [low, high]}
@@ -448,7 +362,7 @@ def test_report_shows_the_int8_check_on_other_cpus_that_bench_found_in_a_bundle(
 def test_the_committed_bench_with_records_from_before_cpu_models_still_reports(tmp_path: Path):
     """reports/bench-host.json holds verify-arch records of the form before --cpu (ExecuTorch's
     at the top, keyed by architecture): the report reads them as cortex-a76 ExecuTorch rows."""
-    committed = Path(__file__).resolve().parents[1] / "reports/bench-host.json"
+    committed = REPO / "reports/bench-host.json"
     build_report([committed], [], tmp_path / "r")
     md = (tmp_path / "r" / "report.md").read_text()
     assert ("## int8 on aarch64 cortex-a76 (aarch64, dot product): shared (executorch, int8) "
@@ -459,13 +373,13 @@ def test_the_committed_bench_with_records_from_before_cpu_models_still_reports(t
 def test_a_bundle_task_without_the_split_is_left_out_of_the_average_and_said(monkeypatch):
     """CFIMDB has no test split: a bundle holding it is averaged over its other tasks on test
     (as the separate models are), not refused after the timing."""
-    import export.evaluate
-    from bench.run import bundle_accuracy
-    from bench.subjects import Subject
+    from palkit.bench.run import bundle_accuracy
+    from palkit.bench.subjects import Subject
+    from palkit.export import evaluate
 
     scores = {"dev": {"sst_acc": 0.4, "cfimdb_acc": 0.8, "sts_pearson": 0.6},
               "test": {"sst_acc": 0.5, "sts_pearson": 0.8}}
-    monkeypatch.setattr(export.evaluate, "evaluate_bundle",
+    monkeypatch.setattr(evaluate, "evaluate_bundle",
                         lambda bundle, data, split, *rest: dict(scores[split], avg=0.0))
     tasks = {t: {"bundle": "bundles/shared"} for t in ("sst", "sts", "cfimdb")}
     s = Subject("shared/executorch", "pal", "executorch", "int8", "shared", tasks, {}, {}, 30522)
@@ -483,8 +397,9 @@ def test_a_bundle_whose_tasks_were_added_in_another_order_is_timed_by_its_progra
     """The all-tasks program lists its tasks grouped by placement; the manifest as they were
     added (export --adapter appends): either way one program runs them all."""
     import shutil
-    from bench.schema import ALL_TASKS
-    from bench.subjects import discover
+
+    from palkit.bench.schema import ALL_TASKS
+    from palkit.bench.subjects import discover
 
     bundle = tmp_path / "reordered"
     shutil.copytree(et_fp32, bundle)

@@ -7,11 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from export import engines
-from export.manifest import BundleError
-from tests.conftest import HANG_GUARD_S
-
-ROOT = Path(__file__).resolve().parents[1]
+from palkit.export import engines
+from palkit.export.manifest import BundleError
+from testing_utils import HANG_GUARD_S, REPO
 
 
 @pytest.fixture
@@ -65,7 +63,7 @@ def test_running_a_bundle_imports_neither_transformers_nor_the_compiler():
         "assert ids[0, 0] == 101 and hasattr(lib, '_load_program')\n"
         "heavy = [m for m in ('transformers', 'executorch.exir') if m in sys.modules]\n"
         "print(heavy)\n")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                          timeout=HANG_GUARD_S)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[]"
@@ -89,6 +87,6 @@ def _palkit_imports(path: Path) -> set[str]:
 def test_no_import_circle(lower: str, upper: str):
     """The runners do not import the bundle loader that imports them, nor the peers the subject
     finder that imports them: each pair imports one way only."""
-    assert not any(m == upper or m.startswith(f"{upper}.") for m in _palkit_imports(ROOT / lower))
-    upper_file = ROOT / (upper.replace(".", "/") + ".py")
+    assert not any(m == upper or m.startswith(f"{upper}.") for m in _palkit_imports(REPO / lower))
+    upper_file = REPO / (upper.replace(".", "/") + ".py")
     assert lower.removesuffix(".py").replace("/", ".") in _palkit_imports(upper_file)

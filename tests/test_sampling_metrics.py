@@ -4,10 +4,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer.metrics import average_score, binary_f1, pearson, spearman, task_metrics
-from trainer.sampling import TaskStream, epoch_task_schedule, sampling_alpha, task_probabilities
-from trainer.surgery import GradVac, pcgrad
-from trainer.tasks import BUILTIN_TASKS
+from palkit.trainer.metrics import average_score, binary_f1, pearson, spearman, task_metrics
+from palkit.trainer.sampling import (
+    TaskStream,
+    epoch_task_schedule,
+    sampling_alpha,
+    task_probabilities,
+)
+from palkit.trainer.surgery import GradVac, pcgrad
+from palkit.trainer.tasks import BUILTIN_TASKS
 
 
 def test_annealed_alpha_goes_from_one_to_point_two():

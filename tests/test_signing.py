@@ -15,13 +15,21 @@ from pathlib import Path
 
 import pytest
 
-from export.manifest import BundleError, FileEntry, read_manifest, write_manifest
-from export.signing import (SIGNATURE_FILE, TRUST_KEY_ENV, SignatureError, generate_keypair,
-                            resolve_trust_key, sign_bundle, verify_bundle_signature)
-from trainer.fileio import file_digest
+from palkit.core.fileio import file_digest
+from palkit.export.manifest import BundleError, FileEntry, read_manifest, write_manifest
+from palkit.export.signing import (
+    SIGNATURE_FILE,
+    TRUST_KEY_ENV,
+    SignatureError,
+    generate_keypair,
+    resolve_trust_key,
+    sign_bundle,
+    verify_bundle_signature,
+)
+from testing_utils import REPO
 
-GOLDEN = Path(__file__).parents[1] / "android_demo/core/src/test/resources/signing"
-VECTORS = Path(__file__).parents[1] / "android_demo/host/signing_vectors.py"
+GOLDEN = REPO / "android_demo/core/src/test/resources/signing"
+VECTORS = REPO / "android_demo/tools/signing_vectors.py"
 KEYS = GOLDEN / "keys"
 TRUSTED = KEYS / "signer.pub.pem"
 
@@ -58,8 +66,8 @@ def swap_and_repin(folder: Path, rel: str, data: bytes) -> None:
 
 def reference_accepts(folder: Path, key: Path) -> bool:
     """The model-signing package's own verifier (every file hashed, extra files refused)."""
-    from cryptography.exceptions import InvalidSignature
     import model_signing
+    from cryptography.exceptions import InvalidSignature
 
     try:
         (model_signing.verifying.Config().use_elliptic_key_verifier(public_key=key)
@@ -195,7 +203,7 @@ def test_trust_key_from_option_then_environment(monkeypatch, tmp_path):
 # ---- golden vectors for the app --------------------------------------------------------------
 
 def _vectors():
-    """android_demo/host/signing_vectors.py (the app's folder is not a Python package)."""
+    """android_demo/tools/signing_vectors.py (the app's folder is not a Python package)."""
     spec = importlib.util.spec_from_file_location("palkit_signing_vectors", VECTORS)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -259,8 +267,7 @@ def runtime_bundle(tmp_path: Path) -> Path:
 def executorch_stubbed(monkeypatch, runtimes_stubbed):
     """ExecuTorch's pybindings replaced by a stub recording each program it is asked to load,
     and each task weights file read."""
-    import export.engines
-
+    from palkit.export import engines
     class Program:
         def load_method(self, name):
             return name
@@ -277,8 +284,8 @@ def executorch_stubbed(monkeypatch, runtimes_stubbed):
         runtimes_stubbed.append(str(path))
         return ()
 
-    monkeypatch.setattr(export.engines, "executorch_lib", lambda: Lib())
-    monkeypatch.setattr(export.engines, "read_task_weights", read_task_weights)
+    monkeypatch.setattr(engines, "executorch_lib", lambda: Lib())
+    monkeypatch.setattr(engines, "read_task_weights", read_task_weights)
     return runtimes_stubbed
 
 
@@ -290,7 +297,7 @@ def test_engine_opens_only_checked_files(tmp_path, executorch_stubbed, runtime, 
     """predict / demo / evaluate: load_bundle + Engine. A task file altered after loading is
     refused when first used, before the runtime; intact, the runtime is reached (so the stub
     can fail this test)."""
-    from export.runtime import Engine, load_bundle
+    from palkit.export.runtime import Engine, load_bundle
 
     folder = runtime_bundle(tmp_path)
     engine = Engine(load_bundle(folder, runtime=runtime, tasks=[]), runtime)
@@ -310,7 +317,7 @@ def test_load_bundle_with_trusted_key_refuses_before_reading_the_manifest(
         tmp_path, runtimes_stubbed, monkeypatch):
     """A swapped file with a manifest rewritten to match passes every hash check; only the
     signature stops it, and it must stop it before a runtime (or the manifest parser) runs."""
-    import export.runtime as runtime_module
+    import palkit.export.runtime as runtime_module
 
     folder = runtime_bundle(tmp_path)
     load = runtime_module.load_bundle
@@ -329,7 +336,7 @@ def test_load_bundle_with_trusted_key_refuses_before_reading_the_manifest(
 
 def test_bench_worker_checks_files_before_the_runtime(tmp_path, runtimes_stubbed):
     """bench's worker loads bundle files itself: it must check them as load_bundle does."""
-    from bench.worker import RuntimeRunner
+    from palkit.bench.worker import RuntimeRunner
 
     folder = runtime_bundle(tmp_path)
     flip_byte(folder / "onnx" / "sst-adapter.bin")
@@ -342,7 +349,7 @@ def test_bench_worker_checks_files_before_the_runtime(tmp_path, runtimes_stubbed
 def test_bench_worker_checks_the_signature_with_the_key_in_its_spec(tmp_path, runtimes_stubbed,
                                                                      monkeypatch):
     """bench passes --trust-key to its workers in their spec: no environment variable."""
-    from bench.worker import make_runner
+    from palkit.bench.worker import make_runner
 
     monkeypatch.delenv(TRUST_KEY_ENV, raising=False)
     folder = runtime_bundle(tmp_path)
@@ -360,13 +367,15 @@ def test_bench_worker_checks_the_signature_with_the_key_in_its_spec(tmp_path, ru
 
 @pytest.fixture(scope="module")
 def signed_onnx_bundle(tiny_pal_run, tiny_data, tmp_path_factory):
-    from export.bundle import export_run
+    from palkit.export.bundle import export_run
+    from palkit.export.options import ExportOptions
 
     keys = tmp_path_factory.mktemp("keys")
     priv, pub = generate_keypair(keys)
     out = tmp_path_factory.mktemp("signed") / "onnx"
-    export_run(tiny_pal_run, out, target="onnx", quant="fp32", tasks=["sst"],
-               data_dir=tiny_data, log=lambda *a: None, sign_key=priv)
+    export_run(tiny_pal_run, out,
+               ExportOptions(target="onnx", quant="fp32", tasks=["sst"], data_dir=tiny_data, sign_key=priv),
+               log=lambda *a: None)
     return out, priv, pub
 
 
@@ -378,7 +387,7 @@ def test_export_signs_the_bundle(signed_onnx_bundle):
 
 def test_adding_a_task_re_signs_and_leaves_the_trunk_alone(signed_onnx_bundle, tiny_pal_run,
                                                            tiny_data, tmp_path):
-    from export.bundle import ExportError, add_adapter
+    from palkit.export.bundle import ExportError, add_adapter
 
     source, priv, pub = signed_onnx_bundle
     folder = tmp_path / "bundle"
@@ -392,3 +401,69 @@ def test_adding_a_task_re_signs_and_leaves_the_trunk_alone(signed_onnx_bundle, t
     verify_bundle_signature(folder, pub)
     assert "onnx/quora.onnx_adapter" in read_manifest(folder).files
     assert (trunk.stat().st_ino, trunk.stat().st_mtime_ns) == before
+
+
+# ---- the trust key on every path of one command: bench --native and verify-arch --------------
+
+@pytest.fixture
+def nothing_starts(monkeypatch):
+    """Any child process (a bench worker, the JVM, qemu) or native build fails the test: with a
+    trusted key, an unsigned bundle must be refused before anything runs it."""
+    import subprocess
+
+    from palkit.android_demo.host import native_host
+
+    def started(*args, **kwargs):
+        raise AssertionError(f"started {args[0] if args else kwargs}")
+    monkeypatch.setattr(subprocess, "run", started)
+    monkeypatch.setattr(subprocess, "Popen", started)
+    monkeypatch.setattr(native_host, "build", started)
+
+
+def _refused_in_one_line(argv: list[str], bundle: Path, capsys) -> None:
+    from palkit import cli
+
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith(f"error: {bundle / SIGNATURE_FILE}: ") and "not signed" in err
+
+
+def test_bench_native_refuses_an_unsigned_bundle_given_trust_key(
+        et_fp32, tmp_path, monkeypatch, capsys, nothing_starts):
+    monkeypatch.delenv(TRUST_KEY_ENV, raising=False)
+    _, public = generate_keypair(tmp_path)
+    _refused_in_one_line(["bench", str(et_fp32), "--native", "--trust-key", str(public),
+                          "--peers", "none", "--no-accuracy", "--no-ceiling",
+                          "--out", str(tmp_path / "bench.json")], et_fp32, capsys)
+    assert not (tmp_path / "bench.json").exists()
+
+
+def test_verify_arch_refuses_an_unsigned_bundle_given_trust_key(
+        et_fp32, tiny_pal_run, tiny_data, tmp_path, monkeypatch, capsys, nothing_starts):
+    from palkit.android_demo.host import native_host
+
+    monkeypatch.delenv(TRUST_KEY_ENV, raising=False)
+    _, public = generate_keypair(tmp_path)
+    before = (et_fp32 / "verify.json").read_bytes()
+    _refused_in_one_line(["verify-arch", str(et_fp32), "--run", str(tiny_pal_run), "--arch",
+                          native_host.HOST_ARCH, "--trust-key", str(public), "--data-dir",
+                          str(tiny_data)], et_fp32, capsys)
+    assert (et_fp32 / "verify.json").read_bytes() == before  # nothing recorded
+
+
+def test_the_native_path_is_given_the_trust_key_as_an_argument(tmp_path):
+    """bench's native subject and verify-arch hand the key to the app's harness on its command
+    line; the JVM reads no environment variable for it."""
+    from palkit.android_demo.host.native_host import HostBuild
+
+    build = HostBuild(tmp_path, tmp_path, ("java",))
+    key = tmp_path / "signer.pub.pem"
+    command = build.command("bench", "B", "1", "in.json", "3", "20", trust_key=key)
+    harness = command.index("io.palkit.host.HostHarness")
+    assert command[harness + 1:] == ["--trust-key", str(key), "bench", "B", "1", "in.json", "3",
+                                     "20"]
+    assert "--trust-key" not in build.command("bench", "B")
+    source = (REPO / "android_demo/host/java/io/palkit/host/"
+              "HostHarness.java").read_text()
+    assert "getenv" not in source

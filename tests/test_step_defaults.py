@@ -8,10 +8,16 @@ import json
 import pytest
 import torch
 
-import cli
-from trainer.config import (COMPILE_PAYS_AFTER_STEPS, PRESETS, TrainConfig, build_config,
-                            resolve_step, run_steps)
-from trainer.train import Dist, Run
+from palkit import cli
+from palkit.trainer.config import (
+    COMPILE_PAYS_AFTER_STEPS,
+    PRESETS,
+    TrainConfig,
+    build_config,
+    resolve_step,
+    run_steps,
+)
+from palkit.trainer.train import Dist, Run
 
 PAPER = TrainConfig(**PRESETS["paper"])
 
@@ -84,8 +90,8 @@ def test_a_run_shows_the_fallback_and_records_what_ran(tmp_path, tiny_bert, tiny
     """On a (pretended) CUDA device with gradient surgery, the Run falls back to eager with one
     line on stderr; a run's config.json keeps the options as given and its summary what ran
     (here a CPU runs the captured step uncaptured)."""
-    import trainer.train as tt
-    from tests.conftest import tiny_config
+    import palkit.trainer.train as tt
+    from testing_utils import tiny_config
     monkeypatch.setattr(tt, "resolve_step", lambda cfg, cuda, processes:
                         resolve_step(cfg, True, processes))
     run = Run(tiny_config(tiny_bert, tiny_data, tmp_path / "r", grad_surgery="pcgrad"), False)

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-import cli
-from tests.conftest import assert_agrees_with_last, run_tree
-from studies.plan import StudyError, plan_jobs, read_study
-from trainer.checkpoint import separate_models
-from trainer.config import DATA_DIR_ENV
-from trainer.fileio import KILL_ENV
+from palkit import cli
+from palkit.core.fileio import KILL_ENV
+from palkit.core.options import DATA_DIR_ENV
+from palkit.studies.plan import StudyError, plan_jobs, read_study
+from palkit.trainer.checkpoint import separate_models
+from testing_utils import assert_agrees_with_last, run_tree
 
 TINY_STUDY = """
 [base]

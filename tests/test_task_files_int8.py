@@ -16,13 +16,13 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from export.engines import load_executorch_program, read_task_weights
-from export.manifest import BundleError
-from export.programs import task_tensors
-from export.runtime import Engine, load_bundle
-from quant.weights import quantize_rows
-from tests.conftest import HANG_GUARD_S
-from trainer.checkpoint import load_model, resolve_model_dir
+from palkit.export.engines import load_executorch_program, read_task_weights
+from palkit.export.manifest import BundleError
+from palkit.export.programs import task_tensors
+from palkit.export.runtime import Engine, load_bundle
+from palkit.quant.weights import quantize_rows
+from palkit.trainer.checkpoint import load_model, resolve_model_dir
+from testing_utils import HANG_GUARD_S
 
 TEXT, PAIR = "the movie was good", "a man is running"
 TASKS = ["sst", "sts"]
@@ -34,12 +34,14 @@ def int8_bundle(tiny_pal_run: Path, tiny_data: Path, tmp_path_factory) -> Path:
     (one text), sts (a pair regressor). Read-only. No int8 gate: the tiny random model's sts
     scores barely vary, so their correlation with PyTorch's is noise (the gate has its own
     tests)."""
-    from export.bundle import export_run
-    from export.verify import Gate
+    from palkit.export.bundle import export_run
+    from palkit.export.gate import Gate
+    from palkit.export.options import ExportOptions
     out = tmp_path_factory.mktemp("b") / "int8"
-    export_run(tiny_pal_run, out, target="android", quant="int8", tasks=TASKS,
-               data_dir=tiny_data, log=lambda *a: None,
-               gate=Gate(max_drop=None, min_agreement=-1.0, max_float_layers=0))
+    export_run(tiny_pal_run, out,
+               ExportOptions(target="android", quant="int8", tasks=TASKS, data_dir=tiny_data,
+                             gate=Gate(max_drop=None, min_agreement=-1.0, max_float_layers=0)),
+               log=lambda *a: None)
     return out
 
 
@@ -190,13 +192,14 @@ def test_jni_refuses_an_int8_matrix_without_its_scale(host_build, int8_bundle, t
 def test_jni_int8_logits_on_aarch64_stay_within_the_bound(int8_bundle):
     """The phone's instruction set (issue 34): the same int8 bundle through the app's JNI path
     built for aarch64 and run under qemu, against the Python runtime on this host."""
-    from bench.native import native_host
-    from test_native_jni import assert_logits_match, harness as jni_harness
+    from palkit.android_demo.host import native_host
+    from testing_utils import assert_logits_match
+    from testing_utils import harness as jni_harness
 
-    reason = native_host().missing_toolchain("aarch64")
+    reason = native_host.missing_toolchain("aarch64")
     if reason:
         pytest.skip(reason)
-    build = native_host().build("aarch64")
+    build = native_host.build("aarch64")
     done = jni_harness(build, "run", int8_bundle, 1, TEXT, PAIR, *TASKS)
     assert done.returncode == 0, done.stderr[-3000:]
     engine = Engine(load_bundle(int8_bundle), "executorch")
@@ -220,16 +223,24 @@ def test_verify_arch_records_the_int8_check_on_another_cpu_in_verify_json(
     gives, and names the CPU's int8 features and the verifying machine's."""
     import shutil
 
-    from bench.arch_check import (CPU_MODELS, ArchCheckError, dev_sample, native_logits,
-                                  python_for, worker_logits)
-    from bench.native import native_host
-    from cli import main
-    from export.verify import Gate, failure, reference_batched, run_task
-    from trainer.host import int8_features
+    from palkit.android_demo.host import native_host
+    from palkit.cli import main
+    from palkit.core.host import int8_features
+    from palkit.export.arch_check import (
+        CPU_MODELS,
+        ArchCheckError,
+        dev_sample,
+        native_logits,
+        python_for,
+        worker_logits,
+    )
+    from palkit.export.gate import Gate
+    from palkit.export.gate_stats import failure
+    from palkit.export.verify import reference_batched, run_task
 
-    reason = native_host().missing_toolchain(arch)
+    reason = native_host.missing_toolchain(arch)
     try:
-        python = python_for(arch, cpu or native_host().QEMU_CPU)
+        python = python_for(arch, cpu or native_host.QEMU_CPU)
     except ArchCheckError as e:
         reason = reason or str(e)
     if reason:
@@ -241,7 +252,7 @@ def test_verify_arch_records_the_int8_check_on_another_cpu_in_verify_json(
                  str(tiny_data), "--max-examples", "10", "--max-drop", "100", "--arch", arch,
                  *(["--cpu", cpu] if cpu else [])]) == 0
     after = json.loads((bundle / "verify.json").read_text())
-    cpu = cpu or native_host().QEMU_CPU
+    cpu = cpu or native_host.QEMU_CPU
     record = after.pop("architectures")[f"{arch}/{cpu}"]
     assert after == before  # the export's own records are kept as they were
     assert record["cpu"] == cpu and record["cpu_int8"] == int8_features(list(CPU_MODELS[arch, cpu]))
@@ -249,7 +260,7 @@ def test_verify_arch_records_the_int8_check_on_another_cpu_in_verify_json(
     assert record["passed"] and sorted(record["runtimes"]) == ["executorch", "onnxruntime"]
     assert record["runtimes"]["executorch"]["launcher"].split()[-3:-1] == ["-cpu", cpu]
     assert f"-cpu {cpu}" in record["runtimes"]["onnxruntime"]["launcher"]
-    build = native_host().build(arch, cpu)
+    build = native_host.build(arch, cpu)
     model, tokenizer, _ = load_model(resolve_model_dir(tiny_pal_run), TASKS)
     max_len = load_bundle(bundle).manifest.tokenizer.max_length
     for runtime, checked in record["runtimes"].items():
@@ -290,7 +301,7 @@ def test_every_onnx_int8_matrix_keeps_neighbouring_weights_within_the_pair_bound
     import onnxruntime as ort
     from onnx import numpy_helper
 
-    from quant.onnx_int8 import RANGES
+    from palkit.quant.onnx_int8 import RANGES
 
     graph = onnx.load(str(int8_bundle / "onnx/trunk.onnx")).graph
     read = {i for n in graph.node if n.op_type == "MatMulIntegerToFloat" for i in n.input[1:2]}
@@ -307,7 +318,7 @@ def test_every_onnx_int8_matrix_keeps_neighbouring_weights_within_the_pair_bound
 
 
 def test_verify_json_names_the_cpu_whose_kernels_it_measured(int8_bundle):
-    from trainer.host import cpu_model, int8_features
+    from palkit.core.host import cpu_model, int8_features
 
     report = json.loads((int8_bundle / "verify.json").read_text())
     assert report["verifying_machine"] == f"{cpu_model()} ({int8_features()})"
@@ -316,11 +327,11 @@ def test_verify_json_names_the_cpu_whose_kernels_it_measured(int8_bundle):
 def test_verify_arch_without_the_cross_tools_says_what_to_fetch(int8_bundle, tiny_pal_run,
                                                                 tiny_data, tmp_path,
                                                                 monkeypatch, capsys):
-    from bench.native import native_host
-    from cli import main
+    from palkit.android_demo.host import native_host
+    from palkit.cli import main
 
-    monkeypatch.setenv(native_host().CROSS_CACHE_ENV, str(tmp_path / "empty"))
-    reason = native_host().missing_toolchain("aarch64")
+    monkeypatch.setenv(native_host.CROSS_CACHE_ENV, str(tmp_path / "empty"))
+    reason = native_host.missing_toolchain("aarch64")
     assert reason is not None
     assert main(["verify-arch", str(int8_bundle), "--run", str(tiny_pal_run),
                  "--data-dir", str(tiny_data)]) == 2
@@ -332,11 +343,11 @@ def test_verify_arch_refuses_a_task_without_dev_data(int8_bundle, tiny_pal_run, 
                                                      tmp_path, capsys):
     import shutil
 
-    from bench.native import native_host
-    from cli import main
+    from palkit.android_demo.host import native_host
+    from palkit.cli import main
 
-    if native_host().missing_toolchain("aarch64"):
-        pytest.skip(native_host().missing_toolchain("aarch64"))
+    if native_host.missing_toolchain("aarch64"):
+        pytest.skip(native_host.missing_toolchain("aarch64"))
     data = shutil.copytree(tiny_data, tmp_path / "data")
     (dev,) = (data / "sts").glob("*dev*")
     dev.unlink()
@@ -348,7 +359,7 @@ def test_verify_arch_refuses_a_task_without_dev_data(int8_bundle, tiny_pal_run, 
 
 
 def test_verify_arch_refuses_a_cpu_model_it_has_no_facts_for(int8_bundle, tiny_pal_run, capsys):
-    from cli import main
+    from palkit.cli import main
 
     assert main(["verify-arch", str(int8_bundle), "--run", str(tiny_pal_run), "--arch", "x86_64",
                  "--cpu", "Skylake"]) == 2
@@ -358,7 +369,7 @@ def test_verify_arch_refuses_a_cpu_model_it_has_no_facts_for(int8_bundle, tiny_p
 
 
 def test_stratified_sample_keeps_each_label_share():
-    from bench.arch_check import stratified_sample
+    from palkit.export.arch_check import stratified_sample
 
     gold = [0] * 60 + [1] * 30 + [2] * 10
     chosen = stratified_sample(gold, 20, regression=False)
@@ -375,7 +386,7 @@ def test_verify_arch_refuses_to_change_a_signed_bundle_without_its_key(int8_bund
                                                                        tmp_path, capsys):
     import shutil
 
-    from cli import main
+    from palkit.cli import main
 
     bundle = shutil.copytree(int8_bundle, tmp_path / "bundle")
     (bundle / "model.sig").write_text("{}")  # refused before the signature is even read

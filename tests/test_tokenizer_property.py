@@ -2,18 +2,16 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from transformers import AutoTokenizer
 
-from tests.conftest import HANG_GUARD_S
+from testing_utils import ANDROID_DEMO, HANG_GUARD_S, jdk_tool
 
-CORE = Path(__file__).resolve().parents[1] / "android_demo" / "core"
+CORE = ANDROID_DEMO / "core"
 TRICKY = ["", "   ", "\t\n", "naïve café", "Ünïcödé ÅÇÉ", "😀👍🏽 fine", "日本語のテキスト", "한국어",
           "a\u0000b\u200bc", "[CLS] [SEP] [MASK]", "x" * 150, "don't!!! ...?", "\u0301e",
           "ﬁ ligature", "Ⅻ ½ ²", "\ufeffbom", "mixed 中文 and english", "\x7f\x1b[31m"]
@@ -28,15 +26,8 @@ case = st.tuples(texts, st.none() | texts, st.sampled_from([8, 16, 128]))
 
 
 @pytest.fixture(scope="module")
-def java_tokenizer(tmp_path_factory) -> list[str]:
-    javac, java = shutil.which("javac"), shutil.which("java")
-    if javac is None or java is None:
-        pytest.fail("javac/java not found: the Android core tests need a JDK 17")
-    classes = tmp_path_factory.mktemp("classes")
-    sources = sorted(str(p) for p in CORE.glob("src/*/java/**/*.java"))
-    subprocess.run([javac, "-encoding", "UTF-8", "-d", str(classes), *sources], check=True,
-                   capture_output=True, timeout=HANG_GUARD_S)
-    return [java, "-cp", str(classes), "io.palkit.core.TokenizeFile"]
+def java_tokenizer(core_classes) -> list[str]:
+    return [jdk_tool("java"), "-cp", str(core_classes), "io.palkit.core.TokenizeFile"]
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +57,8 @@ def test_java_tokenizer_matches_hugging_face(java_tokenizer, reference, tmp_path
 @given(st.lists(case, min_size=40, max_size=40))
 def test_host_tokenizer_matches_hugging_face(reference, cases):
     """The bundle's host tokenizer (tokenizers' pipeline, no transformers) equals HF's."""
-    from export.manifest import TokenizerSettings
-    from export.tokenizer import Tokenizer
+    from palkit.export.manifest import TokenizerSettings
+    from palkit.export.tokenizer import Tokenizer
 
     vocab, hf = reference
     for a, b, n in cases:

@@ -13,23 +13,21 @@ import torch
 from safetensors.torch import load_file
 from transformers import BertModel
 
-import cli
-from tests.conftest import (HANG_GUARD_S, assert_agrees_with_last, poison_loss_at_call, run_tree,
-                            tiny_config)
-from trainer.checkpoint import load_model, sha256_file
-from trainer.config import TrainConfig, build_config
-from trainer.fileio import KILL_ENV
-from trainer.train import TrainingError, train
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def tensors_of(model_dir: Path) -> dict[str, torch.Tensor]:
-    out = {f"trunk.{k}": v for k, v in load_file(model_dir / "trunk" / "model.safetensors").items()}
-    for task in sorted((model_dir / "tasks").iterdir()):
-        out.update({f"{task.name}.{k}": v for k, v in
-                    load_file(task / "adapter.safetensors").items()})
-    return out
+from palkit import cli
+from palkit.trainer.checkpoint import load_model, sha256_file
+from palkit.trainer.config import TrainConfig, build_config
+from palkit.trainer.train import TrainingError, train
+from testing_utils import (
+    HANG_GUARD_S,
+    REPO,
+    assert_agrees_with_last,
+    finish,
+    poison_loss_at_call,
+    run_tree,
+    tensors_of,
+    tiny_config,
+    train_cli,
+)
 
 
 def test_run_directory_contract(tiny_pal_run: Path, tiny_bert: Path):
@@ -127,23 +125,6 @@ def test_existing_run_needs_resume_and_same_options(tmp_path, tiny_bert, tiny_da
     assert train(cfg, resume=True) == tiny_pal_run      # finished: nothing to do
 
 
-def _train_cli(args: list[str], kill_at: str | None = None) -> subprocess.Popen:
-    """`palkit train ARGS` in a child process; with `kill_at`, PALKIT_KILL_AT names where it dies."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    if kill_at:
-        env[KILL_ENV] = kill_at
-    return subprocess.Popen([sys.executable, str(REPO / "cli.py"), "train", *args], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-
-
-def finish(proc: subprocess.Popen) -> int:
-    """Wait for a _train_cli process (reading its stderr, so a full pipe cannot stall it); its
-    exit code, with stderr shown when the test fails."""
-    _, err = proc.communicate(timeout=HANG_GUARD_S)
-    print(err[-3000:])
-    return proc.returncode
-
-
 def test_train_command_killed_between_metrics_line_and_checkpoint_resumes_exactly(
         tmp_path, tiny_bert, tiny_data):
     """`palkit train` end to end: SIGKILLed (PALKIT_KILL_AT) after epoch 2's metrics line was
@@ -153,11 +134,11 @@ def test_train_command_killed_between_metrics_line_and_checkpoint_resumes_exactl
     common = ["--base-model", str(tiny_bert), "--data-dir", str(tiny_data), "--epochs", "2",
               "--steps-per-epoch", "6", "--save-every", "2", "--batch-size", "8", "--max-len",
               "32", "--pal-size", "8", "--pal-heads", "2", "--lr", "1e-3", "--device", "cpu"]
-    straight = _train_cli([*common, "--out", str(tmp_path / "straight" / "run")])
-    victim = _train_cli([*common, "--out", str(tmp_path / "victim" / "run")], kill_at="metrics:2")
+    straight = train_cli([*common, "--out", str(tmp_path / "straight" / "run")])
+    victim = train_cli([*common, "--out", str(tmp_path / "victim" / "run")], kill_at="metrics:2")
     assert finish(victim) == -signal.SIGKILL
     assert_agrees_with_last(tmp_path / "victim" / "run")
-    assert finish(_train_cli([*common, "--out", str(tmp_path / "victim" / "run"), "--resume"])) == 0
+    assert finish(train_cli([*common, "--out", str(tmp_path / "victim" / "run"), "--resume"])) == 0
     assert finish(straight) == 0
     a, b = (tensors_of(tmp_path / run / "run" / "last") for run in ("straight", "victim"))
     assert a.keys() == b.keys()
@@ -178,7 +159,7 @@ def test_nan_loss_stops_with_message_and_keeps_last_checkpoint(tmp_path, tiny_be
 
 def test_full_disk_while_saving_keeps_previous_checkpoint(tmp_path, tiny_bert, tiny_data,
                                                           monkeypatch):
-    import trainer.checkpoint as ckpt
+    import palkit.trainer.checkpoint as ckpt
     real, calls = ckpt.save_file, {"n": 0}
 
     def disk_full(tensors, path, *args, **kwargs):
@@ -271,7 +252,7 @@ def test_resume_without_a_run_is_refused_naming_the_runs_beside(tmp_path, tiny_b
 
 @pytest.mark.parametrize("case", ["no-weights", "missing"])
 def test_base_model_that_is_not_a_bert_folder_is_one_line(tmp_path, tiny_bert, tiny_data, case):
-    from trainer.checkpoint import CheckpointError
+    from palkit.trainer.checkpoint import CheckpointError
     if case == "no-weights":
         base = tmp_path / "half"
         base.mkdir()

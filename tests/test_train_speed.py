@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 import torch
 
-import cli
-from tests.conftest import poison_loss_at_call, tiny_config
-from trainer.checkpoint import load_trunk
-from trainer.data import EncodedSplit, collate
-from trainer.model import PalBert
-from trainer.profile import bench_training, step_flops
-from trainer.sampling import LengthBuckets, TaskStream
-from trainer.tasks import resolve_tasks
-from trainer.train import TrainingError
+from palkit import cli
+from palkit.trainer.checkpoint import load_trunk
+from palkit.trainer.data import EncodedSplit, collate
+from palkit.trainer.model import PalBert
+from palkit.trainer.profile import bench_training, step_flops
+from palkit.trainer.sampling import LengthBuckets, TaskStream
+from palkit.trainer.tasks import resolve_tasks
+from palkit.trainer.train import TrainingError
+from testing_utils import poison_loss_at_call, tiny_config
 
 
 def test_bench_training_entry_on_a_tiny_run(tmp_path, tiny_bert, tiny_data):
@@ -102,7 +102,7 @@ def test_step_flops_is_the_hand_count_of_the_matmuls(tiny_bert: Path, pals: bool
     """The tiny BERT: d=32, 2 layers, FFN 64; PALs of width 8 in both layers, V^E/V^D shared.
     Embedding lookups, LayerNorms and biases are not matmuls and do not count; the pooler and
     the head see one row per example; a shared V^E/V^D runs once per adapted layer."""
-    from trainer.model import PalConfig
+    from palkit.trainer.model import PalConfig
     trunk, _ = load_trunk(tiny_bert)
     model = PalBert(trunk, resolve_tasks(["sst"], []),
                     PalConfig(8, 2, (0, 1), True) if pals else None)
@@ -120,7 +120,8 @@ def test_step_flops_matches_pytorchs_flop_counter(tiny_bert: Path):
     """An independent count: PyTorch's FlopCounterMode over one forward and backward (eval
     mode, where attention is written out as matrix multiplies it counts)."""
     from torch.utils.flop_counter import FlopCounterMode
-    from trainer.model import PalConfig
+
+    from palkit.trainer.model import PalConfig
     trunk, _ = load_trunk(tiny_bert)
     model = PalBert(trunk, resolve_tasks(["sst", "sts"], []), PalConfig(8, 2, (1,), False)).eval()
     ids = torch.randint(5, 50, (4, 12))
@@ -147,7 +148,7 @@ def test_bench_modes_side_by_side_and_cuda_only_modes_skipped_on_cpu(tmp_path, t
     out = capsys.readouterr().out
     assert "captured: skipped, needs a CUDA device" in out and "eager-bf16: " in out
     with pytest.raises(TrainingError, match="unknown mode.*fastest.*choose from eager-fp32"):
-        from trainer.profile import bench_modes
+        from palkit.trainer.profile import bench_modes
         bench_modes(tiny_config(tiny_bert, tiny_data, tmp_path / "x"), ["fastest"], 1, 0, 1)
 
 
@@ -167,8 +168,8 @@ def test_losses_read_in_blocks_give_the_same_log_and_stop_at_the_bad_step(
         tmp_path, tiny_bert, tiny_data, monkeypatch):
     """The GPU path reads losses every few steps: same train_loss as every step, and a
     non-finite loss still stops the run, naming its step, before any later checkpoint."""
-    import trainer.train as tt
-    from trainer.train import train
+    import palkit.trainer.train as tt
+    from palkit.trainer.train import train
     every_step = train(tiny_config(tiny_bert, tiny_data, tmp_path / "a"))
     monkeypatch.setattr(tt, "loss_sync_interval", lambda device: 3)
     blocks = train(tiny_config(tiny_bert, tiny_data, tmp_path / "b"))
@@ -184,8 +185,8 @@ def test_losses_read_in_blocks_give_the_same_log_and_stop_at_the_bad_step(
 
 
 def test_compile_mode_is_checked_and_may_change_on_resume():
-    from trainer.config import TrainConfig
-    from trainer.train import RESUME_MAY_CHANGE
+    from palkit.trainer.config import TrainConfig
+    from palkit.trainer.train import RESUME_MAY_CHANGE
     assert TrainConfig(compile=True, compile_mode="reduce-overhead").compile_mode == "reduce-overhead"
     with pytest.raises(ValueError, match="compile_mode must be one of default, reduce-overhead, "
                                          "max-autotune, got 'fast'"):

@@ -12,14 +12,22 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.checkpoint import (CheckpointError, TRUNK_WEIGHTS, read_json, read_run_config,
-                                resolve_model_dir, run_finished, separate_models,
-                                sha256_file)
-from trainer.config import ADAPTERS, TrainConfig, read_config_file
-from trainer.data import read_examples, resolve_data_dir
-from trainer.errors import ConfigError
-from trainer.fileio import kill_point, remove_tree, replace_dir, staging_dir
-from trainer.tasks import BUILTIN_TASKS, TaskSpec
+from palkit.core.errors import ConfigError
+from palkit.core.fileio import kill_point, remove_tree, replace_dir, staging_dir
+from palkit.core.options import resolve_data_dir
+from palkit.trainer.checkpoint import (
+    TRUNK_WEIGHTS,
+    CheckpointError,
+    read_json,
+    read_run_config,
+    resolve_model_dir,
+    run_finished,
+    separate_models,
+    sha256_file,
+)
+from palkit.trainer.config import ADAPTERS, TrainConfig, read_config_file
+from palkit.trainer.data import read_examples
+from palkit.trainer.tasks import BUILTIN_TASKS, TaskSpec
 
 # Adapter-only training on a frozen trunk wants a larger step than full fine-tuning: on CFIMDB
 # (results/accuracy.md: add-task-cfimdb rows) 5e-5 reached 65% dev accuracy in 400 steps, 1e-3 86%.
@@ -52,7 +60,7 @@ class AddTaskOptions:
 def add_task(run: Path, spec: TaskSpec, data_dir: str | None,
              options: AddTaskOptions = AddTaskOptions(), resume: bool = False) -> Path:
     """Train `spec` on the frozen trunk of `run`; return the new task folder."""
-    from trainer.train import train
+    from palkit.trainer.train import train
 
     run = Path(run)
     cfg = task_run_config(run, spec, data_dir, options)

@@ -13,10 +13,17 @@ from typing import Annotated, Any, Literal, Optional
 
 import typer
 
-from trainer.config import (ADAPTERS, FIELD_TYPES, TrainConfig, build_config, config_fields,
-                            field_default, read_config_file)
-from trainer.options import TRAINING, DataDirOption
-from trainer.tasks import TASK_KINDS, resolve_tasks
+from palkit.core.options import TRAINING, DataDirOption
+from palkit.trainer.config import (
+    ADAPTERS,
+    FIELD_TYPES,
+    TrainConfig,
+    build_config,
+    config_fields,
+    field_default,
+    read_config_file,
+)
+from palkit.trainer.tasks import TASK_KINDS, resolve_tasks
 
 app = typer.Typer()
 
@@ -52,14 +59,14 @@ def train(**options: Any) -> None:
     Every option can also be set in a --config file (.json or .toml, same names); flags given here
     win over the file, the file over the --preset.
     """
-    from trainer.data import resolve_data_dir
-    from trainer.train import train as run_training
+    from palkit.core.options import resolve_data_dir
+    from palkit.trainer.train import train as run_training
 
     config_file, resume = options.pop("config"), options.pop("resume")
     given = _config_values(options)
     out = Path(given["out"] or TrainConfig.out)
     if resume and (out / "config.json").is_file() and not config_file:
-        from trainer.checkpoint import read_run_config
+        from palkit.trainer.checkpoint import read_run_config
         # A resumed run keeps its own options unless a flag says otherwise.
         saved = read_run_config(out)
         cfg = TrainConfig.from_dict({**saved, **{k: v for k, v in given.items() if v is not None}})
@@ -132,8 +139,8 @@ def add_task(
     only --task; others are described by --task-file or the description flags. A task may bring
     its own adapter (--adapter, --pal-layers) whatever the run's tasks have.
     """
-    from trainer.add_task import AddTaskOptions, task_from_options
-    from trainer.add_task import add_task as run_add_task
+    from palkit.trainer.add_task import AddTaskOptions, task_from_options
+    from palkit.trainer.add_task import add_task as run_add_task
 
     split = (lambda s: s.split(",") if s else None)
     spec = task_from_options(task, str(task_file) if task_file else None, {
@@ -153,8 +160,8 @@ def bench_train(**options: Any) -> None:
     graphs and capture time with --cuda-graphs, and on a GPU the model-FLOP utilisation and peak
     memory. --modes times several ways of running the step side by side, one entry each. Dev
     scoring and checkpoints are not timed."""
-    from trainer.profile import append_entry, bench_modes, bench_training
-    from trainer.results import option_flags
+    from palkit.trainer.profile import append_entry, bench_modes, bench_training
+    from palkit.trainer.results import option_flags
 
     steps, warmup, repeats = options.pop("steps"), options.pop("warmup"), options.pop("repeat")
     results_file, machine = options.pop("results"), options.pop("machine")

@@ -12,12 +12,10 @@ from dataclasses import MISSING, Field, asdict, dataclass, field, fields, replac
 from pathlib import Path
 from typing import Any
 
-from trainer import placement
-from trainer.errors import ConfigError
+from palkit.core.errors import ConfigError
+from palkit.core.options import DATA_DIR_HELP
+from palkit.trainer import placement
 
-DATA_DIR_ENV = "PALKIT_DATA_DIR"
-DATA_DIR_HELP = f"(default ${DATA_DIR_ENV}, then ../shared/data beside the repository)"
-TRUST_KEY_ENV = "PALKIT_TRUST_KEY"  # the public key bundle loaders require (export/signing.py)
 MODES = ("pals", "shared", "separate")
 # What a task added later trains on the frozen trunk (add-task --adapter): a head alone (as in
 # mode shared) or PALs and a head (as in mode pals).

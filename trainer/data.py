@@ -7,7 +7,6 @@ padded once on the training device and gathers each step's batch there by index.
 from __future__ import annotations
 
 import csv
-import os
 import sys
 from dataclasses import dataclass
 from itertools import chain
@@ -15,26 +14,8 @@ from pathlib import Path
 
 import torch
 
-from trainer.config import DATA_DIR_ENV
-from trainer.errors import PalkitError
-from trainer.tasks import TaskSpec
-
-# The repository sits next to shared/ in this workplace; users point elsewhere with the flag/env.
-DEFAULT_DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-
-
-class DataError(PalkitError, ValueError):
-    """A data file is missing or malformed; the message names the file and line."""
-
-
-def resolve_data_dir(cli_value: str | None) -> Path:
-    """--data-dir wins, then $PALKIT_DATA_DIR, then ../shared/data beside the repository."""
-    raw = cli_value or os.environ.get(DATA_DIR_ENV) or str(DEFAULT_DATA_DIR)
-    path = Path(raw).expanduser()
-    if not path.is_dir():
-        raise DataError(f"data directory {path} does not exist; pass --data-dir DIR or set "
-                        f"{DATA_DIR_ENV} to the folder holding sst/, quora/, sts/")
-    return path
+from palkit.core.errors import DataError
+from palkit.trainer.tasks import TaskSpec
 
 
 @dataclass

@@ -21,10 +21,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from trainer.checkpoint import load_model, separate_models
-from trainer.errors import PalkitError
-from trainer.model import PalBert, regression_score
-from trainer.tasks import TaskSpec
+from palkit.core.errors import PalkitError
+from palkit.trainer.checkpoint import load_model, separate_models
+from palkit.trainer.model import PalBert, regression_score
+from palkit.trainer.tasks import TaskSpec
 
 
 class DistillError(PalkitError, ValueError):

@@ -6,12 +6,12 @@ from typing import Any
 
 import torch
 
-from trainer.checkpoint import load_model
-from trainer.data import EncodedSplit, collate, encode, read_examples
-from trainer.metrics import average_score, task_metrics
-from trainer.model import PalBert, regression_score
-from trainer.tasks import TaskSpec
-from ui.progress import track
+from palkit.trainer.checkpoint import load_model
+from palkit.trainer.data import EncodedSplit, collate, encode, read_examples
+from palkit.trainer.metrics import average_score, task_metrics
+from palkit.trainer.model import PalBert, regression_score
+from palkit.trainer.tasks import TaskSpec
+from palkit.ui.progress import track
 
 
 @torch.no_grad()

@@ -5,8 +5,9 @@ differ from ../shared/data: GLUE keeps its test labels private, so `test` is una
 """
 from __future__ import annotations
 
-from trainer.data import DataError, Example
-from trainer.tasks import TaskSpec
+from palkit.core.errors import DataError
+from palkit.trainer.data import Example
+from palkit.trainer.tasks import TaskSpec
 
 # task -> (dataset, config, {our split: hub split}, text fields, label field)
 HUB_SOURCES = {

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from trainer.tasks import TaskSpec
+from palkit.trainer.tasks import TaskSpec
 
 
 def pearson(x: torch.Tensor, y: torch.Tensor) -> float:

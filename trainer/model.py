@@ -21,8 +21,8 @@ from torch import nn
 from transformers import BertModel
 from transformers.activations import ACT2FN
 
-from trainer.errors import ConfigError
-from trainer.tasks import TaskSpec
+from palkit.core.errors import ConfigError
+from palkit.trainer.tasks import TaskSpec
 
 # The paper's projected size for BERT-base: d_s = 204 for d = 768.
 PAPER_PAL_RATIO = 204 / 768

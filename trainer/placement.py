@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from trainer.errors import ConfigError
+from palkit.core.errors import ConfigError
 
 NAMED = ("all", "top", "bottom")
 HELP = ("all, the top or bottom half, top-N (the top N layers) or explicit layer indices "

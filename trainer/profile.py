@@ -20,13 +20,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainer.checkpoint import read_json
-from trainer.config import TrainConfig
-from trainer.fileio import write_json
-from trainer.host import cpu_model
-from trainer.model import PalBert
-from trainer.sampling import epoch_task_schedule
-from trainer.train import PhaseContext, Run, TrainingError
+from palkit.core.fileio import write_json
+from palkit.core.host import cpu_model
+from palkit.trainer.checkpoint import read_json
+from palkit.trainer.config import TrainConfig
+from palkit.trainer.model import PalBert
+from palkit.trainer.sampling import epoch_task_schedule
+from palkit.trainer.train import PhaseContext, Run, TrainingError
 
 # Dense peak FLOP/s by GPU name fragment and precision (vendor datasheets, SXM parts; fp32 is
 # plain fp32, as PyTorch leaves TF32 off for matmuls by default).

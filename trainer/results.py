@@ -8,13 +8,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trainer.checkpoint import (read_json, read_run_config, read_training_state,
-                                separate_models, write_json)
-from trainer.add_task import ADD_TASK_DEFAULTS
-from trainer.config import TrainConfig
-from trainer.errors import ConfigError
-from trainer.host import machine_name
-from ui.tables import points
+from palkit.core.errors import ConfigError
+from palkit.core.host import machine_name
+from palkit.trainer.add_task import ADD_TASK_DEFAULTS
+from palkit.trainer.checkpoint import (
+    read_json,
+    read_run_config,
+    read_training_state,
+    separate_models,
+    write_json,
+)
+from palkit.trainer.config import TrainConfig
+from palkit.ui.tables import points
 
 
 def canonical_command(cfg: dict[str, Any], out: str) -> str:

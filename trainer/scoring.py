@@ -4,10 +4,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trainer.checkpoint import read_json, resolve_model_dir, separate_models
-from trainer.evaluate import evaluate_model_dir
-from trainer.metrics import average_score
-from trainer.tasks import TaskSpec
+from palkit.trainer.checkpoint import read_json, resolve_model_dir, separate_models
+from palkit.trainer.evaluate import evaluate_model_dir
+from palkit.trainer.metrics import average_score
+from palkit.trainer.tasks import TaskSpec
 
 
 def score_run(target: Path, data_dir: Path, split: str, max_len: int | None,

@@ -29,9 +29,9 @@ from typing import Callable, Iterable
 
 import torch
 
-from trainer.checkpoint import CheckpointError
-from trainer.config import TrainConfig
-from trainer.tasks import TaskSpec
+from palkit.trainer.checkpoint import CheckpointError
+from palkit.trainer.config import TrainConfig
+from palkit.trainer.tasks import TaskSpec
 
 # Eager steps of each (task, width) before its graph is captured: the first creates the task's
 # AdamW moments and the kernels' workspaces outside the graph's memory pool.

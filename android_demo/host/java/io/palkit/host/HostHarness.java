@@ -33,14 +33,16 @@ import java.util.Map;
  * library. Prints one JSON document on stdout.
  * Exit status 3 with one line on stderr when the bundle or a program is refused.
  *
- * <p>With {@code PALKIT_TRUST_KEY} set (the variable palkit's Python loaders read) to the
- * signer's .pub.pem, as the app with its assets/trusted_key.pem: run and bench refuse a bundle
- * without that key's valid model.sig before the manifest is parsed, and program, which loads
- * files no manifest vouches for, is refused. Before exiting, one stderr line says whether the
+ * <p>With {@code --trust-key PEM} before the command (palkit passes the key its own loaders
+ * trust: --trust-key, else $PALKIT_TRUST_KEY), as the app with its assets/trusted_key.pem: run,
+ * bench and score refuse a bundle without that key's valid model.sig before the manifest is
+ * parsed, and program, which loads files no manifest vouches for, is refused. The harness reads
+ * no environment variable: the caller decides the key. Before exiting, one stderr line says whether the
  * JNI library was ever loaded into the process ("native runtime loaded: yes|no", read from
  * /proc/self/maps), so tests can tell that a refused bundle never reached native code.
  *
  * <pre>
+ * [--trust-key PEM] COMMAND ARGS...
  * run BUNDLE THREADS TEXT PAIR TASK...      logits of each TASK in turn (pair tasks read PAIR)
  * program PTE PTD WEIGHTS NAME...           load the program with that data file and one task's
  *                                           weights (tensors NAME... in input order), run once
@@ -51,13 +53,15 @@ import java.util.Map;
  * </pre>
  */
 public final class HostHarness {
-    private static final String TRUST_KEY_ENV = "PALKIT_TRUST_KEY";
+    private static final String TRUST_KEY_FLAG = "--trust-key";
 
     private HostHarness() {}
 
-    public static void main(String[] args) throws Exception {
+    public static void main(String[] argv) throws Exception {
         try {
-            PublicKey trustedKey = trustedKey();
+            boolean keyed = argv.length >= 2 && argv[0].equals(TRUST_KEY_FLAG);
+            PublicKey trustedKey = keyed ? trustedKey(argv[1]) : null;
+            String[] args = keyed ? Arrays.copyOfRange(argv, 2, argv.length) : argv;
             switch (args.length == 0 ? "" : args[0]) {
                 case "run":
                     System.out.print(Json.write(run(args, trustedKey)));
@@ -65,7 +69,7 @@ public final class HostHarness {
                 case "program":
                     if (trustedKey != null) {
                         throw new BundleException("program loads files no signed manifest vouches "
-                                + "for; unset " + TRUST_KEY_ENV + " to probe the runtime directly");
+                                + "for; give no " + TRUST_KEY_FLAG + " to probe the runtime directly");
                     }
                     System.out.print(Json.write(program(args)));
                     break;
@@ -76,7 +80,8 @@ public final class HostHarness {
                     System.out.print(Json.write(score(args, trustedKey)));
                     break;
                 default:
-                    System.err.println("usage: run|program|bench|score ... (see HostHarness.java)");
+                    System.err.println("usage: [--trust-key PEM] run|program|bench|score ... "
+                            + "(see HostHarness.java)");
                     System.exit(2);
             }
             System.err.println(nativeStatus());
@@ -87,12 +92,8 @@ public final class HostHarness {
         }
     }
 
-    /** The signer's public key named by PALKIT_TRUST_KEY, or null when it is not set. */
-    private static PublicKey trustedKey() throws BundleException, IOException {
-        String path = System.getenv(TRUST_KEY_ENV);
-        if (path == null || path.isEmpty()) {
-            return null;
-        }
+    /** The signer's public key in the .pub.pem file at {@code path}. */
+    private static PublicKey trustedKey(String path) throws BundleException, IOException {
         File pem = new File(path);
         if (!pem.isFile()) {
             throw new BundleSignatureException(pem, "bad_key", "trusted key not found; give the "

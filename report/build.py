@@ -10,20 +10,32 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.charts import write_charts
-from bench.frontier import LATER_TASKS_FILE, add_task_recommendation, frontier
-from bench.headline import (SUMMARY_KEYS, ceiling_fraction, check_targets, headline, headline_pal,
-                            pairwise)
-from bench.ingest import Measurements, ReportError, host_subjects, machine_label, read_inputs
-from bench.markdown import render_markdown
-from bench.study_accuracy import add_study_accuracy
-from trainer.fileio import write_text
+from palkit.core.fileio import write_text
+from palkit.report.charts import write_charts
+from palkit.report.frontier import add_task_recommendation, frontier
+from palkit.report.headline import (
+    SUMMARY_KEYS,
+    ceiling_fraction,
+    check_targets,
+    headline,
+    headline_pal,
+    pairwise,
+)
+from palkit.report.ingest import (
+    Measurements,
+    ReportError,
+    host_subjects,
+    machine_label,
+    read_inputs,
+)
+from palkit.report.markdown import render_markdown
+from palkit.report.study_accuracy import add_study_accuracy
 
 
 def build_report(bench_files: list[Path], device_files: list[Path], out: Path,
                  summary_path: Path | None = None, accuracy_file: Path | None = None,
                  int8_accuracy_file: Path | None = None,
-                 later_tasks_file: Path | None = LATER_TASKS_FILE) -> dict[str, Any]:
+                 later_tasks_file: Path | None = None) -> dict[str, Any]:
     if not bench_files and not device_files:
         raise ReportError("nothing to report: give --bench FILE (from `palkit bench`) and/or "
                           "--device-results FILE (from the Android app)")

@@ -9,10 +9,10 @@ from typing import Annotated, Literal, Optional
 
 import typer
 
-from bench.commands import MEASURE, comma_words
-from export.manifest import RUNTIMES
-from trainer.errors import PalkitError
-from trainer.options import DataDirOption
+from palkit.core.errors import PalkitError
+from palkit.core.options import MEASURE, DataDirOption, TrustKeyOption, comma_words
+from palkit.export.gate import Gate
+from palkit.export.manifest import RUNTIMES
 
 app = typer.Typer()
 # Per task: about 8 minutes for the three tasks of a MiniLM bundle's ExecuTorch files under qemu
@@ -30,7 +30,7 @@ def verify_arch(
         "reference")],
     arch: Annotated[Literal["aarch64", "x86_64"], typer.Option(
         help="the instruction set to run on (aarch64: under qemu; needs Debian's cross tools "
-        "and `python android_demo/host/native_host.py fetch --arch aarch64`)")] = "aarch64",
+        "and `python -m palkit.android_demo.host.native_host fetch --arch aarch64`)")] = "aarch64",
     cpu: Annotated[Optional[str], typer.Option(
         metavar="MODEL", help="the qemu CPU model: cortex-a76 (the default on aarch64: dot "
         "product), cortex-a53 (ARMv8.0, no dot product), neoverse-n1; x86_64: Haswell (AVX2, "
@@ -45,7 +45,8 @@ def verify_arch(
         "minutes for three MiniLM tasks under qemu on a busy 2-core host")] = DEFAULT_EXAMPLES,
     max_drop: Annotated[float, typer.Option(
         help="export's gate on the phone's kernels: the points of its metric a task may lose "
-        "against fp32, judged by export's rule (export/verify.py) on the sample")] = 1.0,
+        "against fp32, judged by export's rule (export/verify.py) on the sample")] =
+        Gate.max_drop,
     data_dir: DataDirOption = None,
     write: Annotated[bool, typer.Option(
         help="record the result in the bundle's verify.json under architectures.ARCH")] = True,
@@ -55,6 +56,7 @@ def verify_arch(
     out: Annotated[Optional[Path], typer.Option(
         metavar="FILE.json", help="also write the record, with machine and command, to this "
         "JSON file and a Markdown table beside it (.md)")] = None,
+    trust_key: TrustKeyOption = None,
 ) -> None:
     """Run a bundle's tasks on another CPU, on each runtime.
 
@@ -63,11 +65,15 @@ def verify_arch(
     paired-bootstrap interval and gate; exit status 1 when a task fails the gate. Emulated:
     says nothing about a phone's speed.
     """
-    from bench.arch_check import check_architecture, check_cpu, default_cpu, record_architecture
-    from bench.markdown import architecture_table
-    from export.signing import SIGNATURE_FILE, check_signing_key, sign_bundle
-    from export.verify import Gate
-    from trainer.data import resolve_data_dir
+    from palkit.core.options import resolve_data_dir
+    from palkit.export.arch_check import check_architecture, check_cpu, default_cpu
+    from palkit.export.arch_records import architecture_table, record_architecture
+    from palkit.export.signing import (
+        SIGNATURE_FILE,
+        check_signing_key,
+        resolve_trust_key,
+        sign_bundle,
+    )
 
     if write and (bundle / SIGNATURE_FILE).is_file() and sign_key is None:
         raise PalkitError(f"{bundle}: signed (model.sig), and verify.json is a signed file: give "
@@ -78,7 +84,8 @@ def verify_arch(
     check_cpu(arch, cpu)  # before the data folder or the bundle is read
     chosen = comma_words([runtimes], RUNTIMES, "--runtimes") if runtimes else None
     record = check_architecture(bundle, run, resolve_data_dir(data_dir), arch, cpu,
-                                max_examples or None, chosen, Gate(max_drop=max_drop), typer.echo)
+                                max_examples or None, chosen, Gate(max_drop=max_drop), typer.echo,
+                                resolve_trust_key(trust_key))
     table = architecture_table(record)
     typer.echo(table)
     for line in record["failures"]:
@@ -96,7 +103,7 @@ def verify_arch(
 
 def write_results(out: Path, bundle: Path, record: dict, table: str) -> None:
     """The record with the command and machine as JSON at `out`, its table as Markdown beside."""
-    from trainer.fileio import write_json, write_text
+    from palkit.core.fileio import write_json, write_text
 
     command = "palkit " + shlex.join(sys.argv[1:])
     write_json(out, {"command": command, "bundle": str(bundle), **record})

@@ -13,11 +13,11 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from bench.headline import REF_SEQ, REF_THREADS, task_p50
-from bench.ingest import Measurements, host_subjects
-from bench.schema import p50_id
-from export.manifest import RUNTIMES
-from trainer.checkpoint import read_json
+from palkit.bench.schema import p50_id
+from palkit.export.manifest import RUNTIMES
+from palkit.report.headline import REF_SEQ, REF_THREADS, task_p50
+from palkit.report.ingest import Measurements, ReportError, host_subjects
+from palkit.trainer.checkpoint import read_json
 
 ALL_LAYERS = "pals-annealed"     # the study's all-layer PAL configuration, the reference
 SEPARATE = "separate"
@@ -125,8 +125,6 @@ def frontier(data: dict[str, Any], prefix: str, m: Measurements,
 
 # ---- how to add a task later --------------------------------------------------------------------
 
-LATER_TASKS_FILE = Path(__file__).resolve().parent.parent / "results" / "later-tasks.json"
-LATER_TASKS_COMMAND = "python -m lab.later_tasks --work DIR"
 
 
 def adapter_summary(adapter: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -150,10 +148,13 @@ def add_task_recommendation(path: Path | None) -> dict[str, Any]:
     within WITHIN_POINTS of joint training on every left-out task, and each adapter's means."""
     out: dict[str, Any] = {"file": str(path) if path else None, "adapter": None, "adapters": [],
                            "notes": []}
-    if path is None or not Path(path).is_file():
-        out["notes"].append(f"how to add a task: not measured ({path or LATER_TASKS_FILE} is "
-                            f"missing; `{LATER_TASKS_COMMAND}` writes it)")
+    if path is None:
+        out["notes"].append("how to add a task: not measured (give --later-tasks FILE, a "
+                            "leave-one-out study such as results/later-tasks.json in palkit's "
+                            "repository)")
         return out
+    if not Path(path).is_file():
+        raise ReportError(f"{path}: no such file (--later-tasks: a leave-one-out study's JSON)")
     by_adapter: dict[str, list[dict[str, Any]]] = {}
     for r in read_json(path)["rows"]:
         by_adapter.setdefault(r["adapter"], []).append(r)

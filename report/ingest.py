@@ -9,10 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from bench.schema import latency_id, load_bench_file, measurement_id
-from trainer.errors import PalkitError
-from trainer.host import int8_features
-from trainer.placement import placement_name
+from palkit.bench.schema import latency_id, load_bench_file, measurement_id
+from palkit.core.errors import PalkitError
+from palkit.core.host import int8_features
+from palkit.trainer.placement import placement_name
 
 MiB = 1024 * 1024
 

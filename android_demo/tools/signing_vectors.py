@@ -1,5 +1,5 @@
 """The golden signing vectors that the app's Java verifier and palkit's (export/signing.py) both
-test against: `python android_demo/host/signing_vectors.py OUT_DIR`. Committed under
+test against: `python android_demo/tools/signing_vectors.py OUT_DIR`. Committed under
 android_demo/core/src/test/resources/signing/; the test keys are OUT_DIR/keys/, made when absent.
 
 Each case is a bundle folder of placeholder files, signed (or not) and then damaged one way;
@@ -15,12 +15,26 @@ import shutil
 import sys
 from pathlib import Path
 
-from export.manifest import (IO, MANIFEST_FILE, ExecuTorchSection, FileEntry, Manifest,
-                             OnnxRuntimeSection, TaskEntry, TokenizerSettings, Trunk,
-                             write_manifest)
-from export.signing import (SIGNATURE_FILE, SignatureError, generate_keypair, sign_bundle,
-                            verify_bundle_signature)
-from trainer.fileio import file_digest, write_bytes
+from palkit.core.fileio import file_digest, write_bytes
+from palkit.export.manifest import (
+    IO,
+    MANIFEST_FILE,
+    ExecuTorchSection,
+    FileEntry,
+    Manifest,
+    OnnxRuntimeSection,
+    TaskEntry,
+    TokenizerSettings,
+    Trunk,
+    write_manifest,
+)
+from palkit.export.signing import (
+    SIGNATURE_FILE,
+    SignatureError,
+    generate_keypair,
+    sign_bundle,
+    verify_bundle_signature,
+)
 
 # Placeholders named .bin, not .pte/.ptd/.onnx*: no runtime may ever take them for models.
 GOLDEN_FILES = {"vocab.txt": b"[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\nfilm\n",
@@ -102,7 +116,7 @@ def golden_verdicts(folder: Path, trusted: Path) -> dict[str, str]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python android_demo/host/signing_vectors.py OUT_DIR   (test keys: "
+        print("usage: python android_demo/tools/signing_vectors.py OUT_DIR   (test keys: "
               "OUT_DIR/keys/, made when absent)", file=sys.stderr)
         return 2
     out = Path(argv[0])

@@ -7,3 +7,7 @@ class PalkitError(Exception):
 
 class ConfigError(PalkitError, ValueError):
     """An option, config file, task description or placement that cannot be used as given."""
+
+
+class DataError(PalkitError, ValueError):
+    """A data folder or file is missing or malformed; the message names the file and line."""

@@ -5,20 +5,26 @@ markdown.py's FIGURE_CAPTIONS; all from the first host file, as the headline is.
 """
 from __future__ import annotations
 
-import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.headline import (TARGETS, Headline, accuracy_split, pal_groups, plain_subjects,
-                            reference_condition, size_reference, total_bytes)
-from bench.frontier import ALL_LAYERS, WITHIN_POINTS
-from bench.ingest import MiB, BenchInput, Measurements, machine_label
-from bench.schema import measurement_id, p50_id
-from trainer.fileio import write_bytes
+from palkit.bench.schema import measurement_id, p50_id
+from palkit.report.frontier import ALL_LAYERS, WITHIN_POINTS
+from palkit.report.headline import (
+    TARGETS,
+    Headline,
+    accuracy_split,
+    pal_groups,
+    plain_subjects,
+    reference_condition,
+    size_reference,
+    total_bytes,
+)
+from palkit.report.ingest import BenchInput, Measurements, MiB, machine_label
+from palkit.ui.plots import pyplot, save
 
-DPI = 100
 ROLE_COLOR = {"pal": "#c44e52", "native": "#dd8452", "separate": "#4c72b0", "peer": "#8c8c8c"}
 ROLE_LEGEND = {"pal": "PAL bundle (one trunk, all tasks)",
                "native": "PAL bundle, the app's C++ path", "separate": "separate models (ours)",
@@ -30,28 +36,13 @@ STYLE = {"font.size": 14, "axes.titlesize": 15, "axes.labelsize": 14, "legend.fo
          "xtick.labelsize": 13, "ytick.labelsize": 14}
 
 
-def _plt():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
-
-
-def save(fig, path: Path) -> None:
-    """Render to memory, then write atomically (a reader never sees half a PNG)."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI)
-    write_bytes(path, buf.getvalue())
-    _plt().close(fig)
-
-
 def write_charts(hosts: list[BenchInput], m: Measurements, out: Path,
                  deployment: dict[str, Any] | None = None) -> dict[str, str]:
     """The figures written into `out`: name -> file name (none without a host file)."""
     if not hosts:
         return {}
     prefix, data, _ = hosts[0]
-    plt = _plt()
+    plt = pyplot()
     charts = {}
     with plt.rc_context(STYLE):
         rows = headline_rows(data, prefix, m)
@@ -120,7 +111,7 @@ def _times(bound: float | None, v: float | None) -> float | None:
 
 
 def draw_headline(rows: list[Row], data: dict[str, Any]):
-    plt = _plt()
+    plt = pyplot()
     threads, seq = reference_condition(data)
     # at most 16 x 10 inches: 1600 x 1000 px, one screen; more rows get thinner bars
     fig, axes = plt.subplots(1, 3, figsize=(16, min(10.0, 3.2 + 0.55 * len(rows))), sharey=True)
@@ -255,7 +246,7 @@ def draw_accuracy(points: list[dict[str, Any]], lines: list[dict[str, Any]],
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    plt = _plt()
+    plt = pyplot()
     split = accuracy_split(data)
     families = sorted({p["family"] for p in points} | {ln["family"] for ln in lines})
     color = {f: plt.get_cmap("tab10")(i % 10) for i, f in enumerate(families)}
@@ -301,7 +292,7 @@ def draw_accuracy(points: list[dict[str, Any]], lines: list[dict[str, Any]],
 
 def frontier_figure(points: list[dict[str, Any]], rec: dict[str, Any], data: dict[str, Any],
                     path: Path) -> None:
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(12, 6.5))
     reference = next((p for p in points if p["name"] == ALL_LAYERS), None)
     if reference is not None:   # the configurations the recommendation may choose from

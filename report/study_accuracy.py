@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.frontier import SEPARATE
-from bench.ingest import Measurements, ReportError
-from trainer.checkpoint import read_json
+from palkit.report.frontier import SEPARATE
+from palkit.report.ingest import Measurements, ReportError
+from palkit.trainer.checkpoint import read_json
 
 KEYS = ("accuracy_avg_pal_int8", "accuracy_drop_int8_vs_fp32", "accuracy_avg_separate_fp32")
 FP32 = "pytorch"

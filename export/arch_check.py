@@ -17,6 +17,7 @@ under `architectures["ARCH/CPU"]`, with the CPU's int8 features and the verifyin
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import shlex
@@ -32,24 +33,22 @@ from typing import Any, Callable
 
 import torch
 
-from bench.native import native_host
-from export.manifest import VERIFY_FILE
-from export.runtime import Engine, load_bundle
-from export.verify import (CONFIDENCE, Encoded, Gate, compare, encode_texts, failure,
-                           reference_batched, run_task)
-from trainer.checkpoint import load_model, read_json, resolve_model_dir
-from trainer.data import read_examples
-from trainer.errors import PalkitError
-from trainer.fileio import write_json
-from trainer.host import ARM_PARTS, CPU_MODELS, NATIVE, cpu_int8, cpu_model, int8_features
+import palkit
+from palkit.android_demo.host import native_host
+from palkit.core.errors import PalkitError
+from palkit.core.host import ARM_PARTS, CPU_MODELS, NATIVE, cpu_int8, cpu_model, int8_features
+from palkit.export.gate import CONFIDENCE, Gate
+from palkit.export.gate_stats import compare, failure
+from palkit.export.runtime import Engine, load_bundle
+from palkit.export.verify import Encoded, encode_texts, reference_batched, run_task
+from palkit.trainer.checkpoint import load_model, resolve_model_dir
+from palkit.trainer.data import read_examples
 
 Log = Callable[[str], None]
 Runner = Callable[[str, list[Encoded]], torch.Tensor]
-SECTION = "architectures"
 STRATA = 10                     # score bins of a regression task's sample
 SEED = 0
 CHILD_TIMEOUT_S = 3600.0
-PALKIT_ROOT = Path(__file__).resolve().parents[1]  # the folder holding export/, on PYTHONPATH
 RUNTIME_PATHS = {"executorch": "the app's JNI and Java (android_demo/host/native_host.py)",
                  "onnxruntime": "palkit's runtime layer in a Python of that CPU "
                                 "(export/score_worker.py)"}
@@ -62,7 +61,7 @@ class ArchCheckError(PalkitError):
 def default_cpu(arch: str) -> str:
     """This host's own CPU on its architecture; on aarch64 the native path's qemu model
     (android_demo/host/native_host.py: QEMU_CPU, or $PALKIT_QEMU_CPU)."""
-    host = native_host()
+    host = native_host
     if arch == host.HOST_ARCH:
         return NATIVE
     return os.environ.get(host.QEMU_CPU_ENV) or host.QEMU_CPU
@@ -92,14 +91,17 @@ def stratified_sample(gold: list[float], n: int | None, regression: bool,
     return sorted(chosen)
 
 
-def native_logits(build, bundle: Path, task: str, encoded: list[Encoded]) -> torch.Tensor:
-    """The app's native path's logits for every input (HostHarness `score`: one JVM)."""
+def native_logits(build, bundle: Path, task: str, encoded: list[Encoded],
+                  trust_key: Path | None = None) -> torch.Tensor:
+    """The app's native path's logits for every input (HostHarness `score`: one JVM); with
+    `trust_key`, the app's own signature check runs first, as on the phone."""
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl") as inputs:
         for ids, _, types in encoded:
             inputs.write(json.dumps({"task": task, "input_ids": ids[0].tolist(),
                                      "token_type_ids": types[0].tolist()}) + "\n")
         inputs.flush()
-        done = subprocess.run(build.command("score", str(bundle), "1", inputs.name),
+        done = subprocess.run(build.command("score", str(bundle), "1", inputs.name,
+                                            trust_key=trust_key),
                               capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
@@ -108,15 +110,35 @@ def native_logits(build, bundle: Path, task: str, encoded: list[Encoded]) -> tor
     return torch.tensor(json.loads(done.stdout), dtype=torch.float32)
 
 
+@functools.lru_cache(maxsize=None)
+def palkit_import_root() -> Path:
+    """A folder holding this palkit as `palkit/`, for the PYTHONPATH of a Python that has not
+    installed it: an installed palkit's site folder, or for a checkout (whose folder has another
+    name) a link in the temp folder."""
+    package = Path(palkit.__file__).resolve().parent
+    if package.name == "palkit":
+        return package.parent
+    digest = hashlib.sha256(bytes(package)).hexdigest()[:12]
+    root = Path(tempfile.gettempdir()) / f"palkit-import-{digest}"
+    root.mkdir(exist_ok=True)
+    link = root / "palkit"
+    if not link.is_symlink() or link.resolve() != package:
+        staged = root / f".palkit-{os.getpid()}"
+        staged.unlink(missing_ok=True)
+        staged.symlink_to(package, target_is_directory=True)
+        os.replace(staged, link)
+    return root
+
+
 def host_python_under_qemu(cpu: str) -> tuple[tuple[str, ...], dict[str, str]]:
     """This interpreter run by qemu-user on x86-64 CPU model `cpu` (Haswell: AVX2, no VNNI; TCG
     emulates no AVX-512), and the environment that gives it this process's packages."""
-    qemu = native_host().host_qemu()
-    if qemu is None or native_host().HOST_ARCH != "x86_64":
+    qemu = native_host.host_qemu()
+    if qemu is None or native_host.HOST_ARCH != "x86_64":
         raise ArchCheckError("running x86-64 CPU models needs an x86-64 host and qemu-user: "
                              "`apt-get install qemu-user-static`")
     # under qemu, /proc/self/exe is qemu itself: the packages come by path, not from the prefix
-    paths = [str(PALKIT_ROOT), *site.getsitepackages()]
+    paths = [str(palkit_import_root()), *site.getsitepackages()]
     return ((qemu, "-cpu", cpu, os.path.realpath(sys.executable)),
             {"PYTHONPATH": os.pathsep.join(paths)})
 
@@ -126,13 +148,12 @@ def arm64_python(cpu: str) -> tuple[tuple[str, ...], dict[str, str]]:
     on `cpu`. qemu 7.2 shows the guest the host's x86 /proc/cpuinfo, on which onnxruntime's CPU
     detection crashes: the guest sees the model's own, bind-mounted in a private mount namespace
     (`unshare`; as root, else in a user namespace)."""
-    host = native_host()
+    host = native_host
     folder = host.cross_python("aarch64")
     if host.qemu() is None or not folder.is_dir():
         raise ArchCheckError("ONNX Runtime on aarch64 needs qemu and an arm64 Python: `apt-get "
                              f"install {host.AARCH64_PACKAGES}`, `dpkg --add-architecture arm64 "
-                             "&& apt-get update`, then `python android_demo/host/native_host.py "
-                             "fetch --arch aarch64`")
+                             f"&& apt-get update`, then `{host.FETCH_COMMAND}`")
     if shutil.which("unshare") is None:
         raise ArchCheckError("ONNX Runtime on aarch64 needs util-linux's `unshare` (for the "
                              "guest's /proc/cpuinfo)")
@@ -147,7 +168,7 @@ def arm64_python(cpu: str) -> tuple[tuple[str, ...], dict[str, str]]:
     return ((*namespace, "sh", "-c", 'mount --bind "$0" /proc/cpuinfo && exec "$@"', str(cpuinfo),
              host.qemu(), "-L", str(host.AARCH64_SYSROOT), "-cpu", cpu,
              "-E", f"LD_LIBRARY_PATH={libraries}", "-E", f"PYTHONHOME={usr}",
-             "-E", f"PYTHONPATH={folder / 'site'}{os.pathsep}{PALKIT_ROOT}",
+             "-E", f"PYTHONPATH={folder / 'site'}{os.pathsep}{palkit_import_root()}",
              str(usr / f"bin/python{host.CROSS_PYTHON}")), {})
 
 
@@ -168,12 +189,12 @@ def private_mounts() -> tuple[str, ...]:
 def python_for(arch: str, cpu: str) -> tuple[tuple[str, ...], dict[str, str]]:
     """A Python running palkit's runtime layer on `arch` CPU model `cpu`, and its environment."""
     if cpu == NATIVE:
-        return (sys.executable,), {"PYTHONPATH": str(PALKIT_ROOT)}
+        return (sys.executable,), {}
     if arch == "x86_64":
         return host_python_under_qemu(cpu)
-    if native_host().HOST_ARCH == "x86_64":
+    if native_host.HOST_ARCH == "x86_64":
         return arm64_python(cpu)
-    raise ArchCheckError(f"no Python for {arch} CPU models on a {native_host().HOST_ARCH} host")
+    raise ArchCheckError(f"no Python for {arch} CPU models on a {native_host.HOST_ARCH} host")
 
 
 def worker_logits(launcher: tuple[str, ...], env: dict[str, str], bundle: Path, runtime: str,
@@ -185,7 +206,7 @@ def worker_logits(launcher: tuple[str, ...], env: dict[str, str], bundle: Path, 
             inputs.write(json.dumps({"task": task, "input_ids": ids[0].tolist(),
                                      "token_type_ids": types[0].tolist()}) + "\n")
         inputs.flush()
-        done = subprocess.run([*launcher, "-m", "export.score_worker", str(bundle), runtime,
+        done = subprocess.run([*launcher, "-m", "palkit.export.score_worker", str(bundle), runtime,
                                inputs.name], capture_output=True, text=True,
                               timeout=CHILD_TIMEOUT_S, env={**os.environ, **env})
     if done.returncode != 0:
@@ -216,7 +237,7 @@ def missing_tools(runtime: str, arch: str, cpu: str) -> str | None:
     """Why `runtime` cannot run on `arch` CPU `cpu` here, in one line, or None (cheap: before
     the model loads)."""
     if runtime == "executorch":
-        reason = native_host().missing_toolchain(arch)
+        reason = native_host.missing_toolchain(arch)
         return f"cannot run the app's native path on {arch}: {reason}" if reason else None
     try:
         python_for(arch, cpu)
@@ -225,16 +246,18 @@ def missing_tools(runtime: str, arch: str, cpu: str) -> str | None:
     return None
 
 
-def runner(runtime: str, bundle: Path, arch: str, cpu: str) -> tuple[Runner, tuple[str, ...]]:
+def runner(runtime: str, bundle: Path, arch: str, cpu: str,
+           trust_key: Path | None = None) -> tuple[Runner, tuple[str, ...]]:
     """How `runtime` runs a task's inputs on `arch` CPU `cpu` (the native path built here), and
-    its launcher (qemu and the JVM or Python it runs)."""
-    host = native_host()
+    its launcher (qemu and the JVM or Python it runs). The worker Pythons read a bundle whose
+    signature `prepare` checked (an arm64 Python has no `cryptography`); the JVM checks again."""
+    host = native_host
     if runtime == "executorch":
         try:
             build = host.build(arch, None if cpu == NATIVE else cpu)
         except host.NativeBuildError as e:
             raise ArchCheckError(f"cannot build the app's native path for {arch}: {e}") from None
-        return (lambda task, encoded: native_logits(build, bundle, task, encoded),
+        return (lambda task, encoded: native_logits(build, bundle, task, encoded, trust_key),
                 tuple(map(str, build.launcher)))
     launcher, env = python_for(arch, cpu)
     return (lambda task, encoded: worker_logits(launcher, env, bundle, runtime, task, encoded),
@@ -247,17 +270,19 @@ def check_cpu(arch: str, cpu: str) -> None:
     if cpu != NATIVE and cpu not in known:
         raise ArchCheckError(f"no int8 facts for {arch} CPU model {cpu!r} here: choose "
                              f"{', '.join(known)}" + (" or leave --cpu out (this host's CPU)"
-                                                      if arch == native_host().HOST_ARCH else ""))
-    if cpu == NATIVE and arch != native_host().HOST_ARCH:
+                                                      if arch == native_host.HOST_ARCH else ""))
+    if cpu == NATIVE and arch != native_host.HOST_ARCH:
         raise ArchCheckError(f"{arch} is not this host's architecture: give --cpu "
                              f"{' or '.join(known)}")
 
 
-def prepare(bundle: Path, run: Path, runtimes: list[str] | None, arch: str, cpu: str):
+def prepare(bundle: Path, run: Path, runtimes: list[str] | None, arch: str, cpu: str,
+            trust_key: Path | None = None):
     """The bundle, the runtimes to check (None: the bundle's) and the fp32 model it was
-    exported from; each refusal one line, the CPU model and missing tools first."""
+    exported from; each refusal one line, the CPU model, the signature (with `trust_key`) and
+    missing tools first."""
     check_cpu(arch, cpu)
-    loaded = load_bundle(bundle)
+    loaded = load_bundle(bundle, trust_key=trust_key)
     missing = sorted(set(runtimes or []) - set(loaded.runtimes))
     if missing:
         raise ArchCheckError(f"{bundle}: has no {' or '.join(missing)} files; give --runtimes "
@@ -276,15 +301,18 @@ def prepare(bundle: Path, run: Path, runtimes: list[str] | None, arch: str, cpu:
 
 def check_architecture(bundle: Path, run: Path, data_dir: Path, arch: str, cpu: str,
                        max_examples: int | None, runtimes: list[str] | None = None,
-                       gate: Gate = Gate(), log: Log = print) -> dict[str, Any]:
+                       gate: Gate = Gate(), log: Log = print,
+                       trust_key: Path | None = None) -> dict[str, Any]:
     """verify.json's `architectures["ARCH/CPU"]` record of the bundle (record_architecture
-    writes it): every task's dev sample on each runtime on that CPU, the host's int8, and fp32."""
+    writes it): every task's dev sample on each runtime on that CPU, the host's int8, and fp32.
+    `trust_key`: a key the bundle must be signed by, checked here before anything runs it and
+    by the app's native path as it loads."""
     bundle = Path(bundle)
-    loaded, runtimes, model, tokenizer = prepare(bundle, run, runtimes, arch, cpu)
+    loaded, runtimes, model, tokenizer = prepare(bundle, run, runtimes, arch, cpu, trust_key)
     max_len = loaded.manifest.tokenizer.max_length
     samples = {t: dev_sample(model.tasks[t], tokenizer, max_len, data_dir, max_examples)
                for t in loaded.tasks}  # every task's data checked before minutes of running
-    runners = {rt: runner(rt, bundle, arch, cpu) for rt in runtimes}
+    runners = {rt: runner(rt, bundle, arch, cpu, trust_key) for rt in runtimes}
     fp32 = {t: reference_batched(model, t, encoded) for t, (encoded, _, _) in samples.items()}
     records, failures = {}, []
     for rt, (run_on_cpu, launcher) in runners.items():
@@ -309,21 +337,7 @@ def check_architecture(bundle: Path, run: Path, data_dir: Path, arch: str, cpu: 
                  if Path(a).name.startswith("qemu-")), None)
     return {"arch": arch, "cpu": cpu, "cpu_int8": cpu_int8(arch, cpu),
             "verifying_machine": f"{cpu_model()} ({int8_features()})",
-            "qemu": ".".join(map(str, native_host().qemu_version(qemu))) if qemu else None,
+            "qemu": ".".join(map(str, native_host.qemu_version(qemu))) if qemu else None,
             "gate": asdict(gate), "confidence": CONFIDENCE,
             "date": time.strftime("%Y-%m-%d", time.gmtime()), "runtimes": records,
             "passed": not failures, "failures": failures}
-
-
-def record_key(record: dict[str, Any]) -> str:
-    return f"{record['arch']}/{record['cpu']}"
-
-
-def record_architecture(bundle: Path, record: dict[str, Any]) -> Path:
-    """Put `record` into the bundle's verify.json under architectures["ARCH/CPU"] (atomic; the
-    other keys kept). A signed bundle's verify.json is signed too: the caller re-signs."""
-    path = Path(bundle) / VERIFY_FILE
-    report = read_json(path) if path.is_file() else {}
-    report.setdefault(SECTION, {})[record_key(record)] = record
-    write_json(path, report)
-    return path

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.headline import ratio
-from bench.ingest import MiB, BenchInput, host_subjects, machine_label
-from bench.subjects import cpu_record
+from palkit.export.arch_records import architecture_table, cpu_record
+from palkit.report.headline import ratio
+from palkit.report.ingest import BenchInput, MiB, host_subjects, machine_label
 
 FIGURE_CAPTIONS = {
     "headline": "PAL bundle against three separate models and the peers, at the headline's "
@@ -188,28 +188,6 @@ def _architectures(data: dict[str, Any]) -> list[str]:
                       f"verified on {record.get('verifying_machine')}; accuracy, not speed)", "",
                       architecture_table(record)]
     return lines
-
-
-def architecture_table(record: dict[str, Any]) -> str:
-    """A Markdown table of one CPU's record: a row per runtime and task."""
-    cpu = f"{record['arch']} {record['cpu']}"
-    lines = [f"| runtime | task | examples | agreement with host int8 [95%] | largest logit diff "
-             f"vs host | agreement with fp32 | metric change vs fp32 [95%] ({cpu}) "
-             f"| host int8's change [95%] |", "|---|---|---:|---|---:|---:|---|---|"]
-    for runtime, checked in record["runtimes"].items():
-        for name, r in checked["tasks"].items():
-            host, fp32, own = r["vs_host_int8"], r["vs_fp32"], r["host_int8_vs_fp32"]
-            lo, hi = host["agreement_interval"]
-            lines.append(f"| {runtime} | {name} | {r['examples']} | {host['agreement']:.4f} "
-                         f"[{lo:.4f}, {hi:.4f}] | {host['max_abs_diff']:.2e} "
-                         f"| {fp32['agreement']:.4f} | {_arch_change(fp32)} "
-                         f"| {_arch_change(own)} |")
-    return "\n".join(lines)
-
-
-def _arch_change(r: dict[str, Any]) -> str:
-    low, high = r["metric_change_interval"]
-    return f"{r['metric']} {r['metric_change']:+.2f} [{low:+.2f}, {high:+.2f}]"
 
 
 def _pairwise(report: dict[str, Any]) -> list[str]:

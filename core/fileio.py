@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from trainer.errors import PalkitError
+from palkit.core.errors import PalkitError
 
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.ingest import BenchInput, Measurements, host_subjects, machine_label, placement
-from bench.schema import measurement_id, p50_id
+from palkit.bench.schema import measurement_id, p50_id
+from palkit.report.ingest import BenchInput, Measurements, host_subjects, machine_label, placement
 
 REF_SEQ, REF_THREADS = 128, 1
 

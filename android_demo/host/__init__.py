@@ -1,0 +1,3 @@
+"""Building and running the app's native path on a host (native_host): shipped with palkit for
+bench's native subject and verify-arch. The app's dev tools (its Kotlin check, signing test
+vectors) are in android_demo/tools/, outside the package."""

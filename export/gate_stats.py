@@ -1,0 +1,196 @@
+"""The int8 gate's statistics: a task's change against PyTorch fp32 on paired examples, its
+paired-bootstrap 95% interval, the smallest change the split resolves, and the verdict (the rule
+and its measured error rates: docs/int8-gate.md). The bootstrap's seed is fixed, so the same
+outputs always get the same verdict."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from palkit.export.gate import CONFIDENCE, FP32_TOLERANCE, Gate
+
+# With no flip among n examples the flip rate's 95% upper bound is still about 3/n (the rule of
+# three), so an accuracy split never resolves finer than 300/n points, however few flips it saw.
+RULE_OF_THREE = 3.0
+CLOSE = 0.5  # print the layer table once the gated drop passes this share of the limit
+
+
+
+def bootstrap_indices(n: int, resamples: int, seed: int) -> torch.Tensor:
+    """[resamples, n] example indices drawn with replacement (fixed seed: deterministic)."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, n, (resamples, n), generator=g)
+
+
+def rowwise_pearson(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Pearson correlation of each row of x with the same row of y ([R, n] -> [R])."""
+    x = x.double() - x.double().mean(-1, keepdim=True)
+    y = y.double() - y.double().mean(-1, keepdim=True)
+    denom = x.norm(dim=-1) * y.norm(dim=-1)
+    return torch.where(denom > 0, (x * y).sum(-1) / denom.clamp(min=1e-300), 0.0)
+
+
+def metric_rows(regression: bool, pred: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
+    """The task metric in points (accuracy x 100, or Pearson x 100) of each row ([R, n] -> [R])."""
+    if regression:
+        return 100 * rowwise_pearson(pred, gold)
+    return 100 * (pred == gold).double().mean(-1)
+
+
+def interval(samples: torch.Tensor, confidence: float = CONFIDENCE) -> list[float]:
+    """The central `confidence` interval of bootstrap samples (percentile method)."""
+    tail = (1 - confidence) / 2
+    lo, hi = torch.quantile(samples.double(), torch.tensor([tail, 1 - tail], dtype=torch.double))
+    return [float(lo), float(hi)]
+
+
+def output_kl(spec, ref: torch.Tensor, got: torch.Tensor) -> torch.Tensor:
+    """KL(fp32 || bundle) per example, in nats: over the classes' softmax, or for regression over
+    the Bernoulli of the score's place in score_range (the head's own sigmoid)."""
+    if not spec.is_regression:
+        return F.kl_div(F.log_softmax(got.double(), -1), F.log_softmax(ref.double(), -1),
+                        log_target=True, reduction="none").sum(-1)
+    low, high = spec.score_range
+    p, q = ((x[:, 0].double() - low) / (high - low) for x in (ref, got))
+    p, q = p.clamp(1e-7, 1 - 1e-7), q.clamp(1e-7, 1 - 1e-7)
+    return p * (p / q).log() + (1 - p) * ((1 - p) / (1 - q)).log()
+
+
+def compare(spec, ref: torch.Tensor, got: torch.Tensor, gold: list[float] | None, source: str,
+            gate: Gate = Gate()) -> dict[str, Any]:
+    """One task's verification record (bundle outputs `got` against PyTorch's `ref`)."""
+    from palkit.trainer.metrics import task_metrics
+
+    n = len(ref)
+    idx = bootstrap_indices(n, gate.resamples, gate.seed)
+    r: dict[str, Any] = {"examples": n, "source": source,
+                         "max_abs_diff": float((ref - got).abs().max())}
+    kl = output_kl(spec, ref, got)
+    r["kl_mean"], r["kl_p99"] = float(kl.mean()), float(torch.quantile(kl, 0.99))
+    if spec.is_regression:
+        pred_ref, pred_got = ref[:, 0], got[:, 0]
+        agree = rowwise_pearson(pred_ref[idx], pred_got[idx])
+        r["agreement"] = round(float(rowwise_pearson(pred_ref[None], pred_got[None])[0]), 6)
+        r["agreement_kind"] = "pearson(bundle, pytorch) of scores"
+    else:
+        pred_ref, pred_got = ref.argmax(-1), got.argmax(-1)
+        same = (pred_ref == pred_got).double()
+        agree = same[idx].mean(-1)
+        r["agreement"] = float(same.mean())
+        r["agreement_kind"] = "fraction of equal argmax"
+    r["agreement_interval"] = interval(agree)
+    if gold is None:
+        return r
+    g = torch.tensor(gold)
+    m_ref = task_metrics(spec, pred_ref.float(), g)
+    m_got = task_metrics(spec, pred_got.float(), g)
+    r["metrics_pytorch_fp32"], r["metrics_bundle"] = m_ref, m_got
+    r["metric_deltas"] = {k: m_got[k] - m_ref[k] for k in m_ref}
+    r["metric"] = f"{spec.name}_pearson" if spec.is_regression else f"{spec.name}_acc"
+    truth = g if spec.is_regression else g.long()
+    full = metric_rows(spec.is_regression, torch.stack([pred_got, pred_ref]),
+                       truth.expand(2, n))
+    r["metric_change"] = float(full[0] - full[1])  # points, bundle - fp32
+    changes = (metric_rows(spec.is_regression, pred_got[idx], truth[idx]) -
+               metric_rows(spec.is_regression, pred_ref[idx], truth[idx]))
+    r["metric_change_interval"] = interval(changes)
+    if not spec.is_regression:
+        right_ref, right_got = pred_ref == truth, pred_got == truth
+        r["flips"] = {"gained": int((right_got & ~right_ref).sum()),
+                      "lost": int((right_ref & ~right_got).sum())}
+    r["resolution"] = resolution(r["metric_change_interval"], n, spec.is_regression)
+    r["verdict"] = verdict(r, gate)
+    return r
+
+
+def resolution(change_interval: list[float], n: int, regression: bool) -> float:
+    """Points of the metric a split of n examples resolves: its 95% interval's half-width, and
+    for accuracy at least the rule of three's 300/n."""
+    low, high = change_interval
+    floor = 0.0 if regression else 100 * RULE_OF_THREE / n
+    return max((high - low) / 2, floor)
+
+
+def verdict(r: dict[str, Any], gate: Gate) -> str | None:
+    """'loss' (a drop beyond max_drop that the split resolves, or whose whole interval lies
+    beyond it), 'unresolved' (the split is coarser than max_drop and shows no such loss) or
+    'within'; None without labels or a metric gate."""
+    if gate.max_drop is None or "metric_change" not in r:
+        return None
+    limit = gate.max_drop
+    beyond = r["metric_change"] < -limit
+    if beyond and (r["resolution"] <= limit or r["metric_change_interval"][1] < -limit):
+        return "loss"
+    return "unresolved" if r["resolution"] > gate.max_drop else "within"
+
+
+def drop_bound(r: dict[str, Any]) -> float | None:
+    """The largest metric drop (points) the record's 95% interval allows; None without labels."""
+    return -r["metric_change_interval"][0] if "metric_change_interval" in r else None
+
+
+def refuses(r: dict[str, Any], gate: Gate) -> bool:
+    """Whether the metric gate refuses the record: the measured change is a drop beyond
+    max_drop, or with `strict` the interval allows one."""
+    if gate.max_drop is None or "metric_change" not in r:
+        return False
+    if gate.strict:
+        return drop_bound(r) > gate.max_drop
+    return r["metric_change"] < -gate.max_drop
+
+
+def change_text(r: dict[str, Any]) -> str:
+    lo, hi = r["metric_change_interval"]
+    return (f"change {r['metric_change']:+.2f}, 95% interval [{lo:+.2f}, {hi:+.2f}] on "
+            f"{r['examples']} examples, which resolve ±{r['resolution']:.2f}; "
+            f"agreement {r['agreement']:.3f}")
+
+
+def failure(r: dict[str, Any], where: str, int8: bool, gate: Gate) -> str | None:
+    """Why the record fails the gate, in one clause with its numbers; None when it passes."""
+    if not int8:
+        if r["max_abs_diff"] > FP32_TOLERANCE:
+            return (f"{where}: fp32 outputs differ from PyTorch by {r['max_abs_diff']:.2e} "
+                    f"(> {FP32_TOLERANCE:g})")
+        return None
+    if refuses(r, gate):
+        limit = f"--max-drop {gate.max_drop:g}"
+        if gate.strict:
+            return (f"{where}: int8 may lose up to {drop_bound(r):.2f} points of {r['metric']} "
+                    f"({change_text(r)}) > {limit} (--strict-gate)")
+        if r["verdict"] == "loss":
+            return (f"{where}: int8 loses {-r['metric_change']:.2f} points of {r['metric']} "
+                    f"({change_text(r)}) > {limit}")
+        return (f"{where}: int8 changes {r['metric']} by {r['metric_change']:+.2f} points, beyond "
+                f"{limit}, on {r['examples']} examples that resolve only ±{r['resolution']:.2f} "
+                f"(95% interval [{r['metric_change_interval'][0]:+.2f}, "
+                f"{r['metric_change_interval'][1]:+.2f}]): more dev examples would tell")
+    floor = gate.min_agreement
+    if floor is None:  # off where dev labels let --max-drop judge
+        floor = 0.0 if "metric" in r else 0.9
+    if r["agreement_interval"][1] < floor:
+        lo, hi = r["agreement_interval"]
+        return (f"{where}: int8 agreement {r['agreement']:.3f} (95% interval [{lo:.3f}, "
+                f"{hi:.3f}], {r['agreement_kind']}) < --min-agreement {floor:g}")
+    return None
+
+
+def unresolved_note(r: dict[str, Any], where: str, gate: Gate) -> str | None:
+    """The one line for a split coarser than max_drop that passed; None otherwise."""
+    if r.get("verdict") != "unresolved" or refuses(r, gate):
+        return None
+    strict = " (--strict-gate would refuse)" if drop_bound(r) > gate.max_drop else ""
+    lo, hi = r["metric_change_interval"]
+    return (f"{where}: {r['examples']} examples resolve ±{r['resolution']:.2f} points of "
+            f"{r['metric']}, coarser than --max-drop {gate.max_drop:g}; passed on the measured "
+            f"change {r['metric_change']:+.2f} (95% interval [{lo:+.2f}, {hi:+.2f}]){strict}")
+
+
+def is_close(r: dict[str, Any], gate: Gate) -> bool:
+    """Whether the record's gated quantity is past CLOSE of the limit (the layer table is shown)."""
+    if gate.max_drop is None or "metric_change" not in r:
+        return False
+    drop = drop_bound(r) if gate.strict else -r["metric_change"]
+    return drop > CLOSE * gate.max_drop
