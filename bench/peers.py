@@ -107,10 +107,8 @@ def build_ort_int8(model_dir: Path, out_dir: Path, seq_len: int = 128) -> dict[s
 def build_et_int8(model_dir: Path, out_dir: Path, max_len: int = 128,
                   calibration: int = 4) -> dict[str, Any]:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
-        XNNPACKQuantizer,
-        get_symmetric_quantization_config,
-    )
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (XNNPACKQuantizer,
+                                                                         get_symmetric_quantization_config)
     from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
     from torchao.quantization import IntxWeightOnlyConfig, quantize_
     from torchao.quantization.granularity import PerAxis

@@ -20,15 +20,8 @@ from typing import Any
 from palkit.bench.flops import model_flops
 from palkit.bench.machine import host_machine
 from palkit.bench.options import BenchOptions, LatencyBudget
-from palkit.bench.schema import (
-    SCHEMA,
-    VERSION,
-    BenchError,
-    BenchFileError,
-    latency_id,
-    swap_and_memory,
-    validate,
-)
+from palkit.bench.schema import (SCHEMA, VERSION, BenchError, BenchFileError, latency_id,
+                                 swap_and_memory, validate)
 from palkit.bench.subjects import Subject, discover
 from palkit.core.errors import PalkitError
 from palkit.core.fileio import write_text

@@ -68,12 +68,8 @@ def verify_arch(
     from palkit.core.options import resolve_data_dir
     from palkit.export.arch_check import check_architecture, check_cpu, default_cpu
     from palkit.export.arch_records import architecture_table, record_architecture
-    from palkit.export.signing import (
-        SIGNATURE_FILE,
-        check_signing_key,
-        resolve_trust_key,
-        sign_bundle,
-    )
+    from palkit.export.signing import (SIGNATURE_FILE, check_signing_key, resolve_trust_key,
+                                       sign_bundle)
 
     if write and (bundle / SIGNATURE_FILE).is_file() and sign_key is None:
         raise PalkitError(f"{bundle}: signed (model.sig), and verify.json is a signed file: give "

@@ -18,53 +18,23 @@ import torch
 
 from palkit import palkit_version
 from palkit.core.errors import PalkitError
-from palkit.core.fileio import (
-    file_digest,
-    remove_tree,
-    replace_dir,
-    sha256_file,
-    staging_dir,
-    write_json,
-    write_vocab,
-)
+from palkit.core.fileio import (file_digest, remove_tree, replace_dir, sha256_file, staging_dir,
+                                write_json, write_vocab)
 from palkit.export.executorch_export import adapter_of, export_order
 from palkit.export.gate import Gate
-from palkit.export.manifest import (
-    IO,
-    MANIFEST_FILE,
-    RUNTIMES,
-    VERIFY_FILE,
-    AllTasksMethod,
-    BundleError,
-    ExecuTorchSection,
-    FileEntry,
-    Manifest,
-    OnnxRuntimeSection,
-    TaskEntry,
-    TokenizerSettings,
-    Trunk,
-    adapter_text,
-    write_manifest,
-)
+from palkit.export.manifest import (IO, MANIFEST_FILE, RUNTIMES, VERIFY_FILE, AllTasksMethod,
+                                    BundleError, ExecuTorchSection, FileEntry, Manifest,
+                                    OnnxRuntimeSection, TaskEntry, TokenizerSettings, Trunk,
+                                    adapter_text, write_manifest)
 from palkit.export.options import QUANTS, TARGETS, ExportOptions
 from palkit.export.programs import PAD_OUTPUTS
 from palkit.export.runtime import load_bundle
 from palkit.export.signing import SIGNATURE_FILE, check_signing_key, sign_bundle
-from palkit.export.verify import (
-    BUILTIN_SENTENCES,
-    encode_texts,
-    gated_export,
-    summary,
-    verify_bundle,
-)
+from palkit.export.verify import (BUILTIN_SENTENCES, encode_texts, gated_export, summary,
+                                  verify_bundle)
 from palkit.quant.mixed import keep_in_float
-from palkit.trainer.checkpoint import (
-    TRUNK_WEIGHTS,
-    load_model,
-    read_json,
-    resolve_model_dir,
-    separate_models,
-)
+from palkit.trainer.checkpoint import (TRUNK_WEIGHTS, load_model, read_json, resolve_model_dir,
+                                       separate_models)
 from palkit.trainer.model import PalConfig
 from palkit.ui.progress import say
 
@@ -201,14 +171,9 @@ def write_executorch(model, names: list[str], build: Path, int8: bool, max_len: 
     """executorch/trunk.pte (the one-task methods: task weights are method inputs), its
     trunk.ptd, all_tasks.pte when several tasks run on one input, and one weights file per task
     (executorch/<task>.safetensors). Returns what the manifest records about them."""
-    from palkit.export.executorch_export import (
-        ALL_TASKS_METHOD,
-        ALL_TASKS_PROGRAM,
-        ONE_TASK_METHOD,
-        lower_trunk_program,
-        method_name,
-        write_task_weights,
-    )
+    from palkit.export.executorch_export import (ALL_TASKS_METHOD, ALL_TASKS_PROGRAM,
+                                                 ONE_TASK_METHOD, lower_trunk_program, method_name,
+                                                 write_task_weights)
 
     folder = build / "executorch"
     folder.mkdir()

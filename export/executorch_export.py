@@ -227,11 +227,8 @@ def lower_methods(methods: dict[str, tuple[torch.nn.Module, list[tuple[torch.Ten
     share are stored once). Writes out_dir/<name>.pte and out_dir/trunk.ptd; returns the ops the
     first method leaves out of the delegate ("non_delegated_ops")."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import (
-        EdgeCompileConfig,
-        ExecutorchBackendConfig,
-        to_edge_transform_and_lower,
-    )
+    from executorch.exir import (EdgeCompileConfig, ExecutorchBackendConfig,
+                                 to_edge_transform_and_lower)
     from executorch.exir.passes import MemoryPlanningPass
 
     seq = torch.export.Dim("seq", min=2, max=max_len)

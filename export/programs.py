@@ -16,15 +16,8 @@ import palkit.trainer.model as model_code
 from palkit.export import onnx_ops
 from palkit.quant import onnx_int8
 from palkit.quant.weights import quantize_rows
-from palkit.trainer.model import (
-    PalBert,
-    PalConfig,
-    ProjectedAttention,
-    TaskAdapter,
-    TaskHead,
-    check_same_width,
-    regression_score,
-)
+from palkit.trainer.model import (PalBert, PalConfig, ProjectedAttention, TaskAdapter, TaskHead,
+                                  check_same_width, regression_score)
 
 # Fixed width of the ONNX output: the trunk file must not depend on which tasks a bundle holds.
 PAD_OUTPUTS = 16
@@ -192,8 +185,7 @@ class SwappableTrunk(nn.Module):
 class BmmLinear(nn.Module):
     """A task's nn.Linear in the ExecuTorch program: x·W + b for B stacked tasks, with W
     [B, in, out] and b [B, 1, out] method inputs (B = 1 for one task). A 3-D input weight read
-    by bmm stays inside the XNNPACK delegate; as a 2-D mm it falls out of it
-    (../shared/notes/runtimes.md)."""
+    by bmm stays inside the XNNPACK delegate; as a 2-D mm it falls out of it (export/BUNDLE.md)."""
 
     def __init__(self, bound: dict[str, tuple[torch.Tensor, torch.Tensor]], path: str):
         super().__init__()

@@ -22,14 +22,8 @@ import numpy as np
 from palkit.core.fileio import file_digest
 from palkit.export.engines import RUNNERS, TaskRunner
 from palkit.export.inputs import InputError, Texts, tasks_for
-from palkit.export.manifest import (
-    MANIFEST_FILE,
-    BundleError,
-    Manifest,
-    TaskEntry,
-    read_manifest,
-    safe_path,
-)
+from palkit.export.manifest import (MANIFEST_FILE, BundleError, Manifest, TaskEntry, read_manifest,
+                                    safe_path)
 from palkit.export.tokenizer import Tokenizer
 
 

@@ -19,14 +19,8 @@ import torch
 
 from palkit.core.host import cpu_model, int8_features
 from palkit.export.gate import CONFIDENCE, FP32_TOLERANCE, Gate
-from palkit.export.gate_stats import (
-    compare,
-    drop_bound,
-    failure,
-    is_close,
-    refuses,
-    unresolved_note,
-)
+from palkit.export.gate_stats import (compare, drop_bound, failure, is_close, refuses,
+                                      unresolved_note)
 from palkit.export.programs import reference_outputs
 from palkit.export.runtime import Engine, read_bundle
 from palkit.export.sqnr import POINTED_DB, TASK_LAYERS_INT8, layer_sqnr, layer_table, pointed_layers

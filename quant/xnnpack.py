@@ -1,7 +1,8 @@
 """int8 for ExecuTorch/XNNPACK: dynamic-activation, per-channel symmetric int8 weights for every
 linear (pt2e with XNNPACKQuantizer) and weight-only int8 embedding tables (torchao).
 
-Used by export/executorch_export.py. See ../shared/notes/runtimes.md for why each step is here.
+Used by export/executorch_export.py. Why each step is here: export/BUNDLE.md ("Design, and
+why") and docs/int8-gate.md.
 """
 from __future__ import annotations
 
@@ -64,10 +65,8 @@ def quantize_linears_pt2e(ep: torch.export.ExportedProgram, calibration: list[tu
                           dynamic_shapes: Any) -> torch.export.ExportedProgram:
     """Dynamic int8 linears via pt2e (except FloatLinear ones: quant/mixed.py); returns the
     re-exported, converted program."""
-    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
-        XNNPACKQuantizer,
-        get_symmetric_quantization_config,
-    )
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (XNNPACKQuantizer,
+                                                                         get_symmetric_quantization_config)
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     from palkit.quant.mixed import FloatLinear

@@ -13,21 +13,10 @@ from typing import Any
 from palkit.core.fileio import write_text
 from palkit.report.charts import write_charts
 from palkit.report.frontier import add_task_recommendation, frontier
-from palkit.report.headline import (
-    SUMMARY_KEYS,
-    ceiling_fraction,
-    check_targets,
-    headline,
-    headline_pal,
-    pairwise,
-)
-from palkit.report.ingest import (
-    Measurements,
-    ReportError,
-    host_subjects,
-    machine_label,
-    read_inputs,
-)
+from palkit.report.headline import (SUMMARY_KEYS, ceiling_fraction, check_targets, headline,
+                                    headline_pal, pairwise)
+from palkit.report.ingest import (Measurements, ReportError, host_subjects, machine_label,
+                                  read_inputs)
 from palkit.report.markdown import render_markdown
 from palkit.report.study_accuracy import add_study_accuracy
 

@@ -12,16 +12,8 @@ from typing import Any
 
 from palkit.bench.schema import measurement_id, p50_id
 from palkit.report.frontier import ALL_LAYERS, WITHIN_POINTS
-from palkit.report.headline import (
-    TARGETS,
-    Headline,
-    accuracy_split,
-    pal_groups,
-    plain_subjects,
-    reference_condition,
-    size_reference,
-    total_bytes,
-)
+from palkit.report.headline import (TARGETS, Headline, accuracy_split, pal_groups, plain_subjects,
+                                    reference_condition, size_reference, total_bytes)
 from palkit.report.ingest import BenchInput, Measurements, MiB, machine_label
 from palkit.ui.plots import pyplot, save
 

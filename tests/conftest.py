@@ -15,15 +15,8 @@ import pytest
 import torch
 
 from palkit.android_demo.host import native_host
-from testing_utils import (
-    ANDROID_DEMO,
-    HANG_GUARD_S,
-    jdk_tool,
-    make_tiny_bert,
-    make_tiny_data,
-    native_toolchain,
-    tiny_config,
-)
+from testing_utils import (ANDROID_DEMO, HANG_GUARD_S, jdk_tool, make_tiny_bert, make_tiny_data,
+                           native_toolchain, tiny_config)
 
 # Tiny models run fastest on one thread, and the tests then leave a core to whatever else runs.
 torch.set_num_threads(1)

@@ -11,7 +11,8 @@ import palkit.trainer.train as tt
 from palkit.trainer.data import collate
 from palkit.trainer.sampling import TaskStream
 from palkit.trainer.step import width_for
-from palkit.trainer.train import Dist, Run, train
+from palkit.trainer.devices import Dist
+from palkit.trainer.train import Run, train
 from testing_utils import tensors_of, tiny_config
 
 BATCHES = 30    # 30 batches of 8 over 48 rows per task: five passes, batches straddling them

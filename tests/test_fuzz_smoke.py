@@ -15,16 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from fuzz.runtimes import (
-    STRATEGIES,
-    Loader,
-    Mutation,
-    campaign,
-    classify,
-    in_child,
-    mutations,
-    shrink,
-)
+from fuzz.runtimes import (STRATEGIES, Loader, Mutation, campaign, classify, in_child, mutations,
+                           shrink)
 from fuzz.targets import TARGETS
 from testing_utils import HANG_GUARD_S, REPO
 

@@ -167,7 +167,7 @@ def test_graph_widths_and_refusals():
 def test_cuda_graphs_with_several_processes_is_refused_in_one_line(tmp_path, tiny_bert, tiny_data,
                                                                    monkeypatch):
     import palkit.trainer.train as tt
-    from palkit.trainer.train import Dist
+    from palkit.trainer.devices import Dist
     monkeypatch.setattr(tt, "setup_distributed", lambda cfg: Dist(0, 2, torch.device("cpu")))
     with pytest.raises(TrainingError) as e:
         train(tiny_config(tiny_bert, tiny_data, tmp_path / "ddp", cuda_graphs=True))

@@ -17,24 +17,12 @@ from torch import nn
 
 from palkit.export.bundle import ExportError, export_run
 from palkit.export.gate import Gate
-from palkit.export.gate_stats import (
-    bootstrap_indices,
-    compare,
-    drop_bound,
-    failure,
-    interval,
-    output_kl,
-    unresolved_note,
-)
+from palkit.export.gate_stats import (bootstrap_indices, compare, drop_bound, failure, interval,
+                                      output_kl, unresolved_note)
 from palkit.export.options import ExportOptions
 from palkit.export.runtime import Engine, load_bundle
-from palkit.export.sqnr import (
-    fake_int8_activation,
-    fake_int8_weight,
-    fallback_candidates,
-    layer_sqnr,
-    pointed_layers,
-)
+from palkit.export.sqnr import (fake_int8_activation, fake_int8_weight, fallback_candidates,
+                                layer_sqnr, pointed_layers)
 from palkit.export.verify import fall_back, reference_batched, verification_inputs
 from palkit.quant.onnx_int8 import RANGES
 from palkit.quant.weights import quantize_rows

@@ -18,13 +18,8 @@ from palkit.export.bundle import ExportError, add_adapter, export_run
 from palkit.export.gate import Gate
 from palkit.export.manifest import BundleError, read_manifest, write_manifest
 from palkit.export.options import ExportOptions
-from palkit.export.programs import (
-    adapter_in_graph,
-    adapter_tensors,
-    fits_graph,
-    graph_pal,
-    reference_outputs,
-)
+from palkit.export.programs import (adapter_in_graph, adapter_tensors, fits_graph, graph_pal,
+                                    reference_outputs)
 from palkit.export.runtime import Engine, load_bundle
 from palkit.quant.weights import quantize_rows
 from palkit.trainer.checkpoint import load_model, sha256_file

@@ -19,15 +19,8 @@ import pytest
 import torch
 
 from palkit.trainer import fileio
-from palkit.trainer.checkpoint import (
-    Checkpoint,
-    CheckpointError,
-    TrainingState,
-    link_run_files,
-    load_model,
-    save_best,
-    save_checkpoint,
-)
+from palkit.trainer.checkpoint import (Checkpoint, CheckpointError, TrainingState, link_run_files,
+                                       load_model, save_best, save_checkpoint)
 
 STEPS = ("_rename", "_exchange", "_swap_link", "remove_tree")
 

@@ -5,12 +5,8 @@ import pytest
 import torch
 
 from palkit.trainer.metrics import average_score, binary_f1, pearson, spearman, task_metrics
-from palkit.trainer.sampling import (
-    TaskStream,
-    epoch_task_schedule,
-    sampling_alpha,
-    task_probabilities,
-)
+from palkit.trainer.sampling import (TaskStream, epoch_task_schedule, sampling_alpha,
+                                     task_probabilities)
 from palkit.trainer.surgery import GradVac, pcgrad
 from palkit.trainer.tasks import BUILTIN_TASKS
 

@@ -17,15 +17,8 @@ import pytest
 
 from palkit.core.fileio import file_digest
 from palkit.export.manifest import BundleError, FileEntry, read_manifest, write_manifest
-from palkit.export.signing import (
-    SIGNATURE_FILE,
-    TRUST_KEY_ENV,
-    SignatureError,
-    generate_keypair,
-    resolve_trust_key,
-    sign_bundle,
-    verify_bundle_signature,
-)
+from palkit.export.signing import (SIGNATURE_FILE, TRUST_KEY_ENV, SignatureError, generate_keypair,
+                                   resolve_trust_key, sign_bundle, verify_bundle_signature)
 from testing_utils import REPO
 
 GOLDEN = REPO / "android_demo/core/src/test/resources/signing"

@@ -9,15 +9,10 @@ import pytest
 import torch
 
 from palkit import cli
-from palkit.trainer.config import (
-    COMPILE_PAYS_AFTER_STEPS,
-    PRESETS,
-    TrainConfig,
-    build_config,
-    resolve_step,
-    run_steps,
-)
-from palkit.trainer.train import Dist, Run
+from palkit.trainer.config import (COMPILE_PAYS_AFTER_STEPS, PRESETS, TrainConfig, build_config,
+                                   resolve_step, run_steps)
+from palkit.trainer.devices import Dist
+from palkit.trainer.train import Run
 
 PAPER = TrainConfig(**PRESETS["paper"])
 

@@ -226,14 +226,8 @@ def test_verify_arch_records_the_int8_check_on_another_cpu_in_verify_json(
     from palkit.android_demo.host import native_host
     from palkit.cli import main
     from palkit.core.host import int8_features
-    from palkit.export.arch_check import (
-        CPU_MODELS,
-        ArchCheckError,
-        dev_sample,
-        native_logits,
-        python_for,
-        worker_logits,
-    )
+    from palkit.export.arch_check import (CPU_MODELS, ArchCheckError, dev_sample, native_logits,
+                                          python_for, worker_logits)
     from palkit.export.gate import Gate
     from palkit.export.gate_stats import failure
     from palkit.export.verify import reference_batched, run_task

@@ -17,17 +17,8 @@ from palkit import cli
 from palkit.trainer.checkpoint import load_model, sha256_file
 from palkit.trainer.config import TrainConfig, build_config
 from palkit.trainer.train import TrainingError, train
-from testing_utils import (
-    HANG_GUARD_S,
-    REPO,
-    assert_agrees_with_last,
-    finish,
-    poison_loss_at_call,
-    run_tree,
-    tensors_of,
-    tiny_config,
-    train_cli,
-)
+from testing_utils import (HANG_GUARD_S, REPO, assert_agrees_with_last, finish, poison_loss_at_call,
+                           run_tree, tensors_of, tiny_config, train_cli)
 
 
 def test_run_directory_contract(tiny_pal_run: Path, tiny_bert: Path):

@@ -15,16 +15,9 @@ from typing import Any
 from palkit.core.errors import ConfigError
 from palkit.core.fileio import kill_point, remove_tree, replace_dir, staging_dir
 from palkit.core.options import resolve_data_dir
-from palkit.trainer.checkpoint import (
-    TRUNK_WEIGHTS,
-    CheckpointError,
-    read_json,
-    read_run_config,
-    resolve_model_dir,
-    run_finished,
-    separate_models,
-    sha256_file,
-)
+from palkit.trainer.checkpoint import (TRUNK_WEIGHTS, CheckpointError, read_json, read_run_config,
+                                       resolve_model_dir, run_finished, separate_models,
+                                       sha256_file)
 from palkit.trainer.config import ADAPTERS, TrainConfig, read_config_file
 from palkit.trainer.data import read_examples
 from palkit.trainer.tasks import BUILTIN_TASKS, TaskSpec

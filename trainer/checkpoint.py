@@ -42,16 +42,8 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoTokenizer, BertConfig, BertModel
 
 from palkit.core.errors import ConfigError, PalkitError
-from palkit.core.fileio import (
-    kill_point,
-    point_symlink,
-    remove_tree,
-    replace_dir,
-    sha256_file,
-    write_json,
-    write_text,
-    write_vocab,
-)
+from palkit.core.fileio import (kill_point, point_symlink, remove_tree, replace_dir, sha256_file,
+                                write_json, write_text, write_vocab)
 from palkit.trainer.model import PalBert, PalConfig
 from palkit.trainer.tasks import TaskSpec
 

@@ -14,15 +14,8 @@ from typing import Annotated, Any, Literal, Optional
 import typer
 
 from palkit.core.options import TRAINING, DataDirOption
-from palkit.trainer.config import (
-    ADAPTERS,
-    FIELD_TYPES,
-    TrainConfig,
-    build_config,
-    config_fields,
-    field_default,
-    read_config_file,
-)
+from palkit.trainer.config import (ADAPTERS, FIELD_TYPES, TrainConfig, build_config, config_fields,
+                                   field_default, read_config_file)
 from palkit.trainer.tasks import TASK_KINDS, resolve_tasks
 
 app = typer.Typer()

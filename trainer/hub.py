@@ -1,7 +1,7 @@
 """The built-in tasks from the Hugging Face hub, for users who are online (`--data-source hub`).
 
 Not exercised by the tests (no network here); the local files are the tested path. Hub splits
-differ from ../shared/data: GLUE keeps its test labels private, so `test` is unavailable there.
+differ from the minBERT files: GLUE keeps its test labels private, so `test` is unavailable there.
 """
 from __future__ import annotations
 

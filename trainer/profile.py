@@ -263,12 +263,14 @@ def bench_modes(cfg: TrainConfig, modes: list[str], steps: int, warmup: int,
 
 def provenance(device: torch.device) -> dict[str, Any]:
     """What an entry was measured with: the device, torch, the date and palkit's commit."""
-    repo = Path(__file__).resolve().parents[1]
-    done = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
-                          capture_output=True, text=True)
+    # palkit's commit where it runs from a checkout; an installed palkit has none (a venv inside
+    # some other repository must not report that repository's commit).
+    package = Path(__file__).resolve().parents[1]
+    done = subprocess.run(["git", "-C", str(package), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True) if (package / ".git").exists() else None
     return {"device": describe_device(device), "torch": torch.__version__,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "commit": done.stdout.strip() if done.returncode == 0 else None}
+            "commit": done.stdout.strip() if done and done.returncode == 0 else None}
 
 
 def append_entry(results: Path, entry: dict[str, Any]) -> None:

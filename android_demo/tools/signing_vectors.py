@@ -16,25 +16,11 @@ import sys
 from pathlib import Path
 
 from palkit.core.fileio import file_digest, write_bytes
-from palkit.export.manifest import (
-    IO,
-    MANIFEST_FILE,
-    ExecuTorchSection,
-    FileEntry,
-    Manifest,
-    OnnxRuntimeSection,
-    TaskEntry,
-    TokenizerSettings,
-    Trunk,
-    write_manifest,
-)
-from palkit.export.signing import (
-    SIGNATURE_FILE,
-    SignatureError,
-    generate_keypair,
-    sign_bundle,
-    verify_bundle_signature,
-)
+from palkit.export.manifest import (IO, MANIFEST_FILE, ExecuTorchSection, FileEntry, Manifest,
+                                    OnnxRuntimeSection, TaskEntry, TokenizerSettings, Trunk,
+                                    write_manifest)
+from palkit.export.signing import (SIGNATURE_FILE, SignatureError, generate_keypair, sign_bundle,
+                                   verify_bundle_signature)
 
 # Placeholders named .bin, not .pte/.ptd/.onnx*: no runtime may ever take them for models.
 GOLDEN_FILES = {"vocab.txt": b"[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\nfilm\n",
