@@ -1,5 +1,5 @@
 """`palkit verify-arch`: the int8 check on other CPUs, both runtimes (parsing only; the work is
-in bench/arch_check.py)."""
+in export/arch_check.py)."""
 from __future__ import annotations
 
 import shlex

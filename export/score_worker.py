@@ -1,5 +1,5 @@
 """Score token ids through one runtime of a bundle, in a process of its own: the int8 check on
-other CPUs (bench/arch_check.py) runs it under qemu on a pinned CPU model, in an interpreter
+other CPUs (export/arch_check.py) runs it under qemu on a pinned CPU model, in an interpreter
 that may have nothing but the runtime and numpy (no torch, palkit's source on PYTHONPATH).
 
     python -m export.score_worker BUNDLE RUNTIME INPUTS.jsonl   # prints a JSON list of rows

@@ -230,6 +230,7 @@ TARGETS: dict[str, Callable[[], Callable[[bytes], None]]] = {
     "manifest": ManifestTarget, "config": ConfigTarget, "task_spec": TaskSpecTarget,
     "task_data": TaskDataTarget, "tokenizer": TokenizerTarget, "signature": SignatureTarget}
 # The palkit modules each target instruments for coverage.
-MODULES = {"manifest": ["export.manifest"], "config": ["trainer.config", "trainer.tasks"],
-           "task_spec": ["trainer.tasks"], "task_data": ["trainer.data"],
-           "tokenizer": ["export.tokenizer"], "signature": ["export.signing"]}
+MODULES = {"manifest": ["palkit.export.manifest"],
+           "config": ["palkit.trainer.config", "palkit.trainer.tasks"],
+           "task_spec": ["palkit.trainer.tasks"], "task_data": ["palkit.trainer.data"],
+           "tokenizer": ["palkit.export.tokenizer"], "signature": ["palkit.export.signing"]}

@@ -33,7 +33,7 @@ def machine_label(machine: dict[str, Any]) -> str:
         maker = machine.get("manufacturer")
         name = f"{maker} {machine['model']}" if maker and maker not in machine["model"] else machine["model"]
         return f"phone: {name} (Android {machine.get('android_version', '?')}, {machine.get('abi', '?')})"
-    # the int8 instructions decide the int8 figures (trainer/host.py); older files lack the flags
+    # the int8 instructions decide the int8 figures (core/host.py); older files lack the flags
     facts = [f"{machine['cores_logical']} cores" if machine.get("cores_logical") else "",
              int8_features(machine["cpu_flags"]) if machine.get("cpu_flags") else ""]
     facts = [f for f in facts if f]

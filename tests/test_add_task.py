@@ -171,6 +171,7 @@ def hybrid_reference(model, task: str, ids, mask, types):
     return reference_outputs(model, task, *(torch.from_numpy(x) for x in (ids, mask, types)))[0]
 
 
+@pytest.mark.slow
 def test_hybrid_executorch_bundle_matches_pytorch(hybrid_run: Path, hybrid_bundle: Path,
                                                   tiny_data: Path, tmp_path: Path):
     import numpy as np
@@ -212,6 +213,7 @@ def test_hybrid_executorch_bundle_matches_pytorch(hybrid_run: Path, hybrid_bundl
     assert (again / "manifest.json").read_bytes() == (out / "manifest.json").read_bytes()
 
 
+@pytest.mark.slow
 def test_a_later_task_of_a_known_placement_needs_no_lowering(hybrid_run: Path, tiny_data: Path,
                                                              tmp_path: Path, monkeypatch):
     import numpy as np

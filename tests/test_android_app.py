@@ -21,23 +21,23 @@ from pathlib import Path
 
 import pytest
 
-from testing_utils import ANDROID_DEMO, HANG_GUARD_S, REPO, jdk_tool
+from testing_utils import ANDROID_DEMO, HANG_GUARD_S, REPO, jdk_tool, tool
 
-CORE = ANDROID_DEMO / "core/src/main/java"
 APP = ANDROID_DEMO / "app"
 CMAKE_SOURCE = APP / "src/main/cpp"
 EXECUTORCH_SOURCE_ENV = "PALKIT_EXECUTORCH_SOURCE"
 
 
-def test_runtime_version_differences_are_worded_for_the_screen(tmp_path):
+def test_runtime_version_differences_are_worded_for_the_screen(core_classes, tmp_path):
     javac, java = jdk_tool("javac"), jdk_tool("java")
-    sources = [*map(str, CORE.rglob("*.java")),
-               str(APP / "src/main/java/io/palkit/demo/runtime/RuntimeVersions.java"),
+    sources = [str(APP / "src/main/java/io/palkit/demo/runtime/RuntimeVersions.java"),
                str(APP / "src/test/java/io/palkit/demo/runtime/RuntimeVersionsTest.java")]
-    compiled = subprocess.run([javac, "-encoding", "UTF-8", "-d", str(tmp_path), *sources],
+    compiled = subprocess.run([javac, "-encoding", "UTF-8", "-cp", str(core_classes), "-d",
+                               str(tmp_path), *sources],
                               capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert compiled.returncode == 0, compiled.stderr
-    run = subprocess.run([java, "-cp", str(tmp_path), "io.palkit.demo.runtime.RuntimeVersionsTest"],
+    run = subprocess.run([java, "-cp", os.pathsep.join([str(tmp_path), str(core_classes)]),
+                          "io.palkit.demo.runtime.RuntimeVersionsTest"],
                          capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert run.returncode == 0 and run.stdout.strip().endswith("all passed"), run.stdout
     assert run.stdout.count("PASS ") == 7
@@ -54,7 +54,8 @@ def test_version_catalog_follows_the_exporters_pins():
 
 
 def configure(build: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([jdk_tool("cmake"), "-S", str(CMAKE_SOURCE), "-B", str(build), *args],
+    cmake = tool("cmake", "the app's CMake build (android_demo/README.md)")
+    return subprocess.run([cmake, "-S", str(CMAKE_SOURCE), "-B", str(build), *args],
                           capture_output=True, text=True, timeout=HANG_GUARD_S)
 
 

@@ -64,7 +64,7 @@ def test_flops_match_torch_flop_counter_on_a_tiny_palbert(tiny_bert: Path):
 
 @pytest.fixture(scope="session")
 def tiny_separate_run(tmp_path_factory, tiny_bert: Path, tiny_data: Path) -> Path:
-    from conftest import tiny_config
+    from testing_utils import tiny_config
 
     from palkit.trainer.train import train
     out = tmp_path_factory.mktemp("runs") / "separate"

@@ -240,7 +240,7 @@ def test_executorch_add_task_writes_weights_without_lowering(android_int8, tiny_
 
 
 def test_adapter_from_another_trunk_is_refused(onnx_fp32, tiny_bert, tiny_data, tmp_path):
-    from conftest import make_tiny_bert, tiny_config
+    from testing_utils import make_tiny_bert, tiny_config
 
     from palkit.trainer.train import train
     other = train(tiny_config(make_tiny_bert(tmp_path / "bert2", seed=1), tiny_data,

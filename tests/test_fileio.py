@@ -1,4 +1,4 @@
-"""trainer/fileio.py: atomic files, folder swaps, symlinked snapshots."""
+"""core/fileio.py: atomic files, folder swaps, symlinked snapshots."""
 from __future__ import annotations
 
 import hashlib
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from palkit.core.errors import PalkitError
-from palkit.trainer import fileio
+from palkit.core import fileio
 
 
 def test_write_json_is_sorted_indented_and_leaves_no_temporary(tmp_path: Path):

@@ -174,6 +174,7 @@ def test_cuda_graphs_with_several_processes_is_refused_in_one_line(tmp_path, tin
     assert "\n" not in str(e.value) and "without torchrun" in str(e.value)
 
 
+@pytest.mark.slow
 def test_cuda_graphs_run_equals_plain_run_and_survives_kill_minus_nine(tmp_path, tiny_bert,
                                                                       tiny_data):
     """End to end on a CPU, joint and tune phases: `train --cuda-graphs` with every width a

@@ -1,7 +1,7 @@
 """Kill a run at each named point and resume it: the folder must end equal to an uninterrupted
 run's (weights, optimizer and RNG state bit for bit; metrics.jsonl, the `model` link,
 summary.json), and at the instant of the kill RUN/metrics.jsonl and RUN/model must agree with
-RUN/last. The points are trainer/fileio.py's kill_point calls (PALKIT_KILL_AT); the killed run
+RUN/last. The points are core/fileio.py's kill_point calls (PALKIT_KILL_AT); the killed run
 is a forked process that SIGKILLs itself there, so where it dies never depends on timing."""
 from __future__ import annotations
 

@@ -98,6 +98,7 @@ def test_jni_logits_match_the_python_runtime_for_every_task_and_swap(native_buil
     assert sst[0] == sst[1]  # swapping away and back changes nothing
 
 
+@pytest.mark.slow
 def test_program_with_another_trunks_data_is_refused(native_build, et_bundle, other_trunk):
     ok = probe(native_build, other_trunk / "trunk.pte", other_trunk / "trunk.ptd",
                other_trunk / "sst.safetensors", et_bundle)
@@ -281,6 +282,7 @@ def test_unsigned_bundle_loads_without_a_trusted_key_and_raw_probes_need_none(
     assert "native runtime loaded: no" in raw.stderr
 
 
+@pytest.mark.slow
 def test_jni_runs_each_task_of_a_hybrid_bundle_through_its_own_method(native_build,
                                                                     hybrid_bundle):
     # the launch tasks' PALs (forward), heads only (forward_head), PALs on top (forward_pal_1)

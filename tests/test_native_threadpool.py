@@ -72,6 +72,7 @@ def _libasan(arch: str) -> Path | None:
     return Path(found) if found and Path(found).is_file() else None
 
 
+@pytest.mark.slow
 def test_no_program_runs_on_a_freed_pool_under_address_sanitizer(native_build, et_fp32,
                                                                   tmp_path):
     """Loaded on 2 threads, asked for 1, run again: the sequence that, before the fix, ran the

@@ -110,6 +110,7 @@ def test_zero_pals_add_exactly_nothing(model):
     assert not tensors["pal.decoders.1.weight_t.int8"].any()
 
 
+@pytest.mark.slow
 def test_hybrid_bundle_runs_every_task_as_its_own_forward(ort_hybrid: Path, model):
     m = read_manifest(ort_hybrid)
     assert m.runtime_names == ["executorch", "onnxruntime"]
@@ -129,6 +130,7 @@ def test_hybrid_bundle_runs_every_task_as_its_own_forward(ort_hybrid: Path, mode
     assert set(verify["runtimes"]["onnxruntime"]["tasks"]) == set(TASKS)
 
 
+@pytest.mark.slow
 def test_head_only_task_runs_the_plain_trunk(ort_hybrid: Path, model):
     """cfimdb's zero PALs in the union graph: transformers' BertModel, its pooler, the head."""
     for got, (ids, mask, types) in zip(outputs(ort_hybrid, "cfimdb"), encoded(ort_hybrid)):
@@ -140,6 +142,7 @@ def test_head_only_task_runs_the_plain_trunk(ort_hybrid: Path, model):
         np.testing.assert_allclose(got, plain, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_all_tasks_on_onnxruntime_run_one_by_one(ort_hybrid: Path, model):
     from palkit.export.inputs import Texts
     engine = Engine(load_bundle(ort_hybrid), "onnxruntime")
@@ -169,6 +172,7 @@ def test_int8_hybrid_bundle_is_close_to_pytorch(hybrid_run: Path, tiny_data: Pat
             assert np.abs(got - want).max() <= 0.05 * np.abs(want).max(), task
 
 
+@pytest.mark.slow
 def test_a_fitting_task_is_an_adapter_file(ort_hybrid: Path, hybrid_run: Path, tiny_data: Path,
                                            model, tmp_path: Path, monkeypatch):
     """Into the union graph: a head-only task, and a PAL task in some of its layers (replaced),

@@ -46,7 +46,7 @@ def test_any_placement_trains_exports_and_runs_on_both_runtimes(tmp_path, tiny_b
     """PALs in layer 1 only (of 2): train, export fp32 for ExecuTorch (forward, and
     forward_all, which forks the tasks at layer 1) and ONNX Runtime; each runtime matches
     PyTorch (export's verification) and all tasks at once equal each task alone."""
-    from conftest import tiny_config
+    from testing_utils import tiny_config
 
     from palkit.export.bundle import export_run
     from palkit.export.options import ExportOptions

@@ -1,6 +1,6 @@
 """Crash between every two steps of a publish; what a reader looks at must stay whole.
 
-Every rename, folder swap, link swap and delete goes through one of trainer/fileio.py's
+Every rename, folder swap, link swap and delete goes through one of core/fileio.py's
 primitive steps. A run first counts the steps of a publish, then each step k in turn raises
 instead of happening; afterwards the link (RUN/last, RUN/model) or the bundle folder must hold
 either the previous snapshot or the new one, complete, file for file (SHA-256), and a retry
@@ -18,7 +18,7 @@ from typing import Callable
 import pytest
 import torch
 
-from palkit.trainer import fileio
+from palkit.core import fileio
 from palkit.trainer.checkpoint import (Checkpoint, CheckpointError, TrainingState, link_run_files,
                                        load_model, save_best, save_checkpoint)
 

@@ -87,6 +87,7 @@ def _palkit_imports(path: Path) -> set[str]:
 def test_no_import_circle(lower: str, upper: str):
     """The runners do not import the bundle loader that imports them, nor the peers the subject
     finder that imports them: each pair imports one way only."""
+    upper = f"palkit.{upper}"
     assert not any(m == upper or m.startswith(f"{upper}.") for m in _palkit_imports(REPO / lower))
-    upper_file = REPO / (upper.replace(".", "/") + ".py")
-    assert lower.removesuffix(".py").replace("/", ".") in _palkit_imports(upper_file)
+    upper_file = REPO / (upper.removeprefix("palkit.").replace(".", "/") + ".py")
+    assert "palkit." + lower.removesuffix(".py").replace("/", ".") in _palkit_imports(upper_file)

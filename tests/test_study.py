@@ -77,6 +77,7 @@ def test_bad_study_files_are_refused_with_the_run_and_field(tmp_path: Path, text
         plan_jobs(read_study(write_study(tmp_path, text)), tmp_path / "out", {})
 
 
+@pytest.mark.slow
 def test_study_trains_scores_and_resumes(tmp_path: Path, tiny_bert: Path, tiny_data: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     # Every child command must be given the data folder: the default one is not there.
@@ -142,6 +143,7 @@ def study_args(study: Path, out: Path, tiny_bert: Path, tiny_data: Path) -> list
             "--base-model", str(tiny_bert), "--data-dir", str(tiny_data)]
 
 
+@pytest.mark.slow
 def test_study_whose_job_is_killed_finishes_as_if_never_killed(
         tmp_path: Path, tiny_bert: Path, tiny_data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A job SIGKILLed (PALKIT_KILL_AT, inherited by the study's child processes) first before
@@ -161,7 +163,7 @@ def test_study_whose_job_is_killed_finishes_as_if_never_killed(
     assert cli.main(study_args(study, killed, tiny_bert, tiny_data)) == 0
     assert run_tree(killed / "pals" / "seed-0") == run_tree(straight / "pals" / "seed-0")
     log = (killed / "pals" / "seed-0.log").read_text().splitlines()
-    commands = [line.split()[3:] for line in log if line.startswith("$ ")]  # "$ python cli.py"
+    commands = [line.split()[4:] for line in log if line.startswith("$ ")]  # "$ python -m palkit.cli"
     assert [(c[0], "--resume" in c) for c in commands] == [("train", False), ("train", True),
                                                            ("train", True), ("evaluate", False),
                                                            ("evaluate", False)]

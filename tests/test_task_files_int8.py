@@ -215,6 +215,7 @@ def test_jni_int8_logits_on_aarch64_stay_within_the_bound(int8_bundle):
 
 @pytest.mark.parametrize("arch, cpu", [("aarch64", None), ("aarch64", "cortex-a53"),
                                        ("x86_64", "Haswell")])
+@pytest.mark.slow
 def test_verify_arch_records_the_int8_check_on_another_cpu_in_verify_json(
         int8_bundle, tiny_pal_run, tiny_data, tmp_path, arch, cpu):
     """`palkit verify-arch` (issues 34, 43): every task's stratified dev sample on both runtimes

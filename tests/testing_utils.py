@@ -34,12 +34,18 @@ ANDROID_DEMO = REPO / "android_demo"
 JDK_HINT = "a JDK (17+), e.g. `apt-get install openjdk-17-jdk-headless`"
 
 
-def jdk_tool(name: str) -> str:
-    """`javac` or `java` from PATH; without it the test skips, saying what to install."""
+def tool(name: str, needed_for: str) -> str:
+    """A program from PATH; without it the test skips, saying what it is needed for (the one
+    policy for every tool a test needs; palkit itself needs none of them)."""
     path = shutil.which(name)
     if path is None:
-        pytest.skip(f"`{name}` not found on PATH: this test needs {JDK_HINT}")
+        pytest.skip(f"`{name}` not found on PATH: {needed_for}")
     return path
+
+
+def jdk_tool(name: str) -> str:
+    """`javac` or `java`: the app's Java tests need a JDK."""
+    return tool(name, f"the app's Java tests need {JDK_HINT}")
 
 
 def native_toolchain(arch: str = native_host.HOST_ARCH) -> None:
@@ -168,7 +174,7 @@ def tiny_config(base: Path, data: Path, out: Path, **overrides) -> TrainConfig:
 
 
 def killed_at(point: str, target: Callable[..., Any], *args: Any) -> None:
-    """Run target(*args) in a forked process with PALKIT_KILL_AT=point (trainer/fileio.py's
+    """Run target(*args) in a forked process with PALKIT_KILL_AT=point (core/fileio.py's
     kill_point): the process must die there, by SIGKILL, as a `kill -9` would leave it."""
     from palkit.core.fileio import KILL_ENV
 

@@ -23,7 +23,7 @@ checkpoint does not hold. A best model is written as RUN/best-EEEE before the ch
 names it; folders no link reaches are deleted after each checkpoint and on resume.
 
 Only safetensors and JSON are read or written (nothing can execute code on load), each under a
-temporary name put in place by trainer/fileio.py, so a full disk never leaves a half checkpoint
+temporary name put in place by core/fileio.py, so a full disk never leaves a half checkpoint
 where a reader looks.
 """
 from __future__ import annotations
