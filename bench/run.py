@@ -20,6 +20,7 @@ from typing import Any
 from palkit.bench.flops import model_flops
 from palkit.bench.machine import host_machine
 from palkit.bench.options import BenchOptions, LatencyBudget
+from palkit.bench.pairs import BLOCK, PAIRS, Pair, paired_ratio, verdict_pairs
 from palkit.bench.schema import (SCHEMA, VERSION, BenchError, BenchFileError, latency_id,
                                  swap_and_memory, validate)
 from palkit.bench.subjects import Subject, discover
@@ -37,12 +38,15 @@ LOAD_REPEATS = 3     # load/swap/memory worker processes per subject
 
 @dataclass(frozen=True)
 class Job:
-    """One worker process: the ceiling at a thread count, a subject's load, or its latency."""
-    kind: str                    # ceiling | load | latency | native
+    """One worker process: the ceiling at a thread count, a subject's load, its latency, or a
+    ratio's two sides timed against each other (bench/pairs.py)."""
+    kind: str                    # ceiling | load | latency | native | pair
     threads: int
     seq_len: int
     subject: Subject | None = None
     round: int = 0               # latency: which of the --rounds passes over all subjects
+    pair: Pair | None = None
+    sides: tuple[Subject, Subject] | None = None  # pair: the numerator's and denominator's
 
 
 # ---- running workers ---------------------------------------------------------------------------
@@ -204,7 +208,28 @@ def record_native_path(job: Job, data: dict[str, Any], o: BenchOptions) -> None:
     say(f"{name} threads={job.threads} seq={job.seq_len}: {p50s(r['rows'])}")
 
 
+def record_pair(job: Job, data: dict[str, Any], o: BenchOptions) -> None:
+    """One ratio of the verdict from its two sides timed against each other in one process."""
+    pair, (num, den) = job.pair, job.sides  # type: ignore[misc]
+    r = run_worker({"mode": "pair", "threads": job.threads, "seq_len": job.seq_len,
+                    "warmup": o.timing.warmup, "pairs": PAIRS, "block": BLOCK,
+                    "sides": [{"subject": num.worker_subject(), "config": pair.num.config},
+                              {"subject": den.worker_subject(), "config": pair.den.config}]},
+                   o.worker_timeout)
+    entry = {"id": pair.id, "kind": pair.kind, "what": pair.what, "num": asdict(pair.num),
+             "den": asdict(pair.den), "threads": job.threads, "seq_len": job.seq_len}
+    if "error" in r:
+        data["pairs"].append({**entry, "error": r["error"]})
+        say(f"{pair.what}: not measured: {r['error']}")
+        return
+    estimate = paired_ratio(r["num_ms"], r["den_ms"])
+    data["pairs"].append({**entry, "num_ms": r["num_ms"], "den_ms": r["den_ms"], **estimate})
+    low, high = estimate["interval"]
+    say(f"{pair.what}: {estimate['ratio']:.3f}x [{low:.3f}, {high:.3f}]")
+
+
 RECORD = {"ceiling": record_ceiling, "load": record_load, "latency": record_latency,
+          "pair": record_pair,
           "native": record_native_path}
 
 
@@ -236,13 +261,16 @@ def evaluate_accuracy(subjects: list[Subject], runs: list[Path], data_dir: Path,
 def bundle_accuracy(s: Subject, data_dir: Path, split: str, max_examples: int | None,
                     notes: list[str]) -> dict[str, Any]:
     """A subject's tasks scored from its bundle(s) as its runtime runs them, and their average
-    over the tasks that have `split` (CFIMDB has no test split), said in a note when not all."""
+    over the tasks that have `split` (CFIMDB has no test split), said in a note when not all;
+    each task's predictions and gold labels kept under "examples"."""
     from palkit.export.evaluate import evaluate_bundle  # looked up per call: tests replace it
 
-    merged: dict[str, Any] = {}
+    merged: dict[str, Any] = {"examples": {}}
     for b in sorted({src["bundle"] for src in s.tasks.values()}):
-        r = evaluate_bundle(Path(b), data_dir, split, max_examples, s.runtime, s.trust_key)
+        r = evaluate_bundle(Path(b), data_dir, split, max_examples, s.runtime, s.trust_key,
+                            keep_predictions=True)
         merged.update({k: v for k, v in r.items() if isinstance(v, (int, float)) and k != "avg"})
+        merged["examples"].update(r["examples"])  # for the report's paired accuracy gap
     if not all(t in BUILTIN_TASKS for t in s.tasks):
         return merged
     scored = [t for t in s.tasks if any(k.startswith(f"{t}_") for k in merged)]
@@ -340,7 +368,9 @@ def plan(subjects: list[Subject], threads: list[int], seq_lens: list[int], ceili
     for a PAL bundle's ExecuTorch files the app's native path in the same conditions. Latency
     runs in `rounds` passes over all subjects, each pass starting one subject later: one
     process's figures moved by up to 7% between bench runs, so a subject's figure is the median
-    of its processes, and no subject is always the one measured first."""
+    of its processes, and no subject is always the one measured first. Last, each ratio the
+    verdict quotes, its two sides timed against each other at the reference condition (the
+    fewest threads, the longest input)."""
     jobs = [Job("ceiling", n, 0) for n in threads] if ceiling else []
     for s in subjects:
         jobs.append(Job("load", min(threads), max(seq_lens), s))
@@ -349,6 +379,10 @@ def plan(subjects: list[Subject], threads: list[int], seq_lens: list[int], ceili
     for r in range(rounds):
         order = subjects[r % len(subjects):] + subjects[:r % len(subjects)]
         jobs += [Job("latency", n, seq, s, r) for s in order for n in threads for seq in seq_lens]
+    by_name = {s.name: s for s in subjects}
+    jobs += [Job("pair", min(threads), max(seq_lens), pair=p,
+                 sides=(by_name[p.num.subject], by_name[p.den.subject]))
+             for p in verdict_pairs(subjects)]
     return jobs
 
 
@@ -389,7 +423,7 @@ def new_bench_data(machine: dict[str, Any], notes: list[str], o: BenchOptions) -
     return {
         "schema": SCHEMA, "version": VERSION, "machine": machine,
         "bundle": {}, "results": [], "load_ms": {}, "swap_ms": {}, "memory_rss_bytes": {},
-        "subjects": {}, "flops": {}, "ceiling": {}, "accuracy": {}, "notes": notes,
+        "subjects": {}, "flops": {}, "ceiling": {}, "accuracy": {}, "pairs": [], "notes": notes,
         "command": command_line(),
         "settings": {"threads": o.threads, "seq_lens": o.seq_lens, **asdict(o.timing),
                      "rounds": o.rounds,
@@ -398,7 +432,9 @@ def new_bench_data(machine: dict[str, Any], notes: list[str], o: BenchOptions) -
                                   "configurations timed in interleaved rounds of blocks of calls, "
                                   "each block's first call untimed), three per subject for "
                                   "load/swap/memory (median times, the first one's memory), one "
-                                  "per thread count for the ceiling",
+                                  "per thread count for the ceiling, one per ratio the verdict "
+                                  f"quotes: its two sides in alternating blocks ({PAIRS} pairs "
+                                  f"of {BLOCK}-call blocks, each block's first call untimed)",
                      "input": "synthetic, every token attended, pair layout (types 0 then 1)"},
     }
 

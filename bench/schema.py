@@ -140,6 +140,12 @@ def validate(data: Any) -> None:
             _check_map(key, data[key])
         elif machine["kind"] == "android":
             raise ValueError(f"{key} is missing")
+    for i, pair in enumerate(data.get("pairs") or []):
+        if not isinstance(pair, dict) or not all(k in pair for k in ("id", "kind", "num", "den")):
+            raise ValueError(f"pairs[{i}] must be an object with id, kind, num and den")
+        if "error" not in pair and not (_is_number(pair.get("ratio"))
+                                        and isinstance(pair.get("interval"), list)):
+            raise ValueError(f"pairs[{i}] has neither a ratio with its interval nor an error")
     subjects = data.get("subjects", {})
     if not isinstance(subjects, dict):
         raise ValueError("subjects must be an object")

@@ -164,6 +164,7 @@ def _bundle_subjects(bundle: Path, m: Manifest, info: ModelInfo | None, runtimes
             num_layers=m.trunk.num_layers,
             extra={"bundle_dir": str(bundle), "quantization": m.quantization,
                    "pal_heads": int(pal["heads"]) if pal else None,
+                   "task_adapters": {t: m.adapter(t) for t in names},
                    "architectures": cpu_checks(bundle, rt)}))
     return out
 

@@ -228,33 +228,44 @@ def time_interleaved(fns: dict[str, Any], warmup: int, runs: int, min_seconds: f
             return samples
 
 
+class Loaded:
+    """A subject's runner with every task (and its all-tasks program) loaded, and the synthetic
+    input its configurations run on."""
+
+    def __init__(self, subject: dict[str, Any], threads: int, seq_len: int):
+        self.runner = runner = make_runner(subject, threads)
+        self.tasks = list(subject["tasks"])
+        for task in self.tasks:
+            runner.load(task, subject["tasks"][task])
+        self.has_program = subject.get("all_tasks") is not None
+        if self.has_program:
+            runner.load(ALL_TASKS, subject["all_tasks"])
+        self.x = synthetic_input(seq_len, subject["vocab_size"])
+
+    def run_each(self) -> list[Any]:  # all tasks without an all-tasks program
+        return [self.runner.run(t, self.x) for t in self.tasks]
+
+    def call(self, config: str) -> Callable[[], Any]:
+        """One call of `config` ("task:<name>" or "all_tasks"), checked once before it is timed."""
+        if config == "all_tasks":
+            fn = partial(self.runner.run, ALL_TASKS, self.x) if self.has_program else self.run_each
+        else:
+            fn = partial(self.runner.run, config.split(":", 1)[1], self.x)
+        _sane(fn()[0] if fn == self.run_each else fn())
+        return fn
+
+
 def measure_latency(spec: dict[str, Any]) -> dict[str, Any]:
-    subject = spec["subject"]
-    runner = make_runner(subject, spec["threads"])
-    tasks = list(subject["tasks"])
-    for task in tasks:
-        runner.load(task, subject["tasks"][task])
-    has_program = subject.get("all_tasks") is not None
-    if has_program:
-        runner.load(ALL_TASKS, subject["all_tasks"])
-    x = synthetic_input(spec["seq_len"], subject["vocab_size"])
-
-    def run_each() -> list[Any]:  # all tasks without an all-tasks program
-        return [runner.run(t, x) for t in tasks]
-
+    loaded = Loaded(spec["subject"], spec["threads"], spec["seq_len"])
     rows: dict[str, dict[str, Any]] = {}
     fns = {}
     for config in spec["configs"]:
         row: dict[str, Any] = {"config": config}
         if config == "all_tasks":
-            row["all_tasks_mode"] = "program" if has_program else "sequential"
-            fn = partial(runner.run, ALL_TASKS, x) if has_program else run_each
-        else:
-            fn = partial(runner.run, config.split(":", 1)[1], x)
+            row["all_tasks_mode"] = "program" if loaded.has_program else "sequential"
         try:
-            _sane(fn()[0] if fn is run_each else fn())
-            fns[config] = fn
-        except runner.errors as e:  # one refused configuration must not hide the others
+            fns[config] = loaded.call(config)
+        except loaded.runner.errors as e:  # one refused configuration must not hide the others
             row.update(p50_ms=None, p90_ms=None, runs=0,
                        error=f"{type(e).__name__}: {e}".splitlines()[0][:300])
         rows[config] = row
@@ -272,7 +283,25 @@ def measure_latency(spec: dict[str, Any]) -> dict[str, Any]:
             f"configuration in a row per round{untimed}"}
 
 
-MODES = {"load": measure_load, "load_program": measure_program_load, "latency": measure_latency,
+def measure_pair(spec: dict[str, Any]) -> dict[str, Any]:
+    """Two sides of a ratio in this one process, each loaded on its own (an A/A pair loads its
+    subject twice), called in alternating blocks: pair i runs num then den, pair i+1 den then
+    num, so a drifting machine moves both alike. A block's first call refills the caches with
+    its side's weights and is not kept; the block's median is the pair's figure."""
+    sides = [Loaded(side["subject"], spec["threads"], spec["seq_len"]) for side in spec["sides"]]
+    fns = [loaded.call(side["config"]) for loaded, side in zip(sides, spec["sides"])]
+    for fn in fns:
+        for _ in range(spec.get("warmup", 3)):
+            fn()
+    block, times = spec["block"], ([], [])
+    for i in range(spec["pairs"]):
+        for side in ((0, 1) if i % 2 == 0 else (1, 0)):
+            samples = [timed_ms(fns[side])[1] for _ in range(block)]
+            times[side].append(percentile(samples[1:] if block > 1 else samples, 50))
+    return {"num_ms": times[0], "den_ms": times[1]}
+
+
+MODES = {"load": measure_load, "pair": measure_pair, "load_program": measure_program_load, "latency": measure_latency,
          "ceiling": lambda spec: measure_ceiling(spec["threads"], spec.get("min_seconds", 0.5))}
 
 

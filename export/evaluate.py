@@ -23,8 +23,11 @@ def score_target(target: Path, data_dir: Path, split: str, max_len: int | None,
 
 def evaluate_bundle(bundle: str | Path, data_dir: Path, split: str,
                     max_examples: int | None = None, runtime: str | None = None,
-                    trust_key: Path | None = None) -> dict[str, Any]:
-    """Metrics of the exported artifacts as run by the runtime (same keys as evaluate_model_dir)."""
+                    trust_key: Path | None = None,
+                    keep_predictions: bool = False) -> dict[str, Any]:
+    """Metrics of the exported artifacts as run by the runtime (same keys as evaluate_model_dir);
+    with `keep_predictions`, also each task's predictions and gold labels in file order
+    ("examples": {task: {"pred": [...], "gold": [...]}}), for paired comparisons."""
     import torch
 
     from palkit.trainer.data import read_examples
@@ -38,6 +41,7 @@ def evaluate_bundle(bundle: str | Path, data_dir: Path, split: str,
     if not specs:
         raise BundleError(f"{b.folder}: no task in this bundle has a '{split}' split")
     metrics: dict[str, float] = {}
+    examples_kept: dict[str, dict[str, list[float]]] = {}
     for spec in track(specs, f"evaluating {b.folder.name} on {split} ({engine.runtime})"):
         examples = read_examples(spec, data_dir, split)[:max_examples]
         preds = []
@@ -47,7 +51,9 @@ def evaluate_bundle(bundle: str | Path, data_dir: Path, split: str,
             preds.append(float(out[0]) if spec.is_regression else float(out.argmax()))
         gold = torch.tensor([e.label for e in examples], dtype=torch.float32)
         metrics.update(task_metrics(spec, torch.tensor(preds), gold))
+        examples_kept[spec.name] = {"pred": preds, "gold": gold.tolist()}
     metrics["avg"] = average_score(specs, metrics)
     return {"split": split, "tasks": [s.name for s in specs], "runtime": engine.runtime,
             "bundle": str(b.folder), "trunk_sha256": b.manifest.trunk.sha256,
-            "max_len": engine.tokenizer.max_length, **metrics}
+            "max_len": engine.tokenizer.max_length, **metrics,
+            **({"examples": examples_kept} if keep_predictions else {})}

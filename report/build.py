@@ -1,7 +1,8 @@
 """`palkit report`: turn palkit-bench files (host and phone) into report.md / report.json / PNGs.
 
-The steps: ingest.py (measurements with ids), headline.py (the headline and its targets),
-charts.py (the figures) and markdown.py (report.md).
+The steps: ingest.py (measurements with ids), recommended.py (the verdict on the configuration
+palkit recommends, with the run's calibration), headline.py (the paper's all-layer PALs against
+their targets), charts.py (the figures) and markdown.py (report.md).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from palkit.report.headline import (SUMMARY_KEYS, ceiling_fraction, check_target
 from palkit.report.ingest import (Measurements, ReportError, host_subjects, machine_label,
                                   read_inputs)
 from palkit.report.markdown import render_markdown
+from palkit.report.recommended import calibration, recommended
 from palkit.report.study_accuracy import add_study_accuracy
 
 
@@ -51,13 +53,18 @@ def build_report(bench_files: list[Path], device_files: list[Path], out: Path,
         runtime = host_subjects(hosts[0].data)[pal]["runtime"] if pal else None
         add_study_accuracy(summary, sources, m, accuracy_file, int8_accuracy_file, runtime)
     add_task = add_task_recommendation(later_tasks_file)
-    summary["notes"] = [*summary["notes"], *add_task["notes"]]
+    study_rows = json.loads(Path(accuracy_file).read_text())["rows"] if accuracy_file else None
+    rec, rec_notes = (recommended(hosts[0].data, hosts[0].key, m, study_rows) if hosts
+                      else (None, []))
+    cal = calibration(hosts[0].data) if hosts else None
+    summary["notes"] = [*rec_notes, *summary["notes"], *add_task["notes"]]
     out.mkdir(parents=True, exist_ok=True)
     report = {"generated": time.strftime("%Y-%m-%d %H:%M:%S"),
               "inputs": {"bench": [str(f) for f in bench_files],
                          "device_results": [str(f) for f in device_files]},
               "machines": [{"label": machine_label(d["machine"]), "file": f, **d["machine"]}
                            for _, d, f in hosts + devices],
+              "recommended": rec, "calibration": cal,
               "summary": summary, "headline_sources": sources, "targets": check_targets(summary),
               "pairwise": pairwise(hosts, m), "ceiling_fraction": ceiling_fraction(hosts, m),
               "frontier": deployment, "add_task": add_task,
@@ -66,10 +73,13 @@ def build_report(bench_files: list[Path], device_files: list[Path], out: Path,
     write_text(out / "report.json", json.dumps(report, indent=1, sort_keys=True) + "\n")
     write_text(out / "report.md", render_markdown(report, hosts, devices))
     if summary_path is not None:
-        write_text(summary_path, json.dumps({**{k: summary[k] for k in SUMMARY_KEYS},
+        # The recommended configuration first, then the run's calibration, then the paper's
+        # all-layer PALs (the flat keys) against their targets.
+        write_text(summary_path, json.dumps({"recommended": rec, "calibration": cal,
+                                             **{k: summary[k] for k in SUMMARY_KEYS},
                                              "sources": sources,
                                              "report": str(out / "report.json")},
-                                            indent=1, sort_keys=True) + "\n")
+                                            indent=1) + "\n")
     return report
 
 

@@ -40,29 +40,45 @@ def report(
 ) -> None:
     """Write report.md, report.json and charts from bench results (host and phone).
 
-    Size, latency, memory and accuracy tables, two charts, and the headline against the targets,
-    printed as a table.
+    First the verdict on the configuration palkit recommends (the shared trunk, a task added
+    later as top-1 PALs) against the three separate models, each latency ratio from paired
+    timing with its 95% interval; then the run's calibration; then the paper's all-layer PALs
+    against their targets, where benched. Tables and two charts in report.md.
     """
     from palkit.report.build import build_report
+    from palkit.report.recommended import calibration_rows, verdict_rows
     from palkit.ui.progress import say
-    from palkit.ui.tables import comparison_table, targets_table
+    from palkit.ui.tables import targets_table, verdict_table
 
     if not bench_files and not device_results:
         bench_files = [DEFAULT_BENCH_OUT]
     result = build_report(bench_files or [], device_results or [], out, summary, accuracy,
                           int8_accuracy, later_tasks)
-    comparison_table(result)
-    targets_table(result["targets"], "headline against the targets")
+    rec, cal = result["recommended"], result["calibration"]
+    if rec is not None:
+        verdict_table(f"recommended: {rec['bundle']} / {rec['versus']} (below 1x: the bundle is "
+                      "smaller or faster)", verdict_rows(rec))
+    for note in (n for n in result["summary"]["notes"] if n.startswith("recommended")):
+        say(note)
+    if cal is not None:
+        verdict_table("calibration: pairs whose true ratio is 1.00"
+                      + (" -- NOISY RUN: " + "; ".join(cal["why"]) if cal["noisy"] else ""),
+                      calibration_rows(cal))
     for note in result["add_task"]["notes"][:1]:  # the recommendation, or what is missing
         typer.echo(note)
-    # On the terminal, not only in report.md: each headline row left empty, with its reason,
-    # and the bench's own notes (they name the command that fills the gap).
-    notes = result["summary"].get("notes") or []
-    for key, target in result["targets"].items():
-        if target["value"] is None:
-            why = next((n.split(": ", 1)[1] for n in notes if n.startswith(f"{key}: ")),
-                       "not measured (see report.md)")
-            say(f"not measured: {key}: {why}")
+    targets = result["targets"]
+    if any(t["value"] is not None for t in targets.values()):
+        targets_table(targets, "the paper's reference, all-layer PALs, against its targets")
+        # each of its rows left empty, with its reason
+        notes = result["summary"].get("notes") or []
+        for key, target in targets.items():
+            if target["value"] is None:
+                why = next((n.split(": ", 1)[1] for n in notes if n.startswith(f"{key}: ")),
+                           "not measured (see report.md)")
+                say(f"not measured: {key}: {why}")
+    else:
+        say("the paper's reference (all-layer PALs) was not benched: its targets are in "
+            "report.md; bench bundles/pals beside the others to fill them")
     for note in result["host_notes"]:
         say(f"bench note: {note}")
     typer.echo(f"wrote {out / 'report.md'}, {out / 'report.json'} and "

@@ -13,6 +13,7 @@ from typing import Any
 
 from palkit.bench.schema import measurement_id, p50_id
 from palkit.report.ingest import BenchInput, Measurements, host_subjects, machine_label, placement
+from palkit.report.recommended import paired
 
 REF_SEQ, REF_THREADS = 128, 1
 
@@ -41,7 +42,7 @@ SUMMARY_KEYS = ("machine", "size_ratio_vs_three_separate", "size_ratio_vs_one_se
                 "memory_ratio_all_vs_one", "accuracy_avg_pal_int8", "accuracy_avg_separate_fp32",
                 "accuracy_drop_int8_vs_fp32", "all_tasks_ratio_best_placement",
                 "best_placement_accuracy_gap", "flop_floor_pal_vs_plain", "training_steps",
-                "notes")
+                "intervals", "notes")
 
 
 def total_bytes(m: Measurements, prefix: str, subject: str) -> float | None:
@@ -112,6 +113,15 @@ class Headline:
     def set(self, key: str, value: float | None, ids: list[str]) -> None:
         self.out[key], self.src[key] = value, ids
 
+    def set_paired(self, key: str, kinds: tuple[str, ...], subject: str) -> None:
+        """The ratio from the bench's paired timing of `subject`, with its interval, where the
+        bench measured that pair (bench/pairs.py); else the p50 ratio set before stays."""
+        estimate = paired(self.data, kinds, subject)
+        if estimate is not None:
+            self.set(key, estimate["ratio"], [estimate["source"]])
+            self.out["intervals"] = {**(self.out["intervals"] or {}),
+                                     key: estimate["interval"]}
+
 
 def pal_groups(subs: dict[str, dict[str, Any]]) -> tuple[list[str], list[str]]:
     """(all-layer PAL subjects, top-half PAL subjects), int8 preferred, each named from its
@@ -157,7 +167,8 @@ def headline(data: dict[str, Any], prefix: str, m: Measurements) -> tuple[dict[s
         _all_tasks_ratio(h, key, names)
     _accuracy(h, pal)
     for key in SUMMARY_KEYS:
-        if (key not in ("machine", "notes", *TARGET_CONTEXT.values()) and h.out[key] is None
+        if (key not in ("machine", "notes", "intervals", *TARGET_CONTEXT.values())
+                and h.out[key] is None
                 and not any(n.startswith(f"{key}:") for n in h.notes)):
             why = MISSING_INPUT.get(key, "not measured (the inputs lack what it needs)")
             h.notes.append(f"{key}: {why}")
@@ -180,6 +191,7 @@ def _latency_ratios(h: Headline, pal: str, pal_p50: float | None, pal_ids: list[
     if plain:
         v, ids = h.task_p50(plain[0])
         h.set("latency_ratio_pal_vs_plain", ratio(pal_p50, v), pal_ids + ids)
+        h.set_paired("latency_ratio_pal_vs_plain", ("one_task",), pal)
         floor = ratio(_one_task_flops(h, pal), _one_task_flops(h, plain[0]))
         h.set("flop_floor_pal_vs_plain", floor, pal_ids + ids)  # the rows carry their FLOPs
         if floor is not None:
@@ -192,6 +204,7 @@ def _latency_ratios(h: Headline, pal: str, pal_p50: float | None, pal_ids: list[
     peer, peer_p50, peer_ids = h.fastest(h.pick("peer"))
     if peer:
         h.set("latency_ratio_pal_vs_best_peer", ratio(pal_p50, peer_p50), pal_ids + peer_ids)
+        h.set_paired("latency_ratio_pal_vs_best_peer", ("peer",), pal)
         h.notes.append(f"fastest peer: {peer}")
     else:
         h.notes.append("latency_ratio_pal_vs_best_peer: no peers measured (pass --run runs/separate)")
@@ -247,6 +260,7 @@ def _all_tasks_ratio(h: Headline, key: str, names: list[str]) -> None:
     one, one_ids = h.task_p50(n)
     all_id = p50_id(h.prefix, n, "all_tasks", h.threads, h.seq)
     h.set(key, ratio(h.m.get(all_id), one), [all_id, *one_ids])
+    h.set_paired(key, ("all_vs_one",), n)
     flops = {r["config"]: r.get("matmul_flops") for r in h.data["results"]
              if r.get("subject") == n and r["threads"] == h.threads and r["seq_len"] == h.seq}
     one_flops = [flops.get(f"task:{t}") for t in h.subs[n]["tasks"]]

@@ -105,6 +105,10 @@ def ingest_host(data: dict[str, Any], prefix: str, file: str, m: Measurements) -
                   f"{row.get('subject', '')} {row['runtime']} {row['config']} {row['threads']} "
                   f"thread(s) {row['seq_len']} tokens {q[:3]}",
                   all_tasks_mode=row.get("all_tasks_mode"))
+    for pair in data.get("pairs") or []:
+        m.add(f"{prefix}{pair['id']}", pair.get("ratio"), "x", label, file,
+              f"{pair['what']}, paired timing, {pair['threads']} thread(s) {pair['seq_len']} "
+              "tokens", interval=pair.get("interval"))
     for n, c in (data.get("ceiling") or {}).items():
         m.add(measurement_id(prefix, "ceiling", "fp32", f"t{n}"), c.get("fp32_gflops_best"),
               "GFLOP/s", label, file, f"best fp32 GEMM, {n} thread(s)")

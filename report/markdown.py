@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from palkit.export.arch_records import architecture_table, cpu_record
+from palkit.report.recommended import calibration_rows, verdict_rows
 from palkit.report.headline import ratio
 from palkit.report.ingest import BenchInput, MiB, host_subjects, machine_label
 
@@ -27,7 +28,8 @@ def fmt(v: Any, digits: int = 2) -> str:
 
 def render_markdown(report: dict[str, Any], hosts: list[BenchInput],
                     devices: list[BenchInput]) -> str:
-    lines = _machines(report) + _figures(report) + _headline(report) + _frontier(report)
+    lines = (_machines(report) + _recommended(report) + _figures(report) + _headline(report)
+             + _frontier(report))
     for host in hosts:
         label = machine_label(host.data["machine"])
         lines += (_sizes(host.data, label) + _latency(host.data, label) + _load(host.data, label)
@@ -65,16 +67,44 @@ def _figures(report: dict[str, Any]) -> list[str]:
     return lines[:-1]
 
 
+def _recommended(report: dict[str, Any]) -> list[str]:
+    """The verdict on the recommended configuration, then the run's calibration."""
+    rec, cal = report["recommended"], report["calibration"]
+    lines = ["", "## The recommended configuration against the separate models", ""]
+    if rec is None:
+        notes = [n for n in report["summary"]["notes"] if n.startswith("recommended")]
+        return lines + [f"Not measured: {'; '.join(notes)}."]
+    later = (f"; added later: {', '.join(rec['added_later'])} (top-1 PALs)"
+             if rec["added_later"] else "")
+    lines += [f"`{rec['bundle']}` (the shared trunk{later}) against `{rec['versus']}`. Each "
+              "latency ratio is paired timing: both sides in one process, alternating blocks; "
+              "the estimate and its 95% interval (Hodges-Lehmann, Wilcoxon); *level* when the "
+              "interval lies within 1.00 ± 3%, *faster* or *slower* only when it excludes that "
+              "band (docs/benchmarking.md). Below 1x the bundle is smaller or faster.", "",
+              "| measure | value [95%] | reads |", "|---|---:|---|"]
+    lines += [f"| {what} | {value} | {reads} |" for what, value, reads in verdict_rows(rec)]
+    if cal is not None:
+        lines += ["", "**Calibration** (pairs whose true ratio is 1.00): "
+                  + ("**noisy run**: " + "; ".join(cal["why"]) if cal["noisy"] else "steady")
+                  + ".", "", "| pair | value [95%] | |", "|---|---:|---|"]
+        lines += [f"| {what} | {value} | {reads} |" for what, value, reads in
+                  calibration_rows(cal)]
+    return lines
+
+
 def _headline(report: dict[str, Any]) -> list[str]:
     s = report["summary"]
-    lines = ["", "## Headline vs targets", "",
+    lines = ["", "## The paper's reference: all-layer PALs against their targets", "",
              "| measure | value | target | met | from |", "|---|---:|---|---|---|"]
     for key, t in report["targets"].items():
         met = {True: "yes", False: "**missed**", None: "not measured"}[t["met"]]
         src = ", ".join(f"`{i}`" for i in report["headline_sources"].get(key, [])) or \
             ("from the two accuracy averages" if key.startswith("accuracy_gap") else "")
         what = f"{t['what']} ({t['context']})" if t.get("context") else t["what"]
-        lines.append(f"| {what} (`{key}`) | {fmt(t['value'], 3)} | {t['target']} | {met} | {src} |")
+        interval = (s.get("intervals") or {}).get(key)
+        value = fmt(t["value"], 3) + (f" [{interval[0]:.3f}, {interval[1]:.3f}]" if interval
+                                      else "")
+        lines.append(f"| {what} (`{key}`) | {value} | {t['target']} | {met} | {src} |")
     for key in ("accuracy_avg_pal_int8", "accuracy_avg_separate_fp32"):
         lines.append(f"| `{key}` | {fmt(s.get(key), 2)} | — | — | "
                      f"{', '.join(f'`{i}`' for i in report['headline_sources'].get(key, []))} |")

@@ -389,32 +389,6 @@ def test_export_summary_shows_the_gated_metric_change():
     assert verified_change(sentences) == "agreement 1.000, max |diff| 2.50e-03"
 
 
-def test_report_prints_the_comparison_with_separate_models(capsys):
-    from palkit.ui.tables import comparison_table
-    latency = {"task:sst t1 s128": 1.2, "task:sts t1 s128": 1.4, "all_tasks t1 s128": 0.7}
-    comparison_table({"pairwise": [
-        {"pal": "default/executorch", "other": "default/onnxruntime", "other_role": "pal",
-         "size_ratio": 1.1, "latency": latency},
-        {"pal": "default/executorch", "other": "separate/executorch/int8",
-         "other_role": "separate", "size_ratio": 0.387, "latency": latency}]})
-    out = capsys.readouterr().out
-    row = next(line for line in out.splitlines() if "separate/executorch/int8" in line)
-    assert [cell.strip() for cell in row.split("│")[1:5]] == \
-        ["separate/executorch/int8", "0.39x", "1.30x", "0.70x"]
-    assert "default/onnxruntime" not in out
-
-
-def test_report_prints_every_bundle_on_the_phones_runtime_against_the_separate_models(capsys):
-    from palkit.ui.tables import comparison_table
-    latency = {"task:sst t1 s128": 0.9, "all_tasks t1 s128": 0.3}
-    comparison_table({"pairwise": [
-        {"pal": p, "other": "separate/executorch/int8", "other_role": "separate",
-         "size_ratio": 0.34, "latency": latency}
-        for p in ("pals/executorch", "pals/onnxruntime", "shared/executorch")]})
-    titles = [line for line in capsys.readouterr().out.splitlines() if "each other model" in line]
-    assert [t.split(" / ")[0] for t in titles] == ["pals/executorch", "shared/executorch"]
-
-
 def test_quiet_silences_the_peers_tracer_notes_and_keeps_other_warnings(monkeypatch):
     from palkit.ui import quiet
 

@@ -380,7 +380,8 @@ def test_a_bundle_task_without_the_split_is_left_out_of_the_average_and_said(mon
     scores = {"dev": {"sst_acc": 0.4, "cfimdb_acc": 0.8, "sts_pearson": 0.6},
               "test": {"sst_acc": 0.5, "sts_pearson": 0.8}}
     monkeypatch.setattr(evaluate, "evaluate_bundle",
-                        lambda bundle, data, split, *rest: dict(scores[split], avg=0.0))
+                        lambda bundle, data, split, *rest, keep_predictions: dict(
+                            scores[split], avg=0.0, examples={}))
     tasks = {t: {"bundle": "bundles/shared"} for t in ("sst", "sts", "cfimdb")}
     s = Subject("shared/executorch", "pal", "executorch", "int8", "shared", tasks, {}, {}, 30522)
     notes: list[str] = []

@@ -47,25 +47,16 @@ def predictions_table(rows: list[dict[str, str]], note: str) -> None:
     _stdout.print(note, style="dim")
 
 
-def comparison_table(report: dict[str, Any]) -> None:
-    """What `palkit report` exists for, on one screen: each benchmarked bundle of several tasks
-    (on ExecuTorch, the phone's runtime, where measured) against each separate model and peer
-    (ratios, so below 1 is the bundle smaller or faster)."""
-    rows = [p for p in report["pairwise"] if p["other_role"] in ("separate", "peer")]
-    bundles = list(dict.fromkeys(p["pal"] for p in rows))
-    for pal in [b for b in bundles if b.endswith("/executorch")] or bundles[:1]:
-        table = Table(title=f"{pal} / each other model, bytes and p50 latency (below 1x: {pal} "
-                            "is smaller or faster)", title_justify="left")
-        for heading, justify in (("other", "left"), ("bytes", "right"), ("one task", "right"),
-                                 ("all tasks on one input", "right")):
-            table.add_column(heading, justify=justify, no_wrap=True)
-        for p in (p for p in rows if p["pal"] == pal):
-            tasks = [v for k, v in p["latency"].items() if k.startswith("task:")]
-            every = next((v for k, v in p["latency"].items() if k.startswith("all_tasks")), None)
-            table.add_row(p["other"], f"{p['size_ratio']:.2f}x",
-                          f"{sum(tasks) / len(tasks):.2f}x" if tasks else "–",
-                          "–" if every is None else f"{every:.2f}x")
-        _stdout.print(table)
+def verdict_table(title: str, rows: list[tuple[str, str, str]]) -> None:
+    """The report's verdict: each line, its value (a ratio with its 95% interval) and what the
+    interval lets it say."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("what", overflow="fold", ratio=1)
+    table.add_column("measured", justify="right", no_wrap=True)
+    table.add_column("reads", overflow="fold")
+    for what, value, reads in rows:
+        table.add_row(what, value, reads)
+    _stdout.print(table)
 
 
 def targets_table(targets: dict[str, dict[str, Any]], title: str) -> None:

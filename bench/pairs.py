@@ -1,0 +1,135 @@
+"""Paired timing: the ratios the verdict quotes, each measured as two programs against each other.
+
+A machine's speed drifts (turbo, throttling, a neighbour on a shared VM): medians of processes
+taken minutes apart read identical programs 10-13% apart in one run (docs/benchmarking.md). Here
+both sides of a ratio are loaded in one worker process and called in alternating short blocks
+(A then B, then B then A, ...), so drift lands on both alike and cancels in each pair's ratio.
+
+The estimate is the Hodges-Lehmann median of the pairs' log ratios (the median of all their
+pairwise means, the Walsh averages), with the distribution-free 95% interval of the Wilcoxon
+signed-rank test: robust to the outlier blocks a busy machine produces (up to 29% of them),
+exact for symmetric noise, and deterministic. docs/benchmarking.md says why not others.
+
+Two pairs calibrate each run: an A/A pair (one program as both sides, two loads) and a pair of
+identical compute (a shared-trunk task, a head on the trunk, against the separate model of that
+task). Both should read 1.00; a run where either reads outside LEVEL_BAND or has an interval
+wider than CALIBRATION_WIDTH is flagged as noisy.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Any
+
+CONFIDENCE = 0.95
+LEVEL_BAND = 0.03         # "level" when the interval lies within 1.00 +- 3%
+CALIBRATION_WIDTH = 0.05  # a calibration pair's interval wider than +- 5% flags a noisy run
+PAIRS = 24                # blocks of each side per pair (alternating order)
+BLOCK = 4                 # calls per block; the first refills the caches and is not kept
+CALIBRATION = ("aa", "identical_compute")
+
+
+@dataclass(frozen=True)
+class Side:
+    subject: str
+    config: str           # "task:<name>" or "all_tasks"
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A ratio the verdict quotes: `num`'s time over `den`'s."""
+    kind: str             # aa | identical_compute | one_task | all_tasks | all_vs_one | peer
+    num: Side
+    den: Side
+    what: str
+
+    @property
+    def id(self) -> str:
+        return (f"pair:{self.kind}:{self.num.subject}:{self.num.config}"
+                f"/{self.den.subject}:{self.den.config}")
+
+
+def paired_ratio(num_ms: list[float], den_ms: list[float],
+                 confidence: float = CONFIDENCE) -> dict[str, Any]:
+    """Hodges-Lehmann estimate of num/den from paired timings, with its Wilcoxon interval."""
+    logs = [math.log(n / d) for n, d in zip(num_ms, den_ms)]
+    n = len(logs)
+    walsh = sorted((logs[i] + logs[j]) / 2 for i in range(n) for j in range(i, n))
+    middle = len(walsh) // 2
+    centre = walsh[middle] if len(walsh) % 2 else (walsh[middle - 1] + walsh[middle]) / 2
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    # The interval runs from the k-th smallest to the k-th largest Walsh average, k the signed-rank
+    # statistic's lower critical value (normal approximation; fine from about 10 pairs).
+    k = max(0, math.floor(n * (n + 1) / 4 - z * math.sqrt(n * (n + 1) * (2 * n + 1) / 24)))
+    return {"ratio": math.exp(centre),
+            "interval": [math.exp(walsh[k]), math.exp(walsh[len(walsh) - 1 - k])], "pairs": n}
+
+
+def wording(interval: list[float]) -> str:
+    """What a ratio's interval lets the report say about the numerator."""
+    low, high = interval
+    if low >= 1 - LEVEL_BAND and high <= 1 + LEVEL_BAND:
+        return "level"
+    if low > 1 + LEVEL_BAND:
+        return "slower"
+    if high < 1 - LEVEL_BAND:
+        return "faster"
+    return "not resolved"
+
+
+def calibration_problem(estimate: dict[str, Any]) -> str | None:
+    """Why a calibration pair (true ratio 1.00) says the run was noisy, or None."""
+    r, (low, high) = estimate["ratio"], estimate["interval"]
+    if abs(r - 1) > LEVEL_BAND:
+        return f"reads {r:.3f}, outside 1.00 +- {LEVEL_BAND:.0%}"
+    if (high - low) / 2 > CALIBRATION_WIDTH:
+        return f"its interval [{low:.3f}, {high:.3f}] is wider than +- {CALIBRATION_WIDTH:.0%}"
+    return None
+
+
+def _head_only_task(subject: Any, tasks: list[str]) -> str | None:
+    """A task the subject runs as a head on the plain trunk: the same compute as a separate model
+    of that task."""
+    adapters = subject.extra.get("task_adapters", {})
+    return next((t for t in tasks if (adapters.get(t) or {}).get("kind") == "head"), None)
+
+
+def verdict_pairs(subjects: list[Any]) -> list[Pair]:
+    """Per runtime: the A/A pair, and for each multi-task bundle against the separate models of
+    the same runtime and precision, one task (a pair of identical compute where the bundle runs
+    that task as a head only), all tasks on one input, all tasks against one, and a peer of the
+    same runtime."""
+    pairs: list[Pair] = []
+    for runtime in dict.fromkeys(s.runtime for s in subjects):
+        here = [s for s in subjects if s.runtime == runtime]
+        separate = next((s for s in here if s.role == "separate"), None)
+        if separate is None:
+            continue
+        first = next(iter(separate.tasks))
+        pairs.append(Pair("aa", Side(separate.name, f"task:{first}"),
+                          Side(separate.name, f"task:{first}"),
+                          "one separate model against itself (A/A)"))
+        for bundle in (s for s in here if s.role == "pal" and s.precision == separate.precision):
+            common = [t for t in bundle.tasks if t in separate.tasks]
+            if not common:
+                continue
+            head = _head_only_task(bundle, common)
+            task = head or common[0]
+            pairs.append(Pair("identical_compute" if head else "one_task",
+                              Side(bundle.name, f"task:{task}"), Side(separate.name, f"task:{task}"),
+                              f"one task ({task}) of {bundle.name} / its separate model"))
+            if len(bundle.tasks) > 1:
+                pairs.append(Pair("all_tasks", Side(bundle.name, "all_tasks"),
+                                  Side(separate.name, "all_tasks"),
+                                  f"all tasks of {bundle.name} on one input / the separate "
+                                  "models in turn"))
+                pairs.append(Pair("all_vs_one", Side(bundle.name, "all_tasks"),
+                                  Side(bundle.name, f"task:{task}"),
+                                  f"all tasks of {bundle.name} on one input / one task ({task})"))
+            peer = next((s for s in here if s.role == "peer" and task in s.tasks), None)
+            if peer is not None:
+                pairs.append(Pair("peer", Side(bundle.name, f"task:{task}"),
+                                  Side(peer.name, f"task:{task}"),
+                                  f"one task ({task}) of {bundle.name} / {peer.name}"))
+    return pairs

@@ -1,0 +1,214 @@
+"""Paired timing (bench/pairs.py): the estimator on synthetic timings with drift, outliers and a
+true difference; the words an interval allows; the calibration flag; which pairs a bench times;
+the worker that times them; and the paired accuracy gap."""
+from __future__ import annotations
+
+import math
+import random
+from types import SimpleNamespace
+
+import pytest
+
+from palkit.bench.pairs import (LEVEL_BAND, calibration_problem, paired_ratio, verdict_pairs,
+                                wording)
+from palkit.report.recommended import paired_gap
+
+
+def drifting(true_ratio: float, n: int = 24, drift: float = 0.5, noise: float = 0.02,
+             outliers: int = 0, seed: int = 0) -> tuple[list[float], list[float]]:
+    """Block times of two programs on a machine whose speed drifts by `drift` over the run
+    (both sides alike within a pair), with multiplicative noise and `outliers` blocks of one side
+    hit by a neighbour (3x slower)."""
+    rng = random.Random(seed)
+    den = [10 * (1 + drift * i / n) * math.exp(rng.gauss(0, noise)) for i in range(n)]
+    num = [d * true_ratio * math.exp(rng.gauss(0, noise)) for d in den]
+    for i in rng.sample(range(n), outliers):
+        num[i] *= 3
+    return num, den
+
+
+def test_drift_cancels_in_the_pairs():
+    """The machine slows by half over the run: medians of unpaired samples would move, the
+    paired estimate of identical programs stays level."""
+    est = paired_ratio(*drifting(1.0, drift=0.5))
+    low, high = est["interval"]
+    assert low <= 1.0 <= high and high - low < 0.05
+    assert wording(est["interval"]) == "level"
+
+
+def test_outlier_blocks_do_not_move_the_estimate():
+    clean = paired_ratio(*drifting(1.0, seed=1))["ratio"]
+    hit = paired_ratio(*drifting(1.0, seed=1, outliers=4))["ratio"]  # 4 of 24 blocks 3x slower
+    assert abs(hit - clean) < 0.02 and abs(hit - 1) < 0.03
+
+
+def test_a_true_five_percent_difference_is_found_and_called_slower():
+    est = paired_ratio(*drifting(1.05, noise=0.01))
+    low, high = est["interval"]
+    assert low < 1.05 < high and low > 1 + LEVEL_BAND
+    assert wording(est["interval"]) == "slower"
+    assert wording([1 / high, 1 / low]) == "faster"
+
+
+def test_an_interval_straddling_the_band_says_not_resolved():
+    assert wording([0.99, 1.06]) == "not resolved"
+    assert wording([0.975, 1.02]) == "level"
+
+
+def test_the_interval_holds_the_true_ratio_about_95_percent_of_the_time():
+    covered = sum(low <= 1.02 <= high for low, high in
+                  (paired_ratio(*drifting(1.02, noise=0.03, seed=s))["interval"]
+                   for s in range(200)))
+    assert 180 <= covered <= 200
+
+
+def test_calibration_flags_a_misreading_and_a_wide_interval():
+    assert calibration_problem({"ratio": 1.01, "interval": [0.99, 1.03]}) is None
+    assert "outside 1.00" in calibration_problem({"ratio": 1.05, "interval": [1.03, 1.07]})
+    assert "wider than" in calibration_problem({"ratio": 1.0, "interval": [0.90, 1.11]})
+
+
+def _subject(name, role, runtime="executorch", tasks=("sst", "quora"), adapters=None):
+    return SimpleNamespace(name=name, role=role, runtime=runtime, precision="int8",
+                           tasks={t: {} for t in tasks},
+                           extra={"task_adapters": adapters or {}})
+
+
+def test_a_bench_times_the_verdicts_ratios_and_its_calibration():
+    shared = _subject("shared/executorch", "pal", tasks=("cfimdb", "quora", "sst"),
+                      adapters={"cfimdb": {"kind": "pal", "layers": [5]},
+                                "quora": {"kind": "head"}, "sst": {"kind": "head"}})
+    pairs = verdict_pairs([shared, _subject("separate/executorch/int8", "separate",
+                                            tasks=("quora", "sst")),
+                           _subject("peer/et-int8", "peer", tasks=("quora", "sst"))])
+    assert [(p.kind, p.num.subject, p.num.config, p.den.subject, p.den.config) for p in pairs] == [
+        ("aa", "separate/executorch/int8", "task:quora", "separate/executorch/int8", "task:quora"),
+        ("identical_compute", "shared/executorch", "task:quora", "separate/executorch/int8",
+         "task:quora"),
+        ("all_tasks", "shared/executorch", "all_tasks", "separate/executorch/int8", "all_tasks"),
+        ("all_vs_one", "shared/executorch", "all_tasks", "shared/executorch", "task:quora"),
+        ("peer", "shared/executorch", "task:quora", "peer/et-int8", "task:quora")]
+
+
+def test_the_worker_times_both_sides_of_a_pair_in_one_process(et_fp32):
+    from palkit.bench.run import run_worker
+    from palkit.bench.subjects import discover
+
+    subject = next(s for s in discover([et_fp32], [], ["executorch"], [], None)[0])
+    side = {"subject": subject.worker_subject(), "config": "task:sst"}
+    r = run_worker({"mode": "pair", "threads": 1, "seq_len": 16, "warmup": 1, "pairs": 6,
+                    "block": 3, "sides": [side, {**side, "config": "all_tasks"}]}, 600)
+    assert len(r["num_ms"]) == len(r["den_ms"]) == 6
+    assert all(ms > 0 for ms in r["num_ms"] + r["den_ms"])
+
+
+def test_the_accuracy_gap_is_paired_over_the_same_examples():
+    gold = [0, 1, 1, 0] * 50
+    a = {"sst": {"pred": gold[:], "gold": gold}}
+    b = {"sst": {"pred": [1 - g if i % 10 == 0 else g for i, g in enumerate(gold)],
+                 "gold": gold}}
+    gap = paired_gap(a, b)
+    assert gap["gap"] == pytest.approx(10.0) and gap["examples"] == 200
+    low, high = gap["interval"]
+    assert 5 < low < 10 < high < 15
+    other = gold[1:] + gold[:1]  # other examples: nothing to pair
+    assert paired_gap(a, {"sst": {"pred": other, "gold": other}}) is None
+
+
+def _pair(kind, num, den, ratio, interval, what):
+    return {"id": f"pair:{kind}:{num}/{den}", "kind": kind, "what": what,
+            "num": {"subject": num.split(":")[0], "config": num.split(":", 1)[1]},
+            "den": {"subject": den.split(":")[0], "config": den.split(":", 1)[1]},
+            "threads": 1, "seq_len": 128, "num_ms": [1.0] * 24, "den_ms": [1.0] * 24,
+            "ratio": ratio, "interval": interval, "pairs": 24}
+
+
+def recommended_bench(tmp_path, aa=(1.004, [0.99, 1.02])):
+    """The recommended path alone, as the issue's new user benched it: the shared bundle (three
+    heads on one trunk, cfimdb added later as top-1 PALs) and the separate models."""
+    from testing_utils import BENCH_TASKS, bench_rows, bench_subject, host_bench
+
+    data = host_bench(tmp_path)
+    shared_run, sep_run = tmp_path / "runs" / "shared", tmp_path / "runs" / "separate"
+    shared = bench_subject("pal", "executorch", "int8", "shared (executorch, int8)",
+                           {"trunk_bytes": 22_000_000, "adapter_bytes": {t: 2_000 for t in
+                                                                         BENCH_TASKS},
+                            "total_bytes": 22_600_000}, 30_000_000, 34_000_000, 2.5, (),
+                           {t: str(shared_run / "model") for t in BENCH_TASKS})
+    shared["task_adapters"] = {"cfimdb": {"kind": "pal", "layers": [5]},
+                               **{t: {"kind": "head", "layers": []} for t in BENCH_TASKS}}
+    data["subjects"] = {"shared/executorch": shared,
+                        "separate/executorch/int8": data["subjects"]["separate/executorch/int8"]}
+    data["subjects"]["separate/executorch/int8"]["fp32_model_dirs"] = {
+        t: str(sep_run / t / "model") for t in BENCH_TASKS}
+    data["results"] = (bench_rows("shared/executorch", "executorch", 12.0, 14.0)
+                       + bench_rows("separate/executorch/int8", "executorch", 12.0, 36.0))
+    gold = [0, 1, 2, 1] * 1000
+    pred_separate = [g if i % 5 else (g + 1) % 3 for i, g in enumerate(gold)]  # 80% right
+    pred_shared = [g if i % 4 else (g + 1) % 3 for i, g in enumerate(gold)]    # 75% right
+    data["accuracy"] = {
+        "shared/executorch": {"test": {"avg": 0.75, "examples": {
+            "sst": {"pred": pred_shared, "gold": gold}}}},
+        "separate/executorch/int8": {"test": {"avg": 0.80, "examples": {
+            "sst": {"pred": pred_separate, "gold": gold}}}},
+        "fp32:shared": {"test": {"avg": 0.76}, "run": str(shared_run), "kind": "joint",
+                        "optimizer_steps": 400},
+        "fp32:separate": {"test": {"avg": 0.79}, "run": str(sep_run), "kind": "separate",
+                          "optimizer_steps": 1200}}
+    sep, sh = "separate/executorch/int8", "shared/executorch"
+    data["pairs"] = [
+        _pair("aa", f"{sep}:task:sst", f"{sep}:task:sst", *aa, "A/A"),
+        _pair("identical_compute", f"{sh}:task:sst", f"{sep}:task:sst", 1.001, [0.985, 1.016],
+              "one task (sst) of shared / its separate model"),
+        _pair("all_tasks", f"{sh}:all_tasks", f"{sep}:all_tasks", 0.36, [0.35, 0.37],
+              "all tasks of shared / the separate models"),
+        _pair("all_vs_one", f"{sh}:all_tasks", f"{sh}:task:sst", 1.12, [1.10, 1.14],
+              "all tasks of shared / one task")]
+    return data
+
+
+def test_the_report_leads_with_the_recommended_configuration(tmp_path, capsys):
+    import json
+
+    from palkit import cli
+
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps(recommended_bench(tmp_path)))
+    assert cli.main(["report", "--bench", str(bench), "--out", str(tmp_path / "r"),
+                     "--summary", str(tmp_path / "summary.json")]) == 0
+    out = capsys.readouterr()
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert list(summary)[:2] == ["recommended", "calibration"]
+    rec = summary["recommended"]
+    assert rec["bundle"] == "shared/executorch" and rec["added_later"] == ["cfimdb"]
+    assert [k for k, v in rec.items() if v is None] == []  # no null headline key
+    assert rec["one_task"]["reads"] == "level" and rec["all_tasks"]["reads"] == "faster"
+    assert rec["all_tasks_vs_one"]["reads"] == "slower"
+    assert rec["accuracy"]["gap"] == pytest.approx(-5.0)
+    low, high = rec["accuracy"]["interval"]
+    assert low < -5.0 < high < 0 and rec["accuracy"]["budgets"] == {"joint": 400,
+                                                                     "separate": 1200}
+    assert not summary["calibration"]["noisy"]
+    assert "recommended: shared/executorch / separate/executorch/int8" in out.out
+    assert "1.00x [0.98, 1.02]" in out.out and "0.36x [0.35, 0.37]" in out.out
+    assert "unequal" in out.out  # the budgets beside the gap
+    # without all-layer PALs the paper's reference is one line, not a page of dashes
+    assert "the paper's reference (all-layer PALs) was not benched" in out.err
+    assert "not measured:" not in out.err
+    report_md = (tmp_path / "r" / "report.md").read_text()
+    assert report_md.index("## The recommended configuration") < report_md.index(
+        "## The paper's reference")
+
+
+def test_a_calibration_pair_off_one_flags_the_run_as_noisy(tmp_path, capsys):
+    import json
+
+    from palkit import cli
+
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps(recommended_bench(tmp_path, aa=(1.06, [1.04, 1.08]))))
+    assert cli.main(["report", "--bench", str(bench), "--out", str(tmp_path / "r")]) == 0
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert report["calibration"]["noisy"]
+    assert "reads 1.060, outside 1.00 +- 3%" in report["calibration"]["why"][0]
+    assert "NOISY RUN" in capsys.readouterr().out
