@@ -90,8 +90,13 @@ def calibration_problem(estimate: dict[str, Any]) -> str | None:
 
 def _head_only_task(subject: Any, tasks: list[str]) -> str | None:
     """A task the subject runs as a head on the plain trunk: the same compute as a separate model
-    of that task."""
+    of that task. ExecuTorch runs each placement as its own method; ONNX Runtime's one graph
+    carries the union of the bundle's PAL placements for every task, so there a head-only task
+    does a separate model's compute only when no task of the bundle has PALs."""
     adapters = subject.extra.get("task_adapters", {})
+    kinds = {(adapters.get(t) or {}).get("kind") for t in subject.tasks}
+    if subject.runtime == "onnxruntime" and kinds != {"head"}:
+        return None
     return next((t for t in tasks if (adapters.get(t) or {}).get("kind") == "head"), None)
 
 

@@ -6,6 +6,7 @@ order `plan` gives), their accuracy last; everything lands in one palkit-bench J
 """
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import statistics
@@ -425,6 +426,7 @@ def new_bench_data(machine: dict[str, Any], notes: list[str], o: BenchOptions) -
         "bundle": {}, "results": [], "load_ms": {}, "swap_ms": {}, "memory_rss_bytes": {},
         "subjects": {}, "flops": {}, "ceiling": {}, "accuracy": {}, "pairs": [], "notes": notes,
         "command": command_line(),
+        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "settings": {"threads": o.threads, "seq_lens": o.seq_lens, **asdict(o.timing),
                      "rounds": o.rounds,
                      "isolation": "one process per (subject, threads, seq_len) and round for "

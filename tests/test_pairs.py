@@ -90,6 +90,19 @@ def test_a_bench_times_the_verdicts_ratios_and_its_calibration():
         ("peer", "shared/executorch", "task:quora", "peer/et-int8", "task:quora")]
 
 
+def test_on_onnx_runtime_a_head_shares_the_graph_of_the_bundles_pals():
+    """ONNX Runtime's graph runs the union of the bundle's placements for every task: with a
+    task added as top-1 PALs, a launch task's head is not a separate model's compute."""
+    adapters = {"cfimdb": {"kind": "pal", "layers": [5]}, "quora": {"kind": "head"}}
+    shared = _subject("shared/onnxruntime", "pal", "onnxruntime", ("cfimdb", "quora"), adapters)
+    separate = _subject("separate/onnxruntime/int8", "separate", "onnxruntime", ("quora",))
+    kinds = [p.kind for p in verdict_pairs([shared, separate])]
+    assert kinds == ["aa", "one_task", "all_tasks", "all_vs_one"]
+    heads = _subject("shared/onnxruntime", "pal", "onnxruntime", ("quora",),
+                     {"quora": {"kind": "head"}})
+    assert "identical_compute" in [p.kind for p in verdict_pairs([heads, separate])]
+
+
 def test_the_worker_times_both_sides_of_a_pair_in_one_process(et_fp32):
     from palkit.bench.run import run_worker
     from palkit.bench.subjects import discover

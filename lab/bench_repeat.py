@@ -1,0 +1,134 @@
+"""Does the verdict repeat? Several `palkit bench` files of the same bundles on one machine, their
+paired ratios side by side: each run's calibration (A/A, identical compute), and every ratio of a
+later run against the first one's estimate and interval.
+
+    python -m lab.bench_repeat BENCH.json... --out results/bench-repeat [--baseline-wall-s S]
+
+Writes OUT.json, OUT.md and OUT.png (each ratio's estimate and 95% interval, run by run).
+`--baseline-wall-s`: the wall time of the same bench by the code before paired timing, for the
+cost line.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+from pathlib import Path
+from typing import Any
+
+from palkit.bench.pairs import LEVEL_BAND, calibration_problem
+from palkit.core.fileio import write_json, write_text
+from palkit.report.ingest import machine_label
+from palkit.ui.plots import pyplot, save
+
+AGREE = 0.03  # a later run's ratio within this of the first's (the issue's target)
+
+
+def load(path: Path) -> dict[str, Any]:
+    data = json.loads(path.read_text())
+    # when it ran: its own record, or (files from before it was recorded) its end less its length
+    started = data.get("started") or datetime.datetime.fromtimestamp(
+        path.stat().st_mtime - (data.get("finished_s") or 0), datetime.timezone.utc
+    ).isoformat(timespec="seconds")
+    return {"file": str(path), "started": started, "wall_s": data.get("finished_s"),
+            "machine": machine_label(data["machine"]),
+            "pairs": {p["id"]: p for p in data.get("pairs", []) if "ratio" in p}}
+
+
+def compare(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    first = runs[0]
+    ids = [i for i in first["pairs"] if all(i in r["pairs"] for r in runs)]
+    rows = []
+    for i in ids:
+        base = first["pairs"][i]
+        low, high = base["interval"]
+        later = [{"file": r["file"], "ratio": r["pairs"][i]["ratio"],
+                  "interval": r["pairs"][i]["interval"],
+                  "within_0.03": abs(r["pairs"][i]["ratio"] - base["ratio"]) <= AGREE,
+                  "inside_first_interval": low <= r["pairs"][i]["ratio"] <= high}
+                 for r in runs[1:]]
+        rows.append({"id": i, "kind": base["kind"], "what": base["what"],
+                     "first": {"ratio": base["ratio"], "interval": base["interval"]},
+                     "later": later})
+    calibration = [{"file": r["file"], "started": r["started"], "wall_s": r["wall_s"],
+                    "pairs": {p["kind"]: {"ratio": p["ratio"], "interval": p["interval"],
+                                          "problem": calibration_problem(p)}
+                              for p in r["pairs"].values() if p["kind"] in ("aa",
+                                                                            "identical_compute")}}
+                   for r in runs]
+    return {"machine": first["machine"], "runs": [r["file"] for r in runs], "ratios": rows,
+            "calibration": calibration}
+
+
+def markdown(result: dict[str, Any], baseline_wall_s: float | None) -> str:
+    runs = result["runs"]
+    lines = [f"# Does the verdict repeat? {len(runs)} bench runs on one machine", "",
+             f"Machine: {result['machine']}. Files: " + ", ".join(f"`{r}`" for r in runs) + ".",
+             f"Made by `python -m lab.bench_repeat {' '.join(runs)} --out ...`.", "",
+             "## Calibration, run by run (true ratio 1.00; noisy outside 1.00 ± "
+             f"{LEVEL_BAND:.0%} or wider than ± 5%)", "",
+             "| run | started (UTC) | bench wall s | pair | ratio [95%] | |",
+             "|---|---|---:|---|---:|---|"]
+    for c in result["calibration"]:
+        for kind, p in c["pairs"].items():
+            lines.append(f"| `{Path(c['file']).name}` | {c['started']} | {c['wall_s']:.0f} | "
+                         f"{kind} | "
+                         f"{p['ratio']:.3f} [{p['interval'][0]:.3f}, {p['interval'][1]:.3f}] | "
+                         f"{p['problem'] or 'steady'} |")
+    if baseline_wall_s:
+        walls = [c["wall_s"] for c in result["calibration"][1:] if c["wall_s"]]
+        lines += ["", f"Bench wall time: {baseline_wall_s:.0f} s before paired timing, "
+                  f"{min(walls):.0f}-{max(walls):.0f} s with it (runs after the first, whose "
+                  f"peers were built then): {max(walls) / baseline_wall_s:.2f}x at most."]
+    lines += ["", "## Every ratio against the first run", "",
+              "| ratio | first run [95%] | " + " | ".join(f"`{Path(r).name}`" for r in runs[1:])
+              + " |", "|---|---:|" + "---:|" * (len(runs) - 1)]
+    for row in result["ratios"]:
+        f = row["first"]
+        cells = [f"{x['ratio']:.3f}" + ("" if x["within_0.03"] and x["inside_first_interval"]
+                                        else " (!)") for x in row["later"]]
+        lines.append(f"| {row['what']} | {f['ratio']:.3f} [{f['interval'][0]:.3f}, "
+                     f"{f['interval'][1]:.3f}] | " + " | ".join(cells) + " |")
+    lines += ["", "(!): more than 0.03 from the first run's ratio, or outside its interval."]
+    return "\n".join(lines) + "\n"
+
+
+def draw(result: dict[str, Any], path: Path) -> None:
+    plt = pyplot()
+    rows = result["ratios"]
+    fig, ax = plt.subplots(figsize=(10, 0.5 + 0.55 * len(rows)))
+    runs = len(result["runs"])
+    for y, row in enumerate(rows):
+        points = [row["first"], *row["later"]]
+        for k, p in enumerate(points):
+            offset = (k - (runs - 1) / 2) * 0.12
+            low, high = p["interval"]
+            ax.errorbar(p["ratio"], y + offset, xerr=[[p["ratio"] - low], [high - p["ratio"]]],
+                        fmt="o", ms=3, capsize=2, color=f"C{k}",
+                        label=Path(result["runs"][k]).stem if y == 0 else None)
+    ax.axvspan(1 - LEVEL_BAND, 1 + LEVEL_BAND, color="0.9", zorder=0)
+    ax.set_yticks(range(len(rows)), [r["what"] for r in rows], fontsize=7)
+    ax.set_xscale("log")
+    ax.set_xlabel("ratio (numerator / denominator), 95% interval; grey: 1.00 ± 3%")
+    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title(f"Paired ratios, run by run ({result['machine']})", fontsize=9)
+    fig.tight_layout()
+    save(fig, path)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("bench", nargs="+", type=Path)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--baseline-wall-s", type=float)
+    args = p.parse_args()
+    result = compare([load(b) for b in args.bench])
+    result["baseline_wall_s"] = args.baseline_wall_s
+    write_json(args.out.with_suffix(".json"), result)
+    write_text(args.out.with_suffix(".md"), markdown(result, args.baseline_wall_s))
+    draw(result, args.out.with_suffix(".png"))
+    print(f"wrote {args.out.with_suffix('.json')}, .md and .png")
+
+
+if __name__ == "__main__":
+    main()
