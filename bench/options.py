@@ -32,7 +32,9 @@ class BenchOptions:
     threads: list[int] = field(default_factory=lambda: [1, 2])
     seq_lens: list[int] = field(default_factory=lambda: [32, 128])
     timing: LatencyBudget = field(default_factory=LatencyBudget)
-    rounds: int = 3              # latency passes over all subjects; figures are medians
+    # latency passes over all subjects for the per-subject tables (their figures the medians);
+    # the verdict's ratios are paired, each in bench/pairs.py's PROCESSES processes
+    rounds: int = 1
     splits: list[str] = field(default_factory=lambda: ["dev", "test"])  # [] = no accuracy
     data_dir: Path | None = None
     max_examples: int | None = None

@@ -4,11 +4,14 @@ A machine's speed drifts (turbo, throttling, a neighbour on a shared VM): median
 taken minutes apart read identical programs 10-13% apart in one run (docs/benchmarking.md). Here
 both sides of a ratio are loaded in one worker process and called in alternating short blocks
 (A then B, then B then A, ...), so drift lands on both alike and cancels in each pair's ratio.
+Each ratio is timed in PROCESSES such processes, minutes apart: a process's own layout (memory,
+caches, threads) shifts its ratio a little, and that must show in the interval too.
 
-The estimate is the Hodges-Lehmann median of the pairs' log ratios (the median of all their
-pairwise means, the Walsh averages), with the distribution-free 95% interval of the Wilcoxon
-signed-rank test: robust to the outlier blocks a busy machine produces (up to 29% of them),
-exact for symmetric noise, and deterministic. docs/benchmarking.md says why not others.
+The estimate is the Hodges-Lehmann median of all the pairs' log ratios (the median of their
+pairwise means, the Walsh averages): robust to the outlier blocks a busy machine produces (up to
+29% of them), deterministic. Its 95% interval is the wider of two: within processes, the
+Wilcoxon signed-rank interval of all pairs; between processes, a t interval over the processes'
+own estimates. docs/benchmarking.md says why, and why not others.
 
 Two pairs calibrate each run: an A/A pair (one program as both sides, two loads) and a pair of
 identical compute (a shared-trunk task, a head on the trunk, against the separate model of that
@@ -18,6 +21,7 @@ wider than CALIBRATION_WIDTH is flagged as noisy.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any
@@ -25,8 +29,11 @@ from typing import Any
 CONFIDENCE = 0.95
 LEVEL_BAND = 0.03         # "level" when the interval lies within 1.00 +- 3%
 CALIBRATION_WIDTH = 0.05  # a calibration pair's interval wider than +- 5% flags a noisy run
-PAIRS = 24                # blocks of each side per pair (alternating order)
+PROCESSES = 3             # worker processes per ratio, interleaved with the other ratios
+PAIRS = 8                 # pairs of blocks per process (alternating order)
 BLOCK = 4                 # calls per block; the first refills the caches and is not kept
+# Student's t, 97.5th percentile, by degrees of freedom (the between-process interval)
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306}
 CALIBRATION = ("aa", "identical_compute")
 
 
@@ -50,20 +57,32 @@ class Pair:
                 f"/{self.den.subject}:{self.den.config}")
 
 
-def paired_ratio(num_ms: list[float], den_ms: list[float],
-                 confidence: float = CONFIDENCE) -> dict[str, Any]:
-    """Hodges-Lehmann estimate of num/den from paired timings, with its Wilcoxon interval."""
-    logs = [math.log(n / d) for n, d in zip(num_ms, den_ms)]
+def _hodges_lehmann(logs: list[float]) -> tuple[float, list[float]]:
+    """The median of the Walsh averages, and the Wilcoxon signed-rank 95% interval: the k-th
+    smallest to the k-th largest Walsh average, k the statistic's lower critical value (normal
+    approximation; fine from about 10 values)."""
     n = len(logs)
     walsh = sorted((logs[i] + logs[j]) / 2 for i in range(n) for j in range(i, n))
     middle = len(walsh) // 2
     centre = walsh[middle] if len(walsh) % 2 else (walsh[middle - 1] + walsh[middle]) / 2
-    z = NormalDist().inv_cdf(0.5 + confidence / 2)
-    # The interval runs from the k-th smallest to the k-th largest Walsh average, k the signed-rank
-    # statistic's lower critical value (normal approximation; fine from about 10 pairs).
+    z = NormalDist().inv_cdf(0.5 + CONFIDENCE / 2)
     k = max(0, math.floor(n * (n + 1) / 4 - z * math.sqrt(n * (n + 1) * (2 * n + 1) / 24)))
-    return {"ratio": math.exp(centre),
-            "interval": [math.exp(walsh[k]), math.exp(walsh[len(walsh) - 1 - k])], "pairs": n}
+    return centre, [walsh[k], walsh[len(walsh) - 1 - k]]
+
+
+def paired_ratio(processes: list[tuple[list[float], list[float]]]) -> dict[str, Any]:
+    """num/den from each process's paired block timings (num_ms, den_ms): the Hodges-Lehmann
+    estimate over all pairs, and the wider of the within-process (Wilcoxon) and the
+    between-process (t over the processes' own estimates) 95% intervals."""
+    per_process = [[math.log(n / d) for n, d in zip(num, den)] for num, den in processes]
+    centre, (low, high) = _hodges_lehmann([x for logs in per_process for x in logs])
+    own = [_hodges_lehmann(logs)[0] for logs in per_process]
+    if len(own) > 1:
+        half = T_975.get(len(own) - 1, 1.96) * statistics.stdev(own) / math.sqrt(len(own))
+        low, high = min(low, centre - half), max(high, centre + half)
+    return {"ratio": math.exp(centre), "interval": [math.exp(low), math.exp(high)],
+            "pairs": sum(map(len, per_process)), "processes": len(own),
+            "process_ratios": [math.exp(x) for x in own]}
 
 
 def wording(interval: list[float]) -> str:

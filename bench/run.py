@@ -21,7 +21,7 @@ from typing import Any
 from palkit.bench.flops import model_flops
 from palkit.bench.machine import host_machine
 from palkit.bench.options import BenchOptions, LatencyBudget
-from palkit.bench.pairs import BLOCK, PAIRS, Pair, paired_ratio, verdict_pairs
+from palkit.bench.pairs import BLOCK, PAIRS, PROCESSES, Pair, paired_ratio, verdict_pairs
 from palkit.bench.schema import (SCHEMA, VERSION, BenchError, BenchFileError, latency_id,
                                  swap_and_memory, validate)
 from palkit.bench.subjects import Subject, discover
@@ -45,7 +45,7 @@ class Job:
     threads: int
     seq_len: int
     subject: Subject | None = None
-    round: int = 0               # latency: which of the --rounds passes over all subjects
+    round: int = 0               # which --rounds pass (latency) or which process (pair)
     pair: Pair | None = None
     sides: tuple[Subject, Subject] | None = None  # pair: the numerator's and denominator's
 
@@ -210,23 +210,40 @@ def record_native_path(job: Job, data: dict[str, Any], o: BenchOptions) -> None:
 
 
 def record_pair(job: Job, data: dict[str, Any], o: BenchOptions) -> None:
-    """One ratio of the verdict from its two sides timed against each other in one process."""
+    """One process's paired timing of one ratio of the verdict (`finish_pairs` combines them)."""
     pair, (num, den) = job.pair, job.sides  # type: ignore[misc]
     r = run_worker({"mode": "pair", "threads": job.threads, "seq_len": job.seq_len,
                     "warmup": o.timing.warmup, "pairs": PAIRS, "block": BLOCK,
                     "sides": [{"subject": num.worker_subject(), "config": pair.num.config},
                               {"subject": den.worker_subject(), "config": pair.den.config}]},
                    o.worker_timeout)
-    entry = {"id": pair.id, "kind": pair.kind, "what": pair.what, "num": asdict(pair.num),
-             "den": asdict(pair.den), "threads": job.threads, "seq_len": job.seq_len}
+    entry = data["pairs"].setdefault(pair.id, {
+        "id": pair.id, "kind": pair.kind, "what": pair.what, "num": asdict(pair.num),
+        "den": asdict(pair.den), "threads": job.threads, "seq_len": job.seq_len,
+        "processes": [], "errors": []})
     if "error" in r:
-        data["pairs"].append({**entry, "error": r["error"]})
-        say(f"{pair.what}: not measured: {r['error']}")
+        entry["errors"].append(r["error"])
+        say(f"{pair.what} (process {job.round + 1}): not measured: {r['error']}")
         return
-    estimate = paired_ratio(r["num_ms"], r["den_ms"])
-    data["pairs"].append({**entry, "num_ms": r["num_ms"], "den_ms": r["den_ms"], **estimate})
-    low, high = estimate["interval"]
-    say(f"{pair.what}: {estimate['ratio']:.3f}x [{low:.3f}, {high:.3f}]")
+    entry["processes"].append({"num_ms": r["num_ms"], "den_ms": r["den_ms"]})
+    own = paired_ratio([(r["num_ms"], r["den_ms"])])["ratio"]
+    say(f"{pair.what} (process {job.round + 1} of {PROCESSES}): {own:.3f}x")
+
+
+def finish_pairs(data: dict[str, Any]) -> None:
+    """Each ratio's estimate and interval over its processes (bench/pairs.py); a ratio none of
+    whose processes ran keeps the errors."""
+    finished = []
+    for entry in data["pairs"].values():
+        errors = entry.pop("errors")
+        if entry["processes"]:
+            entry.update(paired_ratio([(p["num_ms"], p["den_ms"]) for p in entry["processes"]]))
+            low, high = entry["interval"]
+            say(f"{entry['what']}: {entry['ratio']:.3f}x [{low:.3f}, {high:.3f}]")
+        else:
+            entry["error"] = errors[0]
+        finished.append(entry)
+    data["pairs"] = finished
 
 
 RECORD = {"ceiling": record_ceiling, "load": record_load, "latency": record_latency,
@@ -347,6 +364,7 @@ def bench(bundles: list[Path], runs: list[Path], out: Path,
     jobs = plan(subjects, o.threads, o.seq_lens, o.ceiling, o.native, o.rounds)
     for job in track(jobs, "bench"):
         RECORD[job.kind](job, data, o)
+    finish_pairs(data)
     data["results"] = merge_rounds(data["results"])
     if o.splits and o.data_dir is None:
         notes.append("accuracy skipped: no data directory")
@@ -381,9 +399,9 @@ def plan(subjects: list[Subject], threads: list[int], seq_lens: list[int], ceili
         order = subjects[r % len(subjects):] + subjects[:r % len(subjects)]
         jobs += [Job("latency", n, seq, s, r) for s in order for n in threads for seq in seq_lens]
     by_name = {s.name: s for s in subjects}
-    jobs += [Job("pair", min(threads), max(seq_lens), pair=p,
+    jobs += [Job("pair", min(threads), max(seq_lens), round=k, pair=p,
                  sides=(by_name[p.num.subject], by_name[p.den.subject]))
-             for p in verdict_pairs(subjects)]
+             for k in range(PROCESSES) for p in verdict_pairs(subjects)]
     return jobs
 
 
@@ -424,7 +442,7 @@ def new_bench_data(machine: dict[str, Any], notes: list[str], o: BenchOptions) -
     return {
         "schema": SCHEMA, "version": VERSION, "machine": machine,
         "bundle": {}, "results": [], "load_ms": {}, "swap_ms": {}, "memory_rss_bytes": {},
-        "subjects": {}, "flops": {}, "ceiling": {}, "accuracy": {}, "pairs": [], "notes": notes,
+        "subjects": {}, "flops": {}, "ceiling": {}, "accuracy": {}, "pairs": {}, "notes": notes,
         "command": command_line(),
         "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "settings": {"threads": o.threads, "seq_lens": o.seq_lens, **asdict(o.timing),
@@ -435,8 +453,9 @@ def new_bench_data(machine: dict[str, Any], notes: list[str], o: BenchOptions) -
                                   "each block's first call untimed), three per subject for "
                                   "load/swap/memory (median times, the first one's memory), one "
                                   "per thread count for the ceiling, one per ratio the verdict "
-                                  f"quotes: its two sides in alternating blocks ({PAIRS} pairs "
-                                  f"of {BLOCK}-call blocks, each block's first call untimed)",
+                                  f"quotes: its two sides in alternating blocks ({PROCESSES} "
+                                  f"processes of {PAIRS} pairs of {BLOCK}-call blocks, each "
+                                  "block's first call untimed)",
                      "input": "synthetic, every token attended, pair layout (types 0 then 1)"},
     }
 

@@ -103,6 +103,16 @@ def paired_gap(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | None:
             "tasks": tasks, "examples": sum(len(a[t]["gold"]) for t in tasks)}
 
 
+def _budget(accuracy: dict[str, Any], model_dirs: Any) -> int | None:
+    """Optimizer steps of the --run whose folder holds these model folders (all its tasks)."""
+    for entry in accuracy.values():
+        if isinstance(entry, dict) and entry.get("run"):
+            run = Path(entry["run"]).resolve()
+            if any(Path(d).resolve().is_relative_to(run) for d in model_dirs):
+                return entry.get("optimizer_steps")
+    return None
+
+
 def _accuracy(data: dict[str, Any], bundle: str, separate: str,
               study: dict[str, Any] | None) -> dict[str, Any] | None:
     """The bundle's gap to the separate models as both runtimes ran them, the training budget
@@ -113,13 +123,7 @@ def _accuracy(data: dict[str, Any], bundle: str, separate: str,
     gap = paired_gap(mine.get("examples") or {}, theirs.get("examples") or {})
     if gap is None:
         return None
-    runs = {n: {str(Path(d).parent.resolve()) for d in subs[n].get("fp32_model_dirs", {}).values()}
-            for n in (bundle, separate)}
-    budgets = {side: next((e.get("optimizer_steps") for e in accuracy.values()
-                           if isinstance(e, dict) and e.get("run")
-                           and (str(Path(e["run"]).resolve()) in runs[n]
-                                or any(r.startswith(str(Path(e["run"]).resolve()))
-                                       for r in runs[n]))), None)
+    budgets = {side: _budget(accuracy, subs[n].get("fp32_model_dirs", {}).values())
                for side, n in (("joint", bundle), ("separate", separate))}
     out = {"split": split, **gap, "budgets": budgets}
     if study:

@@ -30,20 +30,20 @@ def drifting(true_ratio: float, n: int = 24, drift: float = 0.5, noise: float = 
 def test_drift_cancels_in_the_pairs():
     """The machine slows by half over the run: medians of unpaired samples would move, the
     paired estimate of identical programs stays level."""
-    est = paired_ratio(*drifting(1.0, drift=0.5))
+    est = paired_ratio([drifting(1.0, drift=0.5)])
     low, high = est["interval"]
     assert low <= 1.0 <= high and high - low < 0.05
     assert wording(est["interval"]) == "level"
 
 
 def test_outlier_blocks_do_not_move_the_estimate():
-    clean = paired_ratio(*drifting(1.0, seed=1))["ratio"]
-    hit = paired_ratio(*drifting(1.0, seed=1, outliers=4))["ratio"]  # 4 of 24 blocks 3x slower
+    clean = paired_ratio([drifting(1.0, seed=1)])["ratio"]
+    hit = paired_ratio([drifting(1.0, seed=1, outliers=4)])["ratio"]  # 4 of 24 blocks 3x slow
     assert abs(hit - clean) < 0.02 and abs(hit - 1) < 0.03
 
 
 def test_a_true_five_percent_difference_is_found_and_called_slower():
-    est = paired_ratio(*drifting(1.05, noise=0.01))
+    est = paired_ratio([drifting(1.05, noise=0.01)])
     low, high = est["interval"]
     assert low < 1.05 < high and low > 1 + LEVEL_BAND
     assert wording(est["interval"]) == "slower"
@@ -57,9 +57,23 @@ def test_an_interval_straddling_the_band_says_not_resolved():
 
 def test_the_interval_holds_the_true_ratio_about_95_percent_of_the_time():
     covered = sum(low <= 1.02 <= high for low, high in
-                  (paired_ratio(*drifting(1.02, noise=0.03, seed=s))["interval"]
+                  (paired_ratio([drifting(1.02, noise=0.03, seed=s)])["interval"]
                    for s in range(200)))
     assert 180 <= covered <= 200
+
+
+def test_processes_that_disagree_widen_the_interval_to_cover_them():
+    """Each process shifts the ratio a little (its own memory layout, caches, threads): pooling
+    the pairs alone would give an interval too narrow for the next run; the between-process
+    interval covers the processes' spread."""
+    shifts = (0.99, 1.0, 1.012)
+    processes = [drifting(shift, n=8, noise=0.002, seed=k) for k, shift in enumerate(shifts)]
+    est = paired_ratio(processes)
+    low, high = est["interval"]
+    assert est["processes"] == 3 and est["pairs"] == 24
+    assert low < min(shifts) and high > max(shifts)
+    one = paired_ratio(processes[:1])["interval"]
+    assert one[1] - one[0] < high - low
 
 
 def test_calibration_flags_a_misreading_and_a_wide_interval():
