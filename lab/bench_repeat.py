@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from palkit.bench.pairs import LEVEL_BAND, calibration_problem
+from palkit.bench.pairs import CALIBRATION, LEVEL_BAND, calibration_problem
 from palkit.core.fileio import write_json, write_text
 from palkit.report.ingest import machine_label
 from palkit.ui.plots import pyplot, save
@@ -51,10 +51,10 @@ def compare(runs: list[dict[str, Any]]) -> dict[str, Any]:
                      "first": {"ratio": base["ratio"], "interval": base["interval"]},
                      "later": later})
     calibration = [{"file": r["file"], "started": r["started"], "wall_s": r["wall_s"],
-                    "pairs": {p["kind"]: {"ratio": p["ratio"], "interval": p["interval"],
-                                          "problem": calibration_problem(p)}
-                              for p in r["pairs"].values() if p["kind"] in ("aa",
-                                                                            "identical_compute")}}
+                    "pairs": {f"{p['kind']} {p['num']['subject']}": {
+                        "ratio": p["ratio"], "interval": p["interval"],
+                        "problem": calibration_problem(p)}
+                        for p in r["pairs"].values() if p["kind"] in CALIBRATION}}
                    for r in runs]
     return {"machine": first["machine"], "runs": [r["file"] for r in runs], "ratios": rows,
             "calibration": calibration}
