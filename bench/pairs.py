@@ -141,7 +141,8 @@ def verdict_pairs(subjects: list[Any]) -> list[Pair]:
             head = _head_only_task(bundle, common)
             task = head or common[0]
             pairs.append(Pair("identical_compute" if head else "one_task",
-                              Side(bundle.name, f"task:{task}"), Side(separate.name, f"task:{task}"),
+                              Side(bundle.name, f"task:{task}"),
+                              Side(separate.name, f"task:{task}"),
                               f"one task ({task}) of {bundle.name} / its separate model"))
             if len(bundle.tasks) > 1:
                 pairs.append(Pair("all_tasks", Side(bundle.name, "all_tasks"),

@@ -94,24 +94,25 @@ def markdown(result: dict[str, Any], baseline_wall_s: float | None) -> str:
 
 
 def draw(result: dict[str, Any], path: Path) -> None:
+    """Each run's estimate and interval of every ratio, relative to the first run's estimate: a
+    later run inside the first's interval and within 3% of it reads as repeating."""
     plt = pyplot()
     rows = result["ratios"]
-    fig, ax = plt.subplots(figsize=(10, 0.5 + 0.55 * len(rows)))
+    fig, ax = plt.subplots(figsize=(10, 0.8 + 0.5 * len(rows)))
     runs = len(result["runs"])
     for y, row in enumerate(rows):
-        points = [row["first"], *row["later"]]
-        for k, p in enumerate(points):
-            offset = (k - (runs - 1) / 2) * 0.12
-            low, high = p["interval"]
-            ax.errorbar(p["ratio"], y + offset, xerr=[[p["ratio"] - low], [high - p["ratio"]]],
-                        fmt="o", ms=3, capsize=2, color=f"C{k}",
+        base = row["first"]["ratio"]
+        for k, p in enumerate([row["first"], *row["later"]]):
+            low, high = (x / base for x in p["interval"])
+            ax.errorbar(p["ratio"] / base, y + (k - (runs - 1) / 2) * 0.12,
+                        xerr=[[p["ratio"] / base - low], [high - p["ratio"] / base]], fmt="o",
+                        ms=3, capsize=2, color=f"C{k}",
                         label=Path(result["runs"][k]).stem if y == 0 else None)
-    ax.axvspan(1 - LEVEL_BAND, 1 + LEVEL_BAND, color="0.9", zorder=0)
+    ax.axvspan(1 - AGREE, 1 + AGREE, color="0.9", zorder=0)
     ax.set_yticks(range(len(rows)), [r["what"] for r in rows], fontsize=7)
-    ax.set_xscale("log")
-    ax.set_xlabel("ratio (numerator / denominator), 95% interval; grey: 1.00 ± 3%")
-    ax.legend(fontsize=7, loc="lower right")
-    ax.set_title(f"Paired ratios, run by run ({result['machine']})", fontsize=9)
+    ax.set_xlabel("each run's ratio and 95% interval / the first run's ratio (grey: ± 3%)")
+    ax.legend(fontsize=7, loc="upper right")
+    ax.set_title(f"Paired ratios, run by run\n{result['machine']}", fontsize=9)
     fig.tight_layout()
     save(fig, path)
 

@@ -58,8 +58,9 @@ def report(
     if rec is not None:
         verdict_table(f"recommended: {rec['bundle']} / {rec['versus']} (below 1x: the bundle is "
                       "smaller or faster)", verdict_rows(rec))
-    for note in (n for n in result["summary"]["notes"] if n.startswith("recommended")):
-        say(note)
+    for note in result["summary"]["notes"]:
+        if note.startswith("recommended configuration"):
+            say(note)
     if cal is not None:
         verdict_table("calibration: pairs whose true ratio is 1.00"
                       + (" -- NOISY RUN: " + "; ".join(cal["why"]) if cal["noisy"] else ""),

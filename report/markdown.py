@@ -72,7 +72,8 @@ def _recommended(report: dict[str, Any]) -> list[str]:
     rec, cal = report["recommended"], report["calibration"]
     lines = ["", "## The recommended configuration against the separate models", ""]
     if rec is None:
-        notes = [n for n in report["summary"]["notes"] if n.startswith("recommended")]
+        notes = [n for n in report["summary"]["notes"]
+                 if n.startswith("recommended configuration")]
         return lines + [f"Not measured: {'; '.join(notes)}."]
     later = (f"; added later: {', '.join(rec['added_later'])} (top-1 PALs)"
              if rec["added_later"] else "")

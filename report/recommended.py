@@ -115,8 +115,8 @@ def _budget(accuracy: dict[str, Any], model_dirs: Any) -> int | None:
 
 def _accuracy(data: dict[str, Any], bundle: str, separate: str,
               study: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The bundle's gap to the separate models as both runtimes ran them, the training budget
-    of each side (from their --run entries), and the study's gap at equal compute."""
+    """The bundle's gap to the separate models, both as their runtime runs them, the training
+    budget of each side (from their --run entries), and the study's gap at equal compute."""
     accuracy, subs = data.get("accuracy") or {}, host_subjects(data)
     split = "test" if "test" in accuracy.get(bundle, {}) else "dev"
     mine, theirs = (accuracy.get(n, {}).get(split) or {} for n in (bundle, separate))
@@ -183,7 +183,7 @@ def recommended(data: dict[str, Any], prefix: str, m: Measurements,
                                                           "model_all_tasks")),
            "swap_ms": m.get(measurement_id(prefix, "swap_ms", name)),
            "accuracy": _accuracy(data, name, sep, equal_compute(study_rows))}
-    notes = [f"recommended: {k} not measured" for k, v in out.items() if v is None]
+    notes = [f"recommended configuration: {k} not measured" for k, v in out.items() if v is None]
     return out, notes
 
 
@@ -205,7 +205,7 @@ def verdict_rows(rec: dict[str, Any]) -> list[tuple[str, str, str]]:
         rows.append((what, *_times(rec[key])))
     rows.append(("memory, all tasks resident / the separate models'",
                  "–" if rec["memory_ratio"] is None else f"{rec['memory_ratio']:.2f}x", ""))
-    rows.append(("adapter swap", "–" if rec["swap_ms"] is None else f"{rec['swap_ms']:.1f} ms",
+    rows.append(("adapter swap", "–" if rec["swap_ms"] is None else f"{rec['swap_ms']:.3g} ms",
                  ""))
     acc = rec["accuracy"]
     if acc is None:

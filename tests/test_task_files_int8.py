@@ -60,6 +60,7 @@ def dequantized(w: torch.Tensor) -> torch.Tensor:
     return q.t()[None].float() * scale[None, None]
 
 
+@pytest.mark.slow
 def test_int8_task_file_holds_int8_matrices_and_one_scale_per_column(int8_bundle, model):
     assert load_bundle(int8_bundle).manifest.int8
     for task in TASKS:
@@ -93,6 +94,7 @@ def test_fp32_bundle_keeps_fp32_task_files(et_fp32):
         assert not [n for n in stored if n.endswith(".scale")]
 
 
+@pytest.mark.slow
 def test_python_runtime_runs_exactly_the_dequantized_weights(int8_bundle, model):
     """The runtime's logits equal the same program run on weights dequantized in memory from
     the model (bit for bit), and differ from the fp32 weights' only by quantization error."""
@@ -163,6 +165,7 @@ def harness(build, *args) -> subprocess.CompletedProcess:
                           timeout=HANG_GUARD_S)
 
 
+@pytest.mark.slow
 def test_jni_logits_equal_the_python_runtime_for_an_int8_bundle(host_build, int8_bundle):
     order = ["sst", "sts", "sst"]
     done = harness(host_build, "run", int8_bundle, 1, TEXT, PAIR, *order)
@@ -178,6 +181,7 @@ def test_jni_logits_equal_the_python_runtime_for_an_int8_bundle(host_build, int8
         np.testing.assert_array_equal(np.float32(row["logits"]), expected)
 
 
+@pytest.mark.slow
 def test_jni_refuses_an_int8_matrix_without_its_scale(host_build, int8_bundle, tmp_path):
     names = load_bundle(int8_bundle).manifest.runtimes["executorch"].task_inputs
     stored = load_file(str(int8_bundle / "executorch" / "sst.safetensors"))
@@ -189,6 +193,7 @@ def test_jni_refuses_an_int8_matrix_without_its_scale(host_build, int8_bundle, t
     assert done.stderr.strip().splitlines()[-1].endswith(f"{broken}: has no tensor '{gone}'")
 
 
+@pytest.mark.slow
 def test_jni_int8_logits_on_aarch64_stay_within_the_bound(int8_bundle):
     """The phone's instruction set (issue 34): the same int8 bundle through the app's JNI path
     built for aarch64 and run under qemu, against the Python runtime on this host."""
@@ -287,6 +292,7 @@ def test_verify_arch_records_the_int8_check_on_another_cpu_in_verify_json(
                 f"{label}: int8 ")
 
 
+@pytest.mark.slow
 def test_every_onnx_int8_matrix_keeps_neighbouring_weights_within_the_pair_bound(int8_bundle):
     """What makes ONNX Runtime's int8 exact on x86 without VNNI (docs/int8-gate.md, "Every
     CPU"): in every int8 matrix the MatMuls read, trunk and task adapters alike, each two
@@ -312,6 +318,7 @@ def test_every_onnx_int8_matrix_keeps_neighbouring_weights_within_the_pair_bound
         assert np.abs(q).max() <= RANGES.weight_max, name
 
 
+@pytest.mark.slow
 def test_verify_json_names_the_cpu_whose_kernels_it_measured(int8_bundle):
     from palkit.core.host import cpu_model, int8_features
 
@@ -319,6 +326,7 @@ def test_verify_json_names_the_cpu_whose_kernels_it_measured(int8_bundle):
     assert report["verifying_machine"] == f"{cpu_model()} ({int8_features()})"
 
 
+@pytest.mark.slow
 def test_verify_arch_without_the_cross_tools_says_what_to_fetch(int8_bundle, tiny_pal_run,
                                                                 tiny_data, tmp_path,
                                                                 monkeypatch, capsys):
@@ -334,6 +342,7 @@ def test_verify_arch_without_the_cross_tools_says_what_to_fetch(int8_bundle, tin
     assert line == f"error: cannot run the app's native path on aarch64: {reason}"
 
 
+@pytest.mark.slow
 def test_verify_arch_refuses_a_task_without_dev_data(int8_bundle, tiny_pal_run, tiny_data,
                                                      tmp_path, capsys):
     import shutil
@@ -353,6 +362,7 @@ def test_verify_arch_refuses_a_task_without_dev_data(int8_bundle, tiny_pal_run, 
         "dev split")
 
 
+@pytest.mark.slow
 def test_verify_arch_refuses_a_cpu_model_it_has_no_facts_for(int8_bundle, tiny_pal_run, capsys):
     from palkit.cli import main
 
@@ -377,6 +387,7 @@ def test_stratified_sample_keeps_each_label_share():
     assert stratified_sample(gold, None, regression=False) == list(range(100))
 
 
+@pytest.mark.slow
 def test_verify_arch_refuses_to_change_a_signed_bundle_without_its_key(int8_bundle, tiny_pal_run,
                                                                        tmp_path, capsys):
     import shutil
