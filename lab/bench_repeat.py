@@ -47,7 +47,9 @@ def compare(runs: list[dict[str, Any]]) -> dict[str, Any]:
                   "within_0.03": abs(r["pairs"][i]["ratio"] - base["ratio"]) <= AGREE,
                   "inside_first_interval": low <= r["pairs"][i]["ratio"] <= high}
                  for r in runs[1:]]
-        rows.append({"id": i, "kind": base["kind"], "what": base["what"],
+        what = base["what"] if base["num"]["subject"] in base["what"] else \
+            f"{base['what']}: {base['num']['subject']}"
+        rows.append({"id": i, "kind": base["kind"], "what": what,
                      "first": {"ratio": base["ratio"], "interval": base["interval"]},
                      "later": later})
     calibration = [{"file": r["file"], "started": r["started"], "wall_s": r["wall_s"],

@@ -60,10 +60,12 @@ def calibration(data: dict[str, Any]) -> dict[str, Any]:
         if p["kind"] not in CALIBRATION or "ratio" not in p:
             continue
         problem = calibration_problem(p)
-        checks.append({"kind": p["kind"], "what": p["what"], "ratio": p["ratio"],
+        what = p["what"] if p["num"]["subject"] in p["what"] else \
+            f"{p['what']}: {p['num']['subject']}"
+        checks.append({"kind": p["kind"], "what": what, "ratio": p["ratio"],
                        "interval": p["interval"], "problem": problem, "source": p["id"]})
         if problem:
-            why.append(f"{p['what']}: {problem}")
+            why.append(f"{what}: {problem}")
     kinds = {c["kind"] for c in checks}
     missing = [k for k in CALIBRATION if k not in kinds]
     if missing:
