@@ -10,12 +10,13 @@ compute) say whether the machine was steady enough to trust it.
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from palkit.bench.pairs import CALIBRATION, calibration_problem, wording
+from palkit.bench.pairs import CALIBRATION, T_975, calibration_problem, wording
 from palkit.bench.schema import measurement_id
 from palkit.report.ingest import Measurements, host_subjects, placement
 from palkit.trainer.tasks import BUILTIN_TASKS
@@ -147,8 +148,15 @@ def equal_compute(study_rows: list[dict[str, Any]] | None) -> dict[str, Any] | N
         test_avg("separate", "separate, captured")
     if not shared or not separate:
         return None
-    return {"shared": shared, "separate": separate,
-            "gap": shared["mean"] - separate["mean"]}
+    out = {"shared": shared, "separate": separate, "gap": shared["mean"] - separate["mean"]}
+    if min(shared["n"], separate["n"]) > 1 and shared["sd"] is not None \
+            and separate["sd"] is not None:
+        # Welch's interval over the seeds: each side's seed-to-seed spread, its own variance
+        va, vb = shared["sd"] ** 2 / shared["n"], separate["sd"] ** 2 / separate["n"]
+        df = (va + vb) ** 2 / (va ** 2 / (shared["n"] - 1) + vb ** 2 / (separate["n"] - 1))
+        half = T_975.get(max(1, math.floor(df)), 1.96) * math.sqrt(va + vb)
+        out["interval"] = [out["gap"] - half, out["gap"] + half]
+    return out
 
 
 def recommended(data: dict[str, Any], prefix: str, m: Measurements,
@@ -223,9 +231,11 @@ def verdict_rows(rec: dict[str, Any]) -> list[tuple[str, str, str]]:
                  f"{acc['gap']:+.1f} [{low:+.1f}, {high:+.1f}]", steps))
     equal = acc.get("equal_compute")
     if equal:
+        interval = (f" [{equal['interval'][0]:+.1f}, {equal['interval'][1]:+.1f}]"
+                    if "interval" in equal else "")
         rows.append(("accuracy gap at equal compute (the converged study), test points",
-                     f"{equal['gap']:+.1f}", f"{_seeds(equal['shared'])} against "
-                     f"{_seeds(equal['separate'])}"))
+                     f"{equal['gap']:+.1f}{interval}", f"{_seeds(equal['shared'])} against "
+                     f"{_seeds(equal['separate'])}; Welch's interval over seeds"))
     return rows
 
 

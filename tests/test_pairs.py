@@ -239,3 +239,18 @@ def test_a_calibration_pair_off_one_flags_the_run_as_noisy(tmp_path, capsys):
     assert report["calibration"]["noisy"]
     assert "reads 1.060, outside 1.00 +- 3%" in report["calibration"]["why"][0]
     assert "NOISY RUN" in capsys.readouterr().out
+
+
+def test_the_equal_compute_gap_comes_with_welchs_interval_over_seeds():
+    from palkit.report.recommended import equal_compute
+
+    rows = [{"name": "shared", "test_avg": {"mean": 75.75, "n": 3, "sd": 0.23}},
+            {"name": "separate", "test_avg": None},
+            {"name": "separate, captured", "test_avg": {"mean": 75.9, "n": 3, "sd": 0.3}}]
+    gap = equal_compute(rows)
+    assert gap["gap"] == pytest.approx(-0.15)
+    assert gap["separate"]["configuration"] == "separate, captured"
+    low, high = gap["interval"]
+    # se = sqrt(0.23^2/3 + 0.3^2/3) = 0.218 on about 3.7 degrees of freedom: t(3) = 3.182
+    assert (low, high) == pytest.approx((-0.15 - 3.182 * 0.2183, -0.15 + 3.182 * 0.2183), abs=1e-3)
+    assert equal_compute(rows[1:]) is None
