@@ -1,7 +1,8 @@
-"""Command-line options that several command groups take, each defined once.
+"""Command-line options that several command groups take, each defined once, and what they mean:
+the data folder's resolution, the trusted key's variable, the help panels, comma lists.
 
-Typer annotations only (no heavy imports): `trainer`, `export`, `bench` and `studies` commands
-all import from here, so a flag is spelled, typed and documented the same everywhere.
+No heavy imports: every command group imports from here, so a flag is spelled, typed and
+documented the same everywhere.
 """
 from __future__ import annotations
 
@@ -31,7 +32,6 @@ TrustKeyOption = Annotated[Optional[Path], typer.Option(
     "--trust-key", metavar="PUB",
     help="refuse a bundle unless it carries this public key's signature (model.sig), checked "
     f"before any runtime reads a byte (default ${TRUST_KEY_ENV})")]
-
 
 
 def resolve_data_dir(cli_value: str | None) -> Path:
