@@ -301,7 +301,8 @@ def measure_pair(spec: dict[str, Any]) -> dict[str, Any]:
     return {"num_ms": times[0], "den_ms": times[1]}
 
 
-MODES = {"load": measure_load, "pair": measure_pair, "load_program": measure_program_load, "latency": measure_latency,
+MODES = {"load": measure_load, "load_program": measure_program_load, "latency": measure_latency,
+         "pair": measure_pair,
          "ceiling": lambda spec: measure_ceiling(spec["threads"], spec.get("min_seconds", 0.5))}
 
 
