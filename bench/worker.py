@@ -1,4 +1,4 @@
-"""One benchmark measurement in a fresh process: `python -m bench.worker SPEC.json OUT.json`.
+"""One benchmark measurement in a fresh process: `python -m palkit.bench.worker SPEC.json OUT.json`.
 
 One process per configuration, so that the thread pools, caches and allocators of one never
 touch another's numbers. A subject is a set of task models run by one runtime:
@@ -11,7 +11,8 @@ with SOURCE one of
     {"format": "torch", "model_dir": DIR}                 a palkit model folder, PyTorch eager
 
 The spec adds "threads" and "mode": "latency" (with "seq_len", "configs", "warmup", "runs",
-"min_seconds", "max_seconds", "block"), "load", "load_program" (the all-tasks program alone) or
+"min_seconds", "max_seconds", "block"), "load", "load_program" (the all-tasks program alone),
+"pair" (two "sides", each a subject and a config, timed against each other: bench/pairs.py) or
 "ceiling". Timings are wall-clock around the runtime's Python call, batch 1.
 """
 from __future__ import annotations

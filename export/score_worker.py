@@ -1,8 +1,9 @@
 """Score token ids through one runtime of a bundle, in a process of its own: the int8 check on
 other CPUs (export/arch_check.py) runs it under qemu on a pinned CPU model, in an interpreter
-that may have nothing but the runtime and numpy (no torch, palkit's source on PYTHONPATH).
+that may have nothing but the runtime and numpy (no torch; a folder holding `palkit` on
+PYTHONPATH).
 
-    python -m export.score_worker BUNDLE RUNTIME INPUTS.jsonl   # prints a JSON list of rows
+    python -m palkit.export.score_worker BUNDLE RUNTIME INPUTS.jsonl   # prints a JSON list of rows
 
 Each input line: {"task", "input_ids", "token_type_ids"}, one unpadded sequence (mask all ones),
 as the app's HostHarness `score` takes them. The caller checked the bundle's signature; this
