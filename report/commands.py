@@ -65,6 +65,9 @@ def report(
         verdict_table("calibration: pairs whose true ratio is 1.00"
                       + (" -- NOISY RUN: " + "; ".join(cal["why"]) if cal["noisy"] else ""),
                       calibration_rows(cal))
+        if cal["not_measured"]:
+            say(f"calibration: not measured: {', '.join(cal['not_measured'])} (bench a "
+                "shared-trunk bundle beside the separate models of its runtime)")
     for note in result["add_task"]["notes"][:1]:  # the recommendation, or what is missing
         typer.echo(note)
     targets = result["targets"]

@@ -87,7 +87,8 @@ def _recommended(report: dict[str, Any]) -> list[str]:
     if cal is not None:
         lines += ["", "**Calibration** (pairs whose true ratio is 1.00): "
                   + ("**noisy run**: " + "; ".join(cal["why"]) if cal["noisy"] else "steady")
-                  + ".", "", "| pair | value [95%] | |", "|---|---:|---|"]
+                  + (f"; not measured: {', '.join(cal['not_measured'])}"
+                     if cal["not_measured"] else "") + ".", "", "| pair | value [95%] | |", "|---|---:|---|"]
         lines += [f"| {what} | {value} | {reads} |" for what, value, reads in
                   calibration_rows(cal)]
     return lines

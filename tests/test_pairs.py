@@ -254,3 +254,36 @@ def test_the_equal_compute_gap_comes_with_welchs_interval_over_seeds():
     # se = sqrt(0.23^2/3 + 0.3^2/3) = 0.218 on about 3.7 degrees of freedom: t(3) = 3.182
     assert (low, high) == pytest.approx((-0.15 - 3.182 * 0.2183, -0.15 + 3.182 * 0.2183), abs=1e-3)
     assert equal_compute(rows[1:]) is None
+
+
+def test_a_run_without_an_identical_compute_pair_is_uncalibrated_not_noisy(tmp_path):
+    from palkit.report.recommended import calibration
+
+    data = recommended_bench(tmp_path)
+    data["pairs"] = [p for p in data["pairs"] if p["kind"] != "identical_compute"]
+    cal = calibration(data)
+    assert not cal["noisy"] and cal["not_measured"] == ["identical_compute"]
+
+
+def test_the_bootstrap_scores_are_the_trainers_average():
+    """paired_gap's vectorised score (for 2,000 resamples) is trainer/metrics.py's average."""
+    import numpy as np
+    import torch
+
+    from palkit.report.recommended import _task_scores
+    from palkit.trainer.metrics import average_score, task_metrics
+    from palkit.trainer.tasks import BUILTIN_TASKS
+
+    rng = random.Random(3)
+    gold_sst = [rng.randrange(5) for _ in range(300)]
+    gold_sts = [rng.uniform(0, 5) for _ in range(200)]
+    examples = {"sst": {"gold": gold_sst,
+                        "pred": [g if rng.random() < 0.6 else rng.randrange(5) for g in gold_sst]},
+                "sts": {"gold": gold_sts, "pred": [g + rng.gauss(0, 1) for g in gold_sts]}}
+    whole = {t: np.arange(len(e["gold"]))[None] for t, e in examples.items()}
+    metrics = {}
+    for t, e in examples.items():
+        metrics.update(task_metrics(BUILTIN_TASKS[t], torch.tensor(e["pred"]),
+                                    torch.tensor(e["gold"])))
+    expected = 100 * average_score([BUILTIN_TASKS["sst"], BUILTIN_TASKS["sts"]], metrics)
+    assert _task_scores(examples, ["sst", "sts"], whole)[0] == pytest.approx(expected, abs=1e-4)
