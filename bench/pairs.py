@@ -4,8 +4,10 @@ A machine's speed drifts (turbo, throttling, a neighbour on a shared VM): median
 taken minutes apart read identical programs 10-13% apart in one run (docs/benchmarking.md). Here
 both sides of a ratio are loaded in one worker process and called in alternating short blocks
 (A then B, then B then A, ...), so drift lands on both alike and cancels in each pair's ratio.
-Each ratio is timed in PROCESSES such processes, minutes apart: a process's own layout (memory,
-caches, threads) shifts its ratio a little, and that must show in the interval too.
+Each ratio is timed in PROCESSES such processes, minutes apart (one per runtime times all of
+that runtime's ratios): a process's own layout (memory, caches, threads) shifts its ratio a
+little, by up to 5% in one of fifteen A/A processes here, and that must show in the interval too;
+five processes keep one such process from widening it past +- 5% (three did not).
 
 The estimate is the Hodges-Lehmann median of all the pairs' log ratios (the median of their
 pairwise means, the Walsh averages): robust to the outlier blocks a busy machine produces (up to
@@ -29,8 +31,8 @@ from typing import Any
 CONFIDENCE = 0.95
 LEVEL_BAND = 0.03         # "level" when the interval lies within 1.00 +- 3%
 CALIBRATION_WIDTH = 0.05  # a calibration pair's interval wider than +- 5% flags a noisy run
-PROCESSES = 3             # worker processes per ratio, interleaved with the other ratios
-PAIRS = 8                 # pairs of blocks per process (alternating order)
+PROCESSES = 5             # worker processes per runtime, each timing all of its ratios
+PAIRS = 6                 # pairs of blocks per ratio and process (alternating order)
 BLOCK = 4                 # calls per block; the first refills the caches and is not kept
 # Student's t, 97.5th percentile, by degrees of freedom (the between-process interval)
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306}

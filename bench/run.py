@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -40,14 +41,14 @@ LOAD_REPEATS = 3     # load/swap/memory worker processes per subject
 @dataclass(frozen=True)
 class Job:
     """One worker process: the ceiling at a thread count, a subject's load, its latency, or a
-    ratio's two sides timed against each other (bench/pairs.py)."""
-    kind: str                    # ceiling | load | latency | native | pair
+    runtime's ratios, each timed as its two sides against each other (bench/pairs.py)."""
+    kind: str                    # ceiling | load | latency | native | pairs
     threads: int
     seq_len: int
     subject: Subject | None = None
-    round: int = 0               # which --rounds pass (latency) or which process (pair)
-    pair: Pair | None = None
-    sides: tuple[Subject, Subject] | None = None  # pair: the numerator's and denominator's
+    round: int = 0               # which --rounds pass (latency) or which process (pairs)
+    pairs: tuple[Pair, ...] = ()
+    sides: tuple[Subject, ...] = ()  # pairs: the subjects their sides run
 
 
 # ---- running workers ---------------------------------------------------------------------------
@@ -209,25 +210,27 @@ def record_native_path(job: Job, data: dict[str, Any], o: BenchOptions) -> None:
     say(f"{name} threads={job.threads} seq={job.seq_len}: {p50s(r['rows'])}")
 
 
-def record_pair(job: Job, data: dict[str, Any], o: BenchOptions) -> None:
-    """One process's paired timing of one ratio of the verdict (`finish_pairs` combines them)."""
-    pair, (num, den) = job.pair, job.sides  # type: ignore[misc]
-    r = run_worker({"mode": "pair", "threads": job.threads, "seq_len": job.seq_len,
+def record_pairs(job: Job, data: dict[str, Any], o: BenchOptions) -> None:
+    """One process's paired timing of one runtime's ratios (`finish_pairs` combines them)."""
+    r = run_worker({"mode": "pairs", "threads": job.threads, "seq_len": job.seq_len,
                     "warmup": o.timing.warmup, "pairs": PAIRS, "block": BLOCK,
-                    "sides": [{"subject": num.worker_subject(), "config": pair.num.config},
-                              {"subject": den.worker_subject(), "config": pair.den.config}]},
+                    "subjects": {s.name: s.worker_subject() for s in job.sides},
+                    "ratios": [{"id": p.id, "num": asdict(p.num), "den": asdict(p.den)}
+                               for p in job.pairs]},
                    o.worker_timeout)
-    entry = data["pairs"].setdefault(pair.id, {
-        "id": pair.id, "kind": pair.kind, "what": pair.what, "num": asdict(pair.num),
-        "den": asdict(pair.den), "threads": job.threads, "seq_len": job.seq_len,
-        "processes": [], "errors": []})
-    if "error" in r:
-        entry["errors"].append(r["error"])
-        say(f"{pair.what} (process {job.round + 1}): not measured: {r['error']}")
-        return
-    entry["processes"].append({"num_ms": r["num_ms"], "den_ms": r["den_ms"]})
-    own = paired_ratio([(r["num_ms"], r["den_ms"])])["ratio"]
-    say(f"{pair.what} (process {job.round + 1} of {PROCESSES}): {own:.3f}x")
+    for pair in job.pairs:
+        entry = data["pairs"].setdefault(pair.id, {
+            "id": pair.id, "kind": pair.kind, "what": pair.what, "num": asdict(pair.num),
+            "den": asdict(pair.den), "threads": job.threads, "seq_len": job.seq_len,
+            "timings": [], "errors": []})
+        if "error" in r:
+            entry["errors"].append(r["error"])
+            say(f"{pair.what} (process {job.round + 1}): not measured: {r['error']}")
+            continue
+        timing = r["ratios"][pair.id]
+        entry["timings"].append(timing)
+        own = paired_ratio([(timing["num_ms"], timing["den_ms"])])["ratio"]
+        say(f"{pair.what} (process {job.round + 1} of {PROCESSES}): {own:.3f}x")
 
 
 def finish_pairs(data: dict[str, Any]) -> None:
@@ -236,8 +239,8 @@ def finish_pairs(data: dict[str, Any]) -> None:
     finished = []
     for entry in data["pairs"].values():
         errors = entry.pop("errors")
-        if entry["processes"]:
-            entry.update(paired_ratio([(p["num_ms"], p["den_ms"]) for p in entry["processes"]]))
+        if entry["timings"]:
+            entry.update(paired_ratio([(t["num_ms"], t["den_ms"]) for t in entry["timings"]]))
             low, high = entry["interval"]
             say(f"{entry['what']}: {entry['ratio']:.3f}x [{low:.3f}, {high:.3f}]")
         else:
@@ -247,8 +250,7 @@ def finish_pairs(data: dict[str, Any]) -> None:
 
 
 RECORD = {"ceiling": record_ceiling, "load": record_load, "latency": record_latency,
-          "pair": record_pair,
-          "native": record_native_path}
+          "native": record_native_path, "pairs": record_pairs}
 
 
 # ---- accuracy ----------------------------------------------------------------------------------
@@ -387,9 +389,10 @@ def plan(subjects: list[Subject], threads: list[int], seq_lens: list[int], ceili
     for a PAL bundle's ExecuTorch files the app's native path in the same conditions. Latency
     runs in `rounds` passes over all subjects, each pass starting one subject later: one
     process's figures moved by up to 7% between bench runs, so a subject's figure is the median
-    of its processes, and no subject is always the one measured first. Last, each ratio the
-    verdict quotes, its two sides timed against each other at the reference condition (the
-    fewest threads, the longest input)."""
+    of its processes, and no subject is always the one measured first. Last, the ratios the
+    verdict quotes at the reference condition (the fewest threads, the longest input): PROCESSES
+    passes, each one process per runtime timing all of that runtime's ratios, each pass starting
+    one ratio later."""
     jobs = [Job("ceiling", n, 0) for n in threads] if ceiling else []
     for s in subjects:
         jobs.append(Job("load", min(threads), max(seq_lens), s))
@@ -398,10 +401,16 @@ def plan(subjects: list[Subject], threads: list[int], seq_lens: list[int], ceili
     for r in range(rounds):
         order = subjects[r % len(subjects):] + subjects[:r % len(subjects)]
         jobs += [Job("latency", n, seq, s, r) for s in order for n in threads for seq in seq_lens]
-    by_name = {s.name: s for s in subjects}
-    jobs += [Job("pair", min(threads), max(seq_lens), round=k, pair=p,
-                 sides=(by_name[p.num.subject], by_name[p.den.subject]))
-             for k in range(PROCESSES) for p in verdict_pairs(subjects)]
+    runtime_of = {s.name: s.runtime for s in subjects}
+    by_runtime: dict[str, list[Pair]] = {}
+    for p in verdict_pairs(subjects):
+        by_runtime.setdefault(runtime_of[p.num.subject], []).append(p)
+    for k in range(PROCESSES):
+        for ratios in by_runtime.values():
+            turn = tuple(ratios[k % len(ratios):] + ratios[:k % len(ratios)])
+            names = {name for p in turn for name in (p.num.subject, p.den.subject)}
+            jobs.append(Job("pairs", min(threads), max(seq_lens), round=k, pairs=turn,
+                            sides=tuple(s for s in subjects if s.name in names)))
     return jobs
 
 
@@ -452,12 +461,23 @@ def new_bench_data(machine: dict[str, Any], notes: list[str], o: BenchOptions) -
                                   "configurations timed in interleaved rounds of blocks of calls, "
                                   "each block's first call untimed), three per subject for "
                                   "load/swap/memory (median times, the first one's memory), one "
-                                  "per thread count for the ceiling, one per ratio the verdict "
-                                  f"quotes: its two sides in alternating blocks ({PROCESSES} "
-                                  f"processes of {PAIRS} pairs of {BLOCK}-call blocks, each "
-                                  "block's first call untimed)",
+                                  "per thread count for the ceiling, and for the ratios the "
+                                  f"verdict quotes {PROCESSES} per runtime, each timing all of "
+                                  "that runtime's ratios, a ratio's two sides in alternating "
+                                  f"blocks ({PAIRS} pairs of {BLOCK}-call blocks, each block's "
+                                  "first call untimed)",
                      "input": "synthetic, every token attended, pair layout (types 0 then 1)"},
     }
+
+
+NUMBER_LIST = re.compile(r"\[\s*(-?[\d.eE+-]+(?:,\s*-?[\d.eE+-]+)*)\s*\]")
+
+
+def bench_json(data: dict[str, Any]) -> str:
+    """Indented for reading, with each list of numbers (block timings, predictions, gold labels)
+    on one line: one number a line would double the file."""
+    return NUMBER_LIST.sub(lambda m: "[" + ", ".join(x.strip() for x in m[1].split(",")) + "]",
+                           json.dumps(data, indent=1, sort_keys=True, default=str)) + "\n"
 
 
 def write_bench_file(data: dict[str, Any], out: Path) -> None:
@@ -467,7 +487,7 @@ def write_bench_file(data: dict[str, Any], out: Path) -> None:
         validate(data)
     except ValueError as e:
         kept = out.with_name(out.stem + ".invalid.json")
-        write_text(kept, json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
+        write_text(kept, bench_json(data))
         raise BenchFileError(f"bench produced an invalid file ({e}); the measurements are in "
                              f"{kept} (please report this)") from None
-    write_text(out, json.dumps(data, indent=1, sort_keys=True) + "\n")
+    write_text(out, bench_json(data))

@@ -12,8 +12,9 @@ with SOURCE one of
 
 The spec adds "threads" and "mode": "latency" (with "seq_len", "configs", "warmup", "runs",
 "min_seconds", "max_seconds", "block"), "load", "load_program" (the all-tasks program alone),
-"pair" (two "sides", each a subject and a config, timed against each other: bench/pairs.py) or
-"ceiling". Timings are wall-clock around the runtime's Python call, batch 1.
+"pairs" ("subjects" by name and "ratios", each two sides of a subject and a config, timed
+against each other: bench/pairs.py) or "ceiling". Timings are wall-clock around the runtime's
+Python call, batch 1.
 """
 from __future__ import annotations
 
@@ -284,26 +285,38 @@ def measure_latency(spec: dict[str, Any]) -> dict[str, Any]:
             f"configuration in a row per round{untimed}"}
 
 
-def measure_pair(spec: dict[str, Any]) -> dict[str, Any]:
-    """Two sides of a ratio in this one process, each loaded on its own (an A/A pair loads its
-    subject twice), called in alternating blocks: pair i runs num then den, pair i+1 den then
-    num, so a drifting machine moves both alike. A block's first call refills the caches with
-    its side's weights and is not kept; the block's median is the pair's figure."""
-    sides = [Loaded(side["subject"], spec["threads"], spec["seq_len"]) for side in spec["sides"]]
-    fns = [loaded.call(side["config"]) for loaded, side in zip(sides, spec["sides"])]
-    for fn in fns:
-        for _ in range(spec.get("warmup", 3)):
-            fn()
-    block, times = spec["block"], ([], [])
-    for i in range(spec["pairs"]):
-        for side in ((0, 1) if i % 2 == 0 else (1, 0)):
-            samples = [timed_ms(fns[side])[1] for _ in range(block)]
-            times[side].append(percentile(samples[1:] if block > 1 else samples, 50))
-    return {"num_ms": times[0], "den_ms": times[1]}
+def measure_pairs(spec: dict[str, Any]) -> dict[str, Any]:
+    """Every ratio of one runtime in this one process. Each subject is loaded once (an A/A
+    ratio loads its subject a second time for its denominator); a ratio's two sides are called
+    in alternating blocks: pair i runs num then den, pair i+1 den then num, so a drifting
+    machine moves both alike. A block's first call refills the caches with its side's weights
+    and is not kept; the block's median is the pair's figure."""
+    loaded: dict[tuple[str, int], Loaded] = {}
+
+    def side(name: str, copy: int) -> Loaded:
+        if (name, copy) not in loaded:
+            loaded[name, copy] = Loaded(spec["subjects"][name], spec["threads"], spec["seq_len"])
+        return loaded[name, copy]
+
+    block, timings = spec["block"], {}
+    for ratio in spec["ratios"]:
+        num, den = ratio["num"], ratio["den"]
+        fns = [side(num["subject"], 0).call(num["config"]),
+               side(den["subject"], int(den["subject"] == num["subject"])).call(den["config"])]
+        for fn in fns:
+            for _ in range(spec.get("warmup", 3)):
+                fn()
+        times: tuple[list[float], list[float]] = ([], [])
+        for i in range(spec["pairs"]):
+            for which in ((0, 1) if i % 2 == 0 else (1, 0)):
+                samples = [timed_ms(fns[which])[1] for _ in range(block)]
+                times[which].append(percentile(samples[1:] if block > 1 else samples, 50))
+        timings[ratio["id"]] = {"num_ms": times[0], "den_ms": times[1]}
+    return {"ratios": timings}
 
 
 MODES = {"load": measure_load, "load_program": measure_program_load, "latency": measure_latency,
-         "pair": measure_pair,
+         "pairs": measure_pairs,
          "ceiling": lambda spec: measure_ceiling(spec["threads"], spec.get("min_seconds", 0.5))}
 
 

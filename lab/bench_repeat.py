@@ -1,12 +1,13 @@
 """Does the verdict repeat? Several `palkit bench` files of the same bundles on one machine, their
 paired ratios side by side: each run's calibration (A/A, identical compute), and every ratio of a
-later run against the first one's estimate and interval.
+later run against the first one's estimate and interval; the headline ratios (those `palkit
+report` quotes for the configuration it recommends) are marked.
 
-    python -m lab.bench_repeat BENCH.json... --out results/bench-repeat [--baseline-wall-s S]
+    python -m lab.bench_repeat BENCH.json... --out results/bench-repeat [--baseline BEFORE.json]
 
 Writes OUT.json, OUT.md and OUT.png (each ratio's estimate and 95% interval, run by run).
-`--baseline-wall-s`: the wall time of the same bench by the code before paired timing, for the
-cost line.
+`--baseline`: the same bench by the code before paired timing, whose wall time the cost line
+compares.
 """
 from __future__ import annotations
 
@@ -18,10 +19,12 @@ from typing import Any
 
 from palkit.bench.pairs import CALIBRATION, LEVEL_BAND, calibration_problem
 from palkit.core.fileio import write_json, write_text
-from palkit.report.ingest import machine_label
+from palkit.report.ingest import host_subjects, machine_label
+from palkit.report.recommended import recommended_subject
 from palkit.ui.plots import pyplot, save
 
 AGREE = 0.03  # a later run's ratio within this of the first's (the issue's target)
+HEADLINE = ("identical_compute", "one_task", "all_tasks", "all_vs_one")  # the verdict's ratios
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -30,9 +33,12 @@ def load(path: Path) -> dict[str, Any]:
     started = data.get("started") or datetime.datetime.fromtimestamp(
         path.stat().st_mtime - (data.get("finished_s") or 0), datetime.timezone.utc
     ).isoformat(timespec="seconds")
+    pairs = {p["id"]: p for p in data.get("pairs", []) if "ratio" in p}
+    chosen = recommended_subject(host_subjects(data))
     return {"file": str(path), "started": started, "wall_s": data.get("finished_s"),
-            "machine": machine_label(data["machine"]),
-            "pairs": {p["id"]: p for p in data.get("pairs", []) if "ratio" in p}}
+            "machine": machine_label(data["machine"]), "pairs": pairs,
+            "headline": [i for i, p in pairs.items()
+                         if p["kind"] in HEADLINE and p["num"]["subject"] == chosen]}
 
 
 def compare(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -50,6 +56,7 @@ def compare(runs: list[dict[str, Any]]) -> dict[str, Any]:
         what = base["what"] if base["num"]["subject"] in base["what"] else \
             f"{base['what']}: {base['num']['subject']}"
         rows.append({"id": i, "kind": base["kind"], "what": what,
+                     "headline": i in first["headline"],
                      "first": {"ratio": base["ratio"], "interval": base["interval"]},
                      "later": later})
     calibration = [{"file": r["file"], "started": r["started"], "wall_s": r["wall_s"],
@@ -58,15 +65,20 @@ def compare(runs: list[dict[str, Any]]) -> dict[str, Any]:
                         "problem": calibration_problem(p)}
                         for p in r["pairs"].values() if p["kind"] in CALIBRATION}}
                    for r in runs]
-    return {"machine": first["machine"], "runs": [r["file"] for r in runs], "ratios": rows,
-            "calibration": calibration}
+    start = datetime.datetime.fromisoformat(first["started"])
+    hours = [(datetime.datetime.fromisoformat(r["started"]) - start).total_seconds() / 3600
+             for r in runs]
+    return {"machine": first["machine"], "runs": [r["file"] for r in runs],
+            "hours_after_first": hours, "ratios": rows, "calibration": calibration}
 
 
 def markdown(result: dict[str, Any], baseline_wall_s: float | None) -> str:
     runs = result["runs"]
     lines = [f"# Does the verdict repeat? {len(runs)} bench runs on one machine", "",
              f"Machine: {result['machine']}. Files: " + ", ".join(f"`{r}`" for r in runs) + ".",
-             f"Made by `python -m lab.bench_repeat {' '.join(runs)} --out ...`.", "",
+             f"Made by `python -m lab.bench_repeat {' '.join(runs)}"
+             + (f" --baseline {result['baseline']}" if result["baseline"] else "")
+             + " --out ...`.", "",
              "## Calibration, run by run (true ratio 1.00; noisy outside 1.00 ± "
              f"{LEVEL_BAND:.0%} or wider than ± 5%)", "",
              "| run | started (UTC) | bench wall s | pair | ratio [95%] | |",
@@ -78,20 +90,32 @@ def markdown(result: dict[str, Any], baseline_wall_s: float | None) -> str:
                          f"{p['ratio']:.3f} [{p['interval'][0]:.3f}, {p['interval'][1]:.3f}] | "
                          f"{p['problem'] or 'steady'} |")
     if baseline_wall_s:
-        walls = [c["wall_s"] for c in result["calibration"][1:] if c["wall_s"]]
-        lines += ["", f"Bench wall time: {baseline_wall_s:.0f} s before paired timing, "
-                  f"{min(walls):.0f}-{max(walls):.0f} s with it (runs after the first, whose "
-                  f"peers were built then): {max(walls) / baseline_wall_s:.2f}x at most."]
+        walls = [c["wall_s"] for c in result["calibration"] if c["wall_s"]]
+        lines += ["", f"Bench wall time: {baseline_wall_s:.0f} s by the code before paired "
+                  f"timing (`{result['baseline']}`), {min(walls):.0f}-{max(walls):.0f} s with it: "
+                  f"{max(walls) / baseline_wall_s:.2f}x at most."]
+    hours = result["hours_after_first"]
     lines += ["", "## Every ratio against the first run", "",
-              "| ratio | first run [95%] | " + " | ".join(f"`{Path(r).name}`" for r in runs[1:])
+              "| ratio | first run [95%] | " + " | ".join(
+                  f"`{Path(r).name}` (+{h:.1f} h)" for r, h in zip(runs[1:], hours[1:]))
               + " |", "|---|---:|" + "---:|" * (len(runs) - 1)]
     for row in result["ratios"]:
         f = row["first"]
         cells = [f"{x['ratio']:.3f}" + ("" if x["within_0.03"] and x["inside_first_interval"]
                                         else " (!)") for x in row["later"]]
-        lines.append(f"| {row['what']} | {f['ratio']:.3f} [{f['interval'][0]:.3f}, "
+        what = f"**{row['what']}**" if row["headline"] else row["what"]
+        lines.append(f"| {what} | {f['ratio']:.3f} [{f['interval'][0]:.3f}, "
                      f"{f['interval'][1]:.3f}] | " + " | ".join(cells) + " |")
-    lines += ["", "(!): more than 0.03 from the first run's ratio, or outside its interval."]
+    lines += ["", "Bold: a headline ratio (the recommended configuration's, as `palkit report` "
+              "quotes it). (!): more than 0.03 from the first run's ratio, or outside its "
+              "interval."]
+    for k, h in enumerate(hours[1:]):
+        if h >= 1:
+            kept = [r["later"][k] for r in result["ratios"] if r["headline"]]
+            held = sum(x["within_0.03"] and x["inside_first_interval"] for x in kept)
+            lines.append(f"`{Path(runs[k + 1]).name}`, {h:.1f} h after the first: {held} of "
+                         f"{len(kept)} headline ratios within 0.03 of the first run's and inside "
+                         "its interval.")
     return "\n".join(lines) + "\n"
 
 
@@ -123,12 +147,13 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("bench", nargs="+", type=Path)
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--baseline-wall-s", type=float)
+    p.add_argument("--baseline", type=Path)
     args = p.parse_args()
     result = compare([load(b) for b in args.bench])
-    result["baseline_wall_s"] = args.baseline_wall_s
+    result["baseline"] = str(args.baseline) if args.baseline else None
+    result["baseline_wall_s"] = load(args.baseline)["wall_s"] if args.baseline else None
     write_json(args.out.with_suffix(".json"), result)
-    write_text(args.out.with_suffix(".md"), markdown(result, args.baseline_wall_s))
+    write_text(args.out.with_suffix(".md"), markdown(result, result["baseline_wall_s"]))
     draw(result, args.out.with_suffix(".png"))
     print(f"wrote {args.out.with_suffix('.json')}, .md and .png")
 

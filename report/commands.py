@@ -72,7 +72,8 @@ def report(
         typer.echo(note)
     targets = result["targets"]
     if any(t["value"] is not None for t in targets.values()):
-        targets_table(targets, "the paper's reference, all-layer PALs, against its targets")
+        targets_table(targets, "the paper's reference, all-layer PALs, against its targets",
+                      result["summary"].get("intervals"))
         # each of its rows left empty, with its reason
         notes = result["summary"].get("notes") or []
         for key, target in targets.items():

@@ -95,24 +95,32 @@ def _recommended(report: dict[str, Any]) -> list[str]:
 
 
 def _headline(report: dict[str, Any]) -> list[str]:
-    s = report["summary"]
-    lines = ["", "## The paper's reference: all-layer PALs against their targets", "",
-             "| measure | value | target | met | from |", "|---|---:|---|---|---|"]
-    for key, t in report["targets"].items():
-        met = {True: "yes", False: "**missed**", None: "not measured"}[t["met"]]
-        src = ", ".join(f"`{i}`" for i in report["headline_sources"].get(key, [])) or \
-            ("from the two accuracy averages" if key.startswith("accuracy_gap") else "")
-        what = f"{t['what']} ({t['context']})" if t.get("context") else t["what"]
-        interval = (s.get("intervals") or {}).get(key)
-        value = fmt(t["value"], 3) + (f" [{interval[0]:.3f}, {interval[1]:.3f}]" if interval
-                                      else "")
-        lines.append(f"| {what} (`{key}`) | {value} | {t['target']} | {met} | {src} |")
-    for key in ("accuracy_avg_pal_int8", "accuracy_avg_separate_fp32"):
-        lines.append(f"| `{key}` | {fmt(s.get(key), 2)} | — | — | "
-                     f"{', '.join(f'`{i}`' for i in report['headline_sources'].get(key, []))} |")
-    missed = [k for k, t in report["targets"].items() if t["met"] is False]
-    lines += ["", f"Missed targets: {', '.join(missed) if missed else 'none'}.", "", "Notes:", ""]
-    lines += [f"- {n}" for n in s.get("notes") or []]
+    s, targets = report["summary"], report["targets"]
+    lines = ["", "## The paper's reference: all-layer PALs against their targets", ""]
+    notes = s.get("notes") or []
+    if all(t["value"] is None for t in targets.values()):
+        lines.append("No all-layer PAL bundle was benched; bench `bundles/pals` beside the others "
+                     "to measure these targets: "
+                     + ", ".join(f"`{key}` {t['target']}" for key, t in targets.items()) + ".")
+        unmeasured = set(targets) | {key for key, value in s.items() if value is None}
+        notes = [n for n in notes if n.split(":", 1)[0] not in unmeasured]
+    else:
+        lines += ["| measure | value | target | met | from |", "|---|---:|---|---|---|"]
+        for key, t in targets.items():
+            met = {True: "yes", False: "**missed**", None: "not measured"}[t["met"]]
+            src = ", ".join(f"`{i}`" for i in report["headline_sources"].get(key, [])) or \
+                ("from the two accuracy averages" if key.startswith("accuracy_gap") else "")
+            what = f"{t['what']} ({t['context']})" if t.get("context") else t["what"]
+            interval = (s.get("intervals") or {}).get(key)
+            value = fmt(t["value"], 3) + (f" [{interval[0]:.3f}, {interval[1]:.3f}]"
+                                          if interval else "")
+            lines.append(f"| {what} (`{key}`) | {value} | {t['target']} | {met} | {src} |")
+        for key in ("accuracy_avg_pal_int8", "accuracy_avg_separate_fp32"):
+            sources = ", ".join(f"`{i}`" for i in report["headline_sources"].get(key, []))
+            lines.append(f"| `{key}` | {fmt(s.get(key), 2)} | — | — | {sources} |")
+        missed = [k for k, t in targets.items() if t["met"] is False]
+        lines += ["", f"Missed targets: {', '.join(missed) if missed else 'none'}."]
+    lines += ["", "Notes:", ""] + [f"- {n}" for n in notes]
     lines += [f"- bench: {n}" for n in report.get("host_notes", [])]
     return lines
 

@@ -369,6 +369,19 @@ def test_evaluate_table_keeps_the_average_in_its_own_column(capsys):
     assert rows[3] == ["all tasks", "", "", "", "69.4"]
 
 
+def test_targets_table_prints_a_paired_ratio_with_its_interval(capsys):
+    from palkit.ui.tables import targets_table
+    targets_table({"pal_vs_plain": {"what": "one PAL task / plain", "value": 1.402,
+                                    "target": "<= 1.05", "met": False},
+                   "swap_ms": {"what": "adapter swap, ms", "value": 0.03, "target": "<= 10.0",
+                               "met": True}},
+                  "reference", {"pal_vs_plain": [1.394, 1.41]})
+    rows = [[c.strip() for c in line.split("│")[1:-1]]
+            for line in capsys.readouterr().out.splitlines() if line.startswith("│")]
+    assert rows == [["one PAL task / plain", "1.4 [1.39, 1.41]", "<= 1.05", "no"],
+                    ["adapter swap, ms", "0.03", "<= 10.0", "yes"]]
+
+
 def test_training_reports_dev_scores_in_points(tiny_bert, tiny_data, tmp_path, capsys):
     """Points (69.39), as evaluate and results print them, not fractions (0.6939)."""
     from palkit.trainer.train import train

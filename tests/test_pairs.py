@@ -3,6 +3,7 @@ true difference; the words an interval allows; the calibration flag; which pairs
 the worker that times them; and the paired accuracy gap."""
 from __future__ import annotations
 
+import json
 import math
 import random
 from types import SimpleNamespace
@@ -117,16 +118,55 @@ def test_on_onnx_runtime_a_head_shares_the_graph_of_the_bundles_pals():
     assert "identical_compute" in [p.kind for p in verdict_pairs([heads, separate])]
 
 
-def test_the_worker_times_both_sides_of_a_pair_in_one_process(et_fp32):
-    from palkit.bench.run import run_worker
+def test_one_process_per_runtime_times_all_its_ratios_each_pass_starting_one_later():
+    from palkit.bench.pairs import PROCESSES
+    from palkit.bench.run import plan
+
+    subjects = [_subject("shared/executorch", "pal", adapters={"quora": {"kind": "head"},
+                                                              "sst": {"kind": "head"}}),
+                _subject("separate/executorch/int8", "separate"),
+                _subject("shared/onnxruntime", "pal", "onnxruntime"),
+                _subject("separate/onnxruntime/int8", "separate", "onnxruntime")]
+    jobs = [j for j in plan(subjects, [1], [128], ceiling=False, native=False, rounds=0)
+            if j.kind == "pairs"]
+    assert len(jobs) == 2 * PROCESSES
+    for job in jobs:
+        runtimes = {s.runtime for s in job.sides}
+        assert len(runtimes) == 1 and {p.num.subject for p in job.pairs} <= {
+            s.name for s in job.sides}
+    et = [j for j in jobs if j.sides[0].runtime == "executorch"]
+    assert [j.pairs[0].kind for j in et[:4]] == ["aa", "identical_compute", "all_tasks",
+                                                 "all_vs_one"]
+    assert all(sorted(p.id for p in j.pairs) == sorted(p.id for p in et[0].pairs) for j in et)
+
+
+def test_each_process_times_its_runtimes_ratios_and_the_file_keeps_their_blocks(et_fp32):
+    """Two processes of one runtime's ratios (an A/A pair, whose side is loaded twice, and all
+    tasks against one) through the worker: each ratio keeps every process's block timings, and
+    its estimate is made from them."""
+    from palkit.bench.options import BenchOptions, LatencyBudget
+    from palkit.bench.pairs import PAIRS, Pair, Side
+    from palkit.bench.run import Job, bench_json, finish_pairs, record_pairs
     from palkit.bench.subjects import discover
 
     subject = next(s for s in discover([et_fp32], [], ["executorch"], [], None)[0])
-    side = {"subject": subject.worker_subject(), "config": "task:sst"}
-    r = run_worker({"mode": "pair", "threads": 1, "seq_len": 16, "warmup": 1, "pairs": 6,
-                    "block": 3, "sides": [side, {**side, "config": "all_tasks"}]}, 600)
-    assert len(r["num_ms"]) == len(r["den_ms"]) == 6
-    assert all(ms > 0 for ms in r["num_ms"] + r["den_ms"])
+    one, every = Side(subject.name, "task:sst"), Side(subject.name, "all_tasks")
+    ratios = (Pair("aa", one, one, "A/A"), Pair("all_vs_one", every, one, "all vs one"))
+    data = {"pairs": {}}
+    options = BenchOptions(timing=LatencyBudget(1, 3, 0.0, 1.0))
+    for k in range(2):
+        record_pairs(Job("pairs", 1, 16, round=k, pairs=ratios, sides=(subject,)), data, options)
+    finish_pairs(data)
+    assert [p["kind"] for p in data["pairs"]] == ["aa", "all_vs_one"]
+    for entry in data["pairs"]:
+        assert len(entry["timings"]) == entry["processes"] == 2
+        assert all(len(t["num_ms"]) == len(t["den_ms"]) == PAIRS for t in entry["timings"])
+        assert entry["pairs"] == 2 * PAIRS and entry["interval"][0] <= entry["ratio"]
+    assert data["pairs"][1]["ratio"] > 1   # all tasks take longer than one
+    text = bench_json(data)  # as written: each list of block timings on one line
+    assert json.loads(text) == data
+    assert sum('"num_ms": [' in line and line.count(",") == PAIRS - 1
+               for line in text.splitlines()) == 4
 
 
 def test_the_accuracy_gap_is_paired_over_the_same_examples():
@@ -225,6 +265,11 @@ def test_the_report_leads_with_the_recommended_configuration(tmp_path, capsys):
     report_md = (tmp_path / "r" / "report.md").read_text()
     assert report_md.index("## The recommended configuration") < report_md.index(
         "## The paper's reference")
+    reference = report_md.split("## The paper's reference")[1].split("\n## ")[0]
+    assert "No all-layer PAL bundle was benched" in reference
+    assert "| measure |" not in reference
+    assert not [line for line in reference.splitlines()
+                if line.startswith(("- all_tasks_ratio", "- latency_ratio", "- accuracy_avg"))]
 
 
 def test_a_calibration_pair_off_one_flags_the_run_as_noisy(tmp_path, capsys):

@@ -59,15 +59,19 @@ def verdict_table(title: str, rows: list[tuple[str, str, str]]) -> None:
     _stdout.print(table)
 
 
-def targets_table(targets: dict[str, dict[str, Any]], title: str) -> None:
-    """The report's headline: each target, its measured value and whether it is met (report.md
-    and report.json key each row by its id)."""
+def targets_table(targets: dict[str, dict[str, Any]], title: str,
+                  intervals: dict[str, list[float]] | None = None) -> None:
+    """The report's headline: each target, its measured value (with its 95% interval where it
+    was timed in pairs) and whether it is met (report.md and report.json key each row by its
+    id)."""
     table = Table(title=title, title_justify="left")
     table.add_column("what", overflow="fold", ratio=1)
     for heading, justify in (("measured", "right"), ("target", "right"), ("met", "center")):
         table.add_column(heading, justify=justify, no_wrap=True)
     verdict = {True: "[green]yes[/]", False: "[red]no[/]", None: "[dim]–[/]"}
-    for t in targets.values():
+    for key, t in targets.items():
         value = "–" if t["value"] is None else f"{t['value']:.3g}"
+        if key in (intervals or {}):
+            value += " [{:.3g}, {:.3g}]".format(*intervals[key])  # type: ignore[index]
         table.add_row(t["what"], value, t["target"], verdict[t["met"]])
     _stdout.print(table)
