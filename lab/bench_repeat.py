@@ -121,7 +121,8 @@ def markdown(result: dict[str, Any], baseline_wall_s: float | None) -> str:
 
 def draw(result: dict[str, Any], path: Path) -> None:
     """Each run's estimate and interval of every ratio, relative to the first run's estimate: a
-    later run inside the first's interval and within 3% of it reads as repeating."""
+    later run inside the first's interval and within 3% of it reads as repeating. Headline
+    ratios in bold."""
     plt = pyplot()
     rows = result["ratios"]
     fig, ax = plt.subplots(figsize=(10, 0.8 + 0.5 * len(rows)))
@@ -136,6 +137,8 @@ def draw(result: dict[str, Any], path: Path) -> None:
                         label=Path(result["runs"][k]).stem if y == 0 else None)
     ax.axvspan(1 - AGREE, 1 + AGREE, color="0.9", zorder=0)
     ax.set_yticks(range(len(rows)), [r["what"] for r in rows], fontsize=7)
+    for label, row in zip(ax.get_yticklabels(), rows):
+        label.set_fontweight("bold" if row["headline"] else "normal")
     ax.set_xlabel("each run's ratio and 95% interval / the first run's ratio (grey: ± 3%)")
     ax.legend(fontsize=7, loc="upper right")
     ax.set_title(f"Paired ratios, run by run\n{result['machine']}", fontsize=9)

@@ -265,7 +265,7 @@ def draw_accuracy(points: list[dict[str, Any]], lines: list[dict[str, Any]],
     ax.set_ylim(min(shown) - pad, max(shown) + pad)
     ax.set_xlabel("MiB on disk, all tasks (bundles as exported)")
     ax.set_ylabel(f"average score, {split} (points)")
-    ax.set_title(f"accuracy vs size · {machine_label(data['machine'])}")
+    ax.set_title(f"accuracy vs size\n{machine_label(data['machine'])}")
     ax.grid(alpha=0.3)
     handles = [Patch(color=color[f], label=f) for f in families]
     handles += [Line2D([], [], marker=mk, linestyle="", markersize=10, color="white",
@@ -317,7 +317,7 @@ def frontier_figure(points: list[dict[str, Any]], rec: dict[str, Any], data: dic
     split = points[0]["split"]
     ax.set_xlabel("all three tasks on one input, ms (p50, 128 tokens, 1 thread, ExecuTorch int8)")
     ax.set_ylabel(f"average score, {split} (points; mean ± sd over seeds)")
-    ax.set_title(f"deployment frontier · bubble area = task-specific bytes · "
+    ax.set_title(f"deployment frontier · bubble area = task-specific bytes\n"
                  f"{machine_label(data['machine'])}", fontsize=14)
     ax.grid(alpha=0.3)
     fig.tight_layout()
