@@ -4,10 +4,10 @@ A machine's speed drifts (turbo, throttling, a neighbour on a shared VM): median
 taken minutes apart read identical programs 10-13% apart in one run (docs/benchmarking.md). Here
 both sides of a ratio are loaded in one worker process and called in alternating short blocks
 (A then B, then B then A, ...), so drift lands on both alike and cancels in each pair's ratio.
-Each ratio is timed in PROCESSES such processes, minutes apart (one per runtime times all of
-that runtime's ratios): a process's own layout (memory, caches, threads) shifts its ratio a
-little, by up to 5% in one of fifteen A/A processes here, and that must show in the interval too;
-five processes keep one such process from widening it past +- 5% (three did not).
+Each ratio is timed in PROCESSES such processes, one after another (one per runtime times all
+of that runtime's ratios): a process's own layout (memory, caches, threads) shifts its ratio a
+little, by up to 5% in one of fifteen ExecuTorch A/A processes here, and that must show in the
+interval too; five processes keep one such process from widening it past +- 5% (three did not).
 
 The estimate is the Hodges-Lehmann median of all the pairs' log ratios (the median of their
 pairwise means, the Walsh averages): robust to the outlier blocks a busy machine produces (up to

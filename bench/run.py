@@ -223,11 +223,11 @@ def record_pairs(job: Job, data: dict[str, Any], o: BenchOptions) -> None:
             "id": pair.id, "kind": pair.kind, "what": pair.what, "num": asdict(pair.num),
             "den": asdict(pair.den), "threads": job.threads, "seq_len": job.seq_len,
             "timings": [], "errors": []})
-        if "error" in r:
-            entry["errors"].append(r["error"])
-            say(f"{pair.what} (process {job.round + 1}): not measured: {r['error']}")
+        timing = r if "error" in r else r["ratios"][pair.id]
+        if "error" in timing:
+            entry["errors"].append(timing["error"])
+            say(f"{pair.what} (process {job.round + 1}): not measured: {timing['error']}")
             continue
-        timing = r["ratios"][pair.id]
         entry["timings"].append(timing)
         own = paired_ratio([(timing["num_ms"], timing["den_ms"])])["ratio"]
         say(f"{pair.what} (process {job.round + 1} of {PROCESSES}): {own:.3f}x")
@@ -470,7 +470,9 @@ def new_bench_data(machine: dict[str, Any], notes: list[str], o: BenchOptions) -
     }
 
 
-NUMBER_LIST = re.compile(r"\[\s*(-?[\d.eE+-]+(?:,\s*-?[\d.eE+-]+)*)\s*\]")
+# a list of numbers as json.dumps(indent=1) writes it, one number a line: only a list spans
+# lines (a string cannot: JSON escapes its newlines), so no string's text is touched
+NUMBER_LIST = re.compile(r"\[\n\s*(-?[\d.eE+-]+(?:,\n\s*-?[\d.eE+-]+)*)\n\s*\]")
 
 
 def bench_json(data: dict[str, Any]) -> str:

@@ -286,11 +286,11 @@ def measure_latency(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def measure_pairs(spec: dict[str, Any]) -> dict[str, Any]:
-    """Every ratio of one runtime in this one process. Each subject is loaded once (an A/A
-    ratio loads its subject a second time for its denominator); a ratio's two sides are called
-    in alternating blocks: pair i runs num then den, pair i+1 den then num, so a drifting
-    machine moves both alike. A block's first call refills the caches with its side's weights
-    and is not kept; the block's median is the pair's figure."""
+    """Every ratio of one runtime in this one process. Each subject is loaded once (a ratio
+    whose two sides run one subject loads it a second time for its denominator); a ratio's two
+    sides are called in alternating blocks: pair i runs num then den, pair i+1 den then num, so
+    a drifting machine moves both alike. A block's first call refills the caches with its side's
+    weights and is not kept; the block's median is the pair's figure."""
     loaded: dict[tuple[str, int], Loaded] = {}
 
     def side(name: str, copy: int) -> Loaded:
@@ -301,8 +301,14 @@ def measure_pairs(spec: dict[str, Any]) -> dict[str, Any]:
     block, timings = spec["block"], {}
     for ratio in spec["ratios"]:
         num, den = ratio["num"], ratio["den"]
-        fns = [side(num["subject"], 0).call(num["config"]),
-               side(den["subject"], int(den["subject"] == num["subject"])).call(den["config"])]
+        # one ratio that cannot run (a subject that fails to load, a refused configuration) must
+        # not cost the others their figures, as it did not when each ratio had its own process
+        try:
+            fns = [side(num["subject"], 0).call(num["config"]),
+                   side(den["subject"], int(den["subject"] == num["subject"])).call(den["config"])]
+        except Exception as e:  # noqa: BLE001 - recorded for this ratio, reported by the bench
+            timings[ratio["id"]] = {"error": f"{type(e).__name__}: {e}".splitlines()[0][:300]}
+            continue
         for fn in fns:
             for _ in range(spec.get("warmup", 3)):
                 fn()

@@ -73,6 +73,7 @@ def task_p50(m: Measurements, prefix: str, subject: str, tasks: list[str], threa
     return (statistics.fmean(vals) if vals and None not in vals else None), ids  # type: ignore
 
 
+NOT_MEASURED = "not measured (the inputs lack what it needs)"
 # What fills a headline key that no host bench file can measure alone
 MISSING_INPUT = {
     "all_tasks_ratio_best_placement": "needs the accuracy of several PAL placements trained to "
@@ -170,7 +171,7 @@ def headline(data: dict[str, Any], prefix: str, m: Measurements) -> tuple[dict[s
         if (key not in ("machine", "notes", "intervals", *TARGET_CONTEXT.values())
                 and h.out[key] is None
                 and not any(n.startswith(f"{key}:") for n in h.notes)):
-            why = MISSING_INPUT.get(key, "not measured (the inputs lack what it needs)")
+            why = MISSING_INPUT.get(key, NOT_MEASURED)
             h.notes.append(f"{key}: {why}")
     h.notes.append(f"accuracy in points (0-100, the trainer's average: accuracies and "
                    f"(Pearson+1)/2) on the {accuracy_split(data)} split")

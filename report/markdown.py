@@ -5,7 +5,7 @@ from typing import Any
 
 from palkit.export.arch_records import architecture_table, cpu_record
 from palkit.report.recommended import calibration_rows, verdict_rows
-from palkit.report.headline import ratio
+from palkit.report.headline import NOT_MEASURED, ratio
 from palkit.report.ingest import BenchInput, MiB, host_subjects, machine_label
 
 FIGURE_CAPTIONS = {
@@ -99,11 +99,13 @@ def _headline(report: dict[str, Any]) -> list[str]:
     lines = ["", "## The paper's reference: all-layer PALs against their targets", ""]
     notes = s.get("notes") or []
     if all(t["value"] is None for t in targets.values()):
-        lines.append("No all-layer PAL bundle was benched; bench `bundles/pals` beside the others "
-                     "to measure these targets: "
-                     + ", ".join(f"`{key}` {t['target']}" for key, t in targets.items()) + ".")
-        unmeasured = set(targets) | {key for key, value in s.items() if value is None}
-        notes = [n for n in notes if n.split(":", 1)[0] not in unmeasured]
+        # one paragraph for what an all-layer PAL bundle would measure; the targets that need
+        # something else keep their own notes below
+        notes = [n for n in notes if not n.endswith(f": {NOT_MEASURED}")]
+        wanting = [key for key in targets if not any(n.startswith(f"{key}:") for n in notes)]
+        lines.append("No all-layer PAL bundle with latency results was benched; bench "
+                     "`bundles/pals` beside the others to measure "
+                     + ", ".join(f"`{key}` ({targets[key]['target']})" for key in wanting) + ".")
     else:
         lines += ["| measure | value | target | met | from |", "|---|---:|---|---|---|"]
         for key, t in targets.items():

@@ -141,9 +141,9 @@ def test_one_process_per_runtime_times_all_its_ratios_each_pass_starting_one_lat
 
 
 def test_each_process_times_its_runtimes_ratios_and_the_file_keeps_their_blocks(et_fp32):
-    """Two processes of one runtime's ratios (an A/A pair, whose side is loaded twice, and all
-    tasks against one) through the worker: each ratio keeps every process's block timings, and
-    its estimate is made from them."""
+    """Two processes of one runtime's ratios (an A/A pair, whose side is loaded twice, all tasks
+    against one, and one that cannot run) through the worker: each ratio keeps every process's
+    block timings, and its estimate is made from them."""
     from palkit.bench.options import BenchOptions, LatencyBudget
     from palkit.bench.pairs import PAIRS, Pair, Side
     from palkit.bench.run import Job, bench_json, finish_pairs, record_pairs
@@ -151,20 +151,24 @@ def test_each_process_times_its_runtimes_ratios_and_the_file_keeps_their_blocks(
 
     subject = next(s for s in discover([et_fp32], [], ["executorch"], [], None)[0])
     one, every = Side(subject.name, "task:sst"), Side(subject.name, "all_tasks")
-    ratios = (Pair("aa", one, one, "A/A"), Pair("all_vs_one", every, one, "all vs one"))
-    data = {"pairs": {}}
+    missing = Side(subject.name, "task:no-such-task")
+    ratios = (Pair("aa", one, one, "A/A"), Pair("all_vs_one", every, one, "all vs one"),
+              Pair("one_task", missing, one, "a task the bundle lacks"))
+    data = {"pairs": {}, "notes": ["a worker's error may name a shape [1,128]"]}
     options = BenchOptions(timing=LatencyBudget(1, 3, 0.0, 1.0))
     for k in range(2):
         record_pairs(Job("pairs", 1, 16, round=k, pairs=ratios, sides=(subject,)), data, options)
     finish_pairs(data)
-    assert [p["kind"] for p in data["pairs"]] == ["aa", "all_vs_one"]
+    assert [p["kind"] for p in data["pairs"]] == ["aa", "all_vs_one", "one_task"]
+    refused = data["pairs"].pop()  # one ratio that cannot run costs the others nothing
+    assert "no-such-task" in refused["error"] and not refused["timings"]
     for entry in data["pairs"]:
         assert len(entry["timings"]) == entry["processes"] == 2
         assert all(len(t["num_ms"]) == len(t["den_ms"]) == PAIRS for t in entry["timings"])
         assert entry["pairs"] == 2 * PAIRS and entry["interval"][0] <= entry["ratio"]
     assert data["pairs"][1]["ratio"] > 1   # all tasks take longer than one
-    text = bench_json(data)  # as written: each list of block timings on one line
-    assert json.loads(text) == data
+    text = bench_json(data)  # as written: each list of block timings on one line, strings kept
+    assert json.loads(text) == data and "shape [1,128]" in text
     assert sum('"num_ms": [' in line and line.count(",") == PAIRS - 1
                for line in text.splitlines()) == 4
 
@@ -266,10 +270,12 @@ def test_the_report_leads_with_the_recommended_configuration(tmp_path, capsys):
     assert report_md.index("## The recommended configuration") < report_md.index(
         "## The paper's reference")
     reference = report_md.split("## The paper's reference")[1].split("\n## ")[0]
-    assert "No all-layer PAL bundle was benched" in reference
-    assert "| measure |" not in reference
-    assert not [line for line in reference.splitlines()
-                if line.startswith(("- all_tasks_ratio", "- latency_ratio", "- accuracy_avg"))]
+    assert "No all-layer PAL bundle with latency results was benched" in reference
+    assert "`latency_ratio_pal_vs_plain` (<= 1.05)" in reference and "| measure |" not in reference
+    notes = [line for line in reference.splitlines() if line.startswith("- ")]
+    assert not [n for n in notes if n.endswith("the inputs lack what it needs)")]
+    # a target that needs something other than an all-layer bundle keeps its own note
+    assert any(n.startswith("- all_tasks_ratio_best_placement: needs") for n in notes)
 
 
 def test_a_calibration_pair_off_one_flags_the_run_as_noisy(tmp_path, capsys):
