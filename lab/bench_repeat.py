@@ -17,10 +17,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from palkit.bench.pairs import CALIBRATION, LEVEL_BAND, calibration_problem
+from palkit.bench.pairs import LEVEL_BAND
 from palkit.core.fileio import write_json, write_text
 from palkit.report.ingest import host_subjects, machine_label
-from palkit.report.recommended import recommended_subject
+from palkit.report.recommended import calibration, pair_label, recommended_subject
 from palkit.ui.plots import pyplot, save
 
 AGREE = 0.03  # a later run's ratio within this of the first's (the target)
@@ -37,6 +37,7 @@ def load(path: Path) -> dict[str, Any]:
     chosen = recommended_subject(host_subjects(data))
     return {"file": str(path), "started": started, "wall_s": data.get("finished_s"),
             "machine": machine_label(data["machine"]), "pairs": pairs,
+            "calibration": calibration(data)["pairs"],
             "headline": [i for i, p in pairs.items()
                          if p["kind"] in HEADLINE and p["num"]["subject"] == chosen]}
 
@@ -53,23 +54,17 @@ def compare(runs: list[dict[str, Any]]) -> dict[str, Any]:
                   "within_0.03": abs(r["pairs"][i]["ratio"] - base["ratio"]) <= AGREE,
                   "inside_first_interval": low <= r["pairs"][i]["ratio"] <= high}
                  for r in runs[1:]]
-        what = base["what"] if base["num"]["subject"] in base["what"] else \
-            f"{base['what']}: {base['num']['subject']}"
-        rows.append({"id": i, "kind": base["kind"], "what": what,
+        rows.append({"id": i, "kind": base["kind"], "what": pair_label(base),
                      "headline": i in first["headline"],
                      "first": {"ratio": base["ratio"], "interval": base["interval"]},
                      "later": later})
-    calibration = [{"file": r["file"], "started": r["started"], "wall_s": r["wall_s"],
-                    "pairs": {f"{p['kind']} {p['num']['subject']}": {
-                        "ratio": p["ratio"], "interval": p["interval"],
-                        "problem": calibration_problem(p)}
-                        for p in r["pairs"].values() if p["kind"] in CALIBRATION}}
-                   for r in runs]
+    checks = [{"file": r["file"], "started": r["started"], "wall_s": r["wall_s"],
+               "pairs": r["calibration"]} for r in runs]
     start = datetime.datetime.fromisoformat(first["started"])
     hours = [(datetime.datetime.fromisoformat(r["started"]) - start).total_seconds() / 3600
              for r in runs]
     return {"machine": first["machine"], "runs": [r["file"] for r in runs],
-            "hours_after_first": hours, "ratios": rows, "calibration": calibration}
+            "hours_after_first": hours, "ratios": rows, "calibration": checks}
 
 
 def markdown(result: dict[str, Any], baseline_wall_s: float | None) -> str:
@@ -84,9 +79,9 @@ def markdown(result: dict[str, Any], baseline_wall_s: float | None) -> str:
              "| run | started (UTC) | bench wall s | pair | ratio [95%] | |",
              "|---|---|---:|---|---:|---|"]
     for c in result["calibration"]:
-        for kind, p in c["pairs"].items():
+        for p in c["pairs"]:
             lines.append(f"| `{Path(c['file']).name}` | {c['started']} | {c['wall_s']:.0f} | "
-                         f"{kind} | "
+                         f"{p['what']} | "
                          f"{p['ratio']:.3f} [{p['interval'][0]:.3f}, {p['interval'][1]:.3f}] | "
                          f"{p['problem'] or 'steady'} |")
     if baseline_wall_s:

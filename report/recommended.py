@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from palkit.bench.pairs import CALIBRATION, T_975, calibration_problem, wording
+from palkit.bench.pairs import CALIBRATION, calibration_problem, t_975, wording
 from palkit.bench.schema import measurement_id
 from palkit.report.ingest import Measurements, host_subjects, placement
 from palkit.trainer.tasks import BUILTIN_TASKS
@@ -54,6 +54,12 @@ def paired(data: dict[str, Any], kinds: tuple[str, ...], num: str) -> dict[str, 
     return None
 
 
+def pair_label(p: dict[str, Any]) -> str:
+    """What a paired ratio compares, naming its subject (bench files before 2026-11-28 16:20 UTC
+    wrote an A/A pair's without it)."""
+    return p["what"] if p["num"]["subject"] in p["what"] else f"{p['what']}: {p['num']['subject']}"
+
+
 def calibration(data: dict[str, Any]) -> dict[str, Any]:
     """The run's A/A and identical-compute pairs; noisy when either misreads 1.00."""
     checks, why = [], []
@@ -61,8 +67,7 @@ def calibration(data: dict[str, Any]) -> dict[str, Any]:
         if p["kind"] not in CALIBRATION or "ratio" not in p:
             continue
         problem = calibration_problem(p)
-        what = p["what"] if p["num"]["subject"] in p["what"] else \
-            f"{p['what']}: {p['num']['subject']}"
+        what = pair_label(p)
         checks.append({"kind": p["kind"], "what": what, "ratio": p["ratio"],
                        "interval": p["interval"], "problem": problem, "source": p["id"]})
         if problem:
@@ -154,7 +159,7 @@ def equal_compute(study_rows: list[dict[str, Any]] | None) -> dict[str, Any] | N
         # Welch's interval over the seeds: each side's seed-to-seed spread, its own variance
         va, vb = shared["sd"] ** 2 / shared["n"], separate["sd"] ** 2 / separate["n"]
         df = (va + vb) ** 2 / (va ** 2 / (shared["n"] - 1) + vb ** 2 / (separate["n"] - 1))
-        half = T_975.get(max(1, math.floor(df)), 1.96) * math.sqrt(va + vb)
+        half = t_975(df) * math.sqrt(va + vb)
         out["interval"] = [out["gap"] - half, out["gap"] + half]
     return out
 

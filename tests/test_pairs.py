@@ -77,6 +77,14 @@ def test_processes_that_disagree_widen_the_interval_to_cover_them():
     assert one[1] - one[0] < high - low
 
 
+def test_t_quantile_is_students_beyond_the_table_too():
+    """The between-process and Welch intervals use t at any degrees of freedom: the table where
+    few degrees make it large, the expansion beyond (exact values from statistical tables)."""
+    from palkit.bench.pairs import t_975
+    for df, exact in ((2, 4.303), (4, 2.776), (9, 2.262), (12, 2.179), (30, 2.042), (120, 1.980)):
+        assert t_975(df) == pytest.approx(exact, abs=0.002)
+
+
 def test_calibration_flags_a_misreading_and_a_wide_interval():
     assert calibration_problem({"ratio": 1.01, "interval": [0.99, 1.03]}) is None
     assert "outside 1.00" in calibration_problem({"ratio": 1.05, "interval": [1.03, 1.07]})
