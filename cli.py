@@ -14,13 +14,13 @@ import typer
 
 from palkit import palkit_version
 from palkit.bench.commands import app as bench_app
+from palkit.core import quiet
 from palkit.core.errors import PalkitError
 from palkit.export.arch_commands import app as arch_app
 from palkit.export.commands import app as export_app
 from palkit.report.commands import app as report_app
 from palkit.studies.commands import app as studies_app
 from palkit.trainer.commands import app as trainer_app
-from palkit.ui import quiet
 from palkit.ui.help import flags_without_types
 
 # Before any command runs: worker processes that export and bench spawn import this module

@@ -13,7 +13,7 @@ import typer
 from palkit.bench.options import DEFAULT_BENCH_OUT, DEFAULT_SCALE_OUT, BenchOptions, LatencyBudget
 from palkit.bench.schema import PEERS
 from palkit.core.options import MEASURE, DataDirOption, TrustKeyOption, comma_words
-from palkit.export.manifest import RUNTIMES
+from palkit.runtime.manifest import RUNTIMES
 
 app = typer.Typer()
 DEFAULTS = BenchOptions()  # each flag's default, defined once in the dataclass

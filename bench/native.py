@@ -16,7 +16,7 @@ from palkit.android_demo.host import native_host
 from palkit.bench.schema import swap_and_memory
 from palkit.bench.worker import synthetic_input
 from palkit.core.errors import PalkitError
-from palkit.export.manifest import read_manifest
+from palkit.runtime.manifest import read_manifest
 
 SUBJECT = "executorch C++, the app's native path"
 

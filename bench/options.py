@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from palkit.bench.schema import PEERS
-from palkit.export.manifest import RUNTIMES
+from palkit.runtime.manifest import RUNTIMES
 
 # Default outputs go under runs/reports/ (git-ignored), never over the committed reports/.
 DEFAULT_BENCH_OUT = Path("runs/reports/bench-host.json")

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from palkit.bench.schema import BenchError
-from palkit.export.manifest import TEXT_INPUTS
+from palkit.runtime.manifest import TEXT_INPUTS
 from palkit.export.onnx_export import OPSET
 from palkit.trainer.checkpoint import load_model, resolve_model_dir
 

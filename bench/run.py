@@ -28,8 +28,8 @@ from palkit.bench.schema import (SCHEMA, VERSION, BenchError, BenchFileError, la
 from palkit.bench.subjects import Subject, discover
 from palkit.core.errors import PalkitError
 from palkit.core.fileio import write_text
-from palkit.export.manifest import MANIFEST_FILE
-from palkit.export.signing import resolve_trust_key, verify_bundle_signature
+from palkit.runtime.manifest import MANIFEST_FILE
+from palkit.runtime.signing import resolve_trust_key, verify_bundle_signature
 from palkit.trainer.checkpoint import read_metrics, read_run_config, separate_models
 from palkit.trainer.metrics import average_score
 from palkit.trainer.tasks import BUILTIN_TASKS

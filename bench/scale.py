@@ -97,7 +97,7 @@ def export_timed(model_dir: Path, tasks: int, opts: ScaleOptions) -> dict[str, A
     loadable (vocabulary and manifest, not timed), and time adding one more task to a copy."""
     from palkit.core.fileio import write_vocab
     from palkit.export.bundle import build_manifest, calibration_inputs, write_executorch
-    from palkit.export.manifest import write_manifest
+    from palkit.runtime.manifest import write_manifest
     from palkit.trainer.checkpoint import load_model
 
     out = opts.work / f"T{tasks}"
@@ -132,7 +132,7 @@ def add_task_timed(model, tokenizer, task: str, bundle: Path) -> dict[str, Any]:
     in-memory model, verified on the built-in sentences; reading the run is not timed."""
     from palkit.export.bundle import publish_task
     from palkit.export.gate import Gate
-    from palkit.export.runtime import read_bundle
+    from palkit.runtime.bundle import read_bundle
 
     t0 = time.perf_counter()
     old = read_bundle(bundle).manifest
@@ -190,8 +190,8 @@ def measure(export: dict[str, Any], vocab_size: int, opts: ScaleOptions) -> dict
 def task_tensor_bytes(folder: Path, names: list[str]) -> float:
     """What one task's tensors take in memory once the runtime has read its file (an int8
     bundle's matrices dequantized to fp32: about 4x their bytes in the file), mean over tasks."""
-    from palkit.export.engines import read_task_weights
-    from palkit.export.runtime import load_bundle
+    from palkit.runtime.bundle import load_bundle
+    from palkit.runtime.runners import read_task_weights
 
     bundle = load_bundle(folder, runtime="executorch")
     return statistics.fmean(

@@ -15,7 +15,7 @@ from typing import Any
 from palkit.bench.schema import ALL_TASKS, BenchError
 from palkit.core.fileio import sha256_file, write_json
 from palkit.export.arch_records import cpu_checks
-from palkit.export.manifest import Manifest, read_manifest
+from palkit.runtime.manifest import Manifest, read_manifest
 from palkit.trainer.checkpoint import TRUNK_WEIGHTS, read_json, resolve_model_dir, separate_models
 from palkit.trainer.tasks import TaskSpec
 from palkit.ui.progress import say

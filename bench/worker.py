@@ -5,7 +5,7 @@ touch another's numbers. A subject is a set of task models run by one runtime:
     {"name": "pal-all", "runtime": "executorch" | "onnxruntime" | "torch", "vocab_size": N,
      "tasks": {"sst": SOURCE, ...}, "all_tasks": SOURCE | null}
 with SOURCE one of
-    {"format": "bundle", "bundle": DIR, "task": NAME}     a palkit bundle (export/BUNDLE.md)
+    {"format": "bundle", "bundle": DIR, "task": NAME}     a palkit bundle (runtime/BUNDLE.md)
     {"format": "pte", "path": FILE, "inputs": "mask4d"}  a single-model .pte (peer)
     {"format": "onnx", "path": FILE}                      a single-model .onnx (peer)
     {"format": "torch", "model_dir": DIR}                 a palkit model folder, PyTorch eager
@@ -31,9 +31,10 @@ import psutil
 
 from palkit.bench.machine import measure_ceiling
 from palkit.bench.schema import ALL_TASKS, percentile
-from palkit.export import engines
-from palkit.export.manifest import TEXT_INPUTS
-from palkit.export.runtime import Engine, load_bundle
+from palkit.runtime import runners
+from palkit.runtime.bundle import load_bundle
+from palkit.runtime.engine import Engine
+from palkit.runtime.manifest import TEXT_INPUTS
 
 
 def rss_bytes() -> int:
@@ -85,13 +86,13 @@ class TorchRunner:
 class RuntimeRunner:
     """Bundles through palkit's runtime layer, exactly as predict runs them (load_bundle's
     checks of every file, then Engine: the first `load` of a task is its swap); a peer's single
-    model file through the same layer's loaders (export/engines.py)."""
+    model file through the same layer's loaders (runtime/runners.py)."""
 
     def __init__(self, runtime: str, threads: int, trust_key: Path | None = None):
         self.runtime, self.threads, self.trust_key = runtime, threads, trust_key
         if runtime == "executorch":
-            engines.set_executorch_threads(threads)
-        self.errors = (RuntimeError,) + (engines.ort_errors() if runtime == "onnxruntime" else ())
+            runners.set_executorch_threads(threads)
+        self.errors = (RuntimeError,) + (runners.ort_errors() if runtime == "onnxruntime" else ())
         self.engines: dict[str, Engine] = {}
         self.loaded: dict[str, Any] = {}
 
@@ -113,10 +114,10 @@ class RuntimeRunner:
                 engine.swap(src["task"])
             self.loaded[task] = ("bundle", engine, src["task"])
         elif src["format"] == "pte":
-            method = engines.load_executorch_program(Path(src["path"])).load_method("forward")
+            method = runners.load_executorch_program(Path(src["path"])).load_method("forward")
             self.loaded[task] = ("pte", method, src.get("inputs"))
         else:
-            session = engines.ort_session(Path(src["path"]), self.threads)
+            session = runners.ort_session(Path(src["path"]), self.threads)
             self.loaded[task] = ("onnx", session, {i.name for i in session.get_inputs()})
 
     def run(self, task: str, x: dict[str, Any]) -> Any:

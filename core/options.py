@@ -12,14 +12,13 @@ from typing import Annotated, Optional
 
 import typer
 
+from palkit.core.env import DATA_DIR_ENV, TRUST_KEY_ENV
 from palkit.core.errors import DataError
 
-DATA_DIR_ENV = "PALKIT_DATA_DIR"
 # Without --data-dir or $PALKIT_DATA_DIR, from the current folder: data/, then ../shared/data
 # (this project's workspace keeps the data beside the checkout). Nothing assumes a checkout.
 DATA_DIR_FALLBACKS = (Path("data"), Path("../shared/data"))
 DATA_DIR_HELP = f"(default ${DATA_DIR_ENV}, then ./data, then ../shared/data)"
-TRUST_KEY_ENV = "PALKIT_TRUST_KEY"  # the public key bundle loaders require (export/signing.py)
 
 # Help panels shared by several command groups
 TRAINING, SCORING, MEASURE = "Training", "Scoring and results", "Measure and report"

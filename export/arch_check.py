@@ -7,7 +7,7 @@ products: docs/int8-gate.md, "Every CPU"). Per task, on a stratified sample of t
 same token ids (encoded once in Python: only the arithmetic is compared) go through
 - ExecuTorch: the Android app's own native path (its JNI and Java), built for the architecture
   (android_demo/host/native_host.py) and run by a JVM under qemu on the CPU model;
-- ONNX Runtime: export/score_worker.py through palkit's runtime layer, in a Python of that
+- ONNX Runtime: runtime/score_worker.py through palkit's runtime layer, in a Python of that
   architecture under qemu on the CPU model (this interpreter for x86-64 models; Debian's arm64
   Python with onnxruntime's aarch64 wheel, fetched by native_host.py, for aarch64);
 and export/verify.py's `compare` gives each record's `vs_host_int8`, `vs_fp32` (judged by the
@@ -39,8 +39,9 @@ from palkit.core.errors import PalkitError
 from palkit.core.host import ARM_PARTS, CPU_MODELS, NATIVE, cpu_int8, cpu_model, int8_features
 from palkit.export.gate import CONFIDENCE, Gate
 from palkit.export.gate_stats import compare, failure
-from palkit.export.runtime import Engine, load_bundle
 from palkit.export.verify import Encoded, encode_texts, reference_batched, run_task
+from palkit.runtime.bundle import load_bundle
+from palkit.runtime.engine import Engine
 from palkit.trainer.checkpoint import load_model, resolve_model_dir
 from palkit.trainer.data import read_examples
 
@@ -51,7 +52,7 @@ SEED = 0
 CHILD_TIMEOUT_S = 3600.0
 RUNTIME_PATHS = {"executorch": "the app's JNI and Java (android_demo/host/native_host.py)",
                  "onnxruntime": "palkit's runtime layer in a Python of that CPU "
-                                "(export/score_worker.py)"}
+                                "(runtime/score_worker.py)"}
 
 
 class ArchCheckError(PalkitError):
@@ -199,14 +200,14 @@ def python_for(arch: str, cpu: str) -> tuple[tuple[str, ...], dict[str, str]]:
 
 def worker_logits(launcher: tuple[str, ...], env: dict[str, str], bundle: Path, runtime: str,
                   task: str, encoded: list[Encoded]) -> torch.Tensor:
-    """The bundle's outputs for every input from export/score_worker.py, run by `launcher` (qemu
+    """The bundle's outputs for every input from runtime/score_worker.py, run by `launcher` (qemu
     on a CPU model and a Python of that architecture) with `env` added."""
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl") as inputs:
         for ids, _, types in encoded:
             inputs.write(json.dumps({"task": task, "input_ids": ids[0].tolist(),
                                      "token_type_ids": types[0].tolist()}) + "\n")
         inputs.flush()
-        done = subprocess.run([*launcher, "-m", "palkit.export.score_worker", str(bundle), runtime,
+        done = subprocess.run([*launcher, "-m", "palkit.runtime.score_worker", str(bundle), runtime,
                                inputs.name], capture_output=True, text=True,
                               timeout=CHILD_TIMEOUT_S, env={**os.environ, **env})
     if done.returncode != 0:

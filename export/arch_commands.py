@@ -12,7 +12,7 @@ import typer
 from palkit.core.errors import PalkitError
 from palkit.core.options import MEASURE, DataDirOption, TrustKeyOption, comma_words
 from palkit.export.gate import Gate
-from palkit.export.manifest import RUNTIMES
+from palkit.runtime.manifest import RUNTIMES
 
 app = typer.Typer()
 # Per task: about 8 minutes for the three tasks of a MiniLM bundle's ExecuTorch files under qemu
@@ -68,8 +68,8 @@ def verify_arch(
     from palkit.core.options import resolve_data_dir
     from palkit.export.arch_check import check_architecture, check_cpu, default_cpu
     from palkit.export.arch_records import architecture_table, record_architecture
-    from palkit.export.signing import (SIGNATURE_FILE, check_signing_key, resolve_trust_key,
-                                       sign_bundle)
+    from palkit.runtime.signing import (SIGNATURE_FILE, check_signing_key, resolve_trust_key,
+                                        sign_bundle)
 
     if write and (bundle / SIGNATURE_FILE).is_file() and sign_key is None:
         raise PalkitError(f"{bundle}: signed (model.sig), and verify.json is a signed file: give "

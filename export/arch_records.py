@@ -10,7 +10,7 @@ from typing import Any
 
 from palkit.core.fileio import write_json
 from palkit.core.host import NATIVE, cpu_int8
-from palkit.export.manifest import VERIFY_FILE
+from palkit.runtime.manifest import VERIFY_FILE
 
 SECTION = "architectures"
 

@@ -1,4 +1,4 @@
-"""`palkit export`: a run directory in, a verified bundle folder out (layout: export/BUNDLE.md).
+"""`palkit export`: a run directory in, a verified bundle folder out (layout: runtime/BUNDLE.md).
 
 The bundle is built in a temporary folder beside the target and swapped into place in one step
 (core/fileio.py), so a crash never leaves half a bundle, nor no bundle where one was. Before
@@ -22,17 +22,17 @@ from palkit.core.fileio import (file_digest, remove_tree, replace_dir, sha256_fi
                                 write_json, write_vocab)
 from palkit.export.executorch_export import adapter_of, export_order
 from palkit.export.gate import Gate
-from palkit.export.manifest import (IO, MANIFEST_FILE, RUNTIMES, VERIFY_FILE, AllTasksMethod,
-                                    BundleError, ExecuTorchSection, FileEntry, Manifest,
-                                    OnnxRuntimeSection, TaskEntry, TokenizerSettings, Trunk,
-                                    adapter_text, write_manifest)
 from palkit.export.options import QUANTS, TARGETS, ExportOptions
 from palkit.export.programs import PAD_OUTPUTS
-from palkit.export.runtime import load_bundle
-from palkit.export.signing import SIGNATURE_FILE, check_signing_key, sign_bundle
 from palkit.export.verify import (BUILTIN_SENTENCES, encode_texts, gated_export, summary,
                                   verify_bundle)
 from palkit.quant.mixed import keep_in_float
+from palkit.runtime.bundle import load_bundle
+from palkit.runtime.manifest import (IO, MANIFEST_FILE, RUNTIMES, VERIFY_FILE, AllTasksMethod,
+                                     BundleError, ExecuTorchSection, FileEntry, Manifest,
+                                     OnnxRuntimeSection, TaskEntry, TokenizerSettings, Trunk,
+                                     adapter_text, write_manifest)
+from palkit.runtime.signing import SIGNATURE_FILE, check_signing_key, sign_bundle
 from palkit.trainer.checkpoint import (TRUNK_WEIGHTS, load_model, read_json, resolve_model_dir,
                                        separate_models)
 from palkit.trainer.model import PalConfig
@@ -87,7 +87,7 @@ def calibration_inputs(model, max_len: int, tokenizer) -> list[tuple[torch.Tenso
 def export_run(run: Path, out: Path, opts: ExportOptions = ExportOptions(),
                log: Log = say) -> list[Path]:
     """Export a run (or a --mode separate run: one bundle per model under `out`). With
-    `opts.sign_key`, each bundle is signed (model.sig, export/signing.py) before it is
+    `opts.sign_key`, each bundle is signed (model.sig, runtime/signing.py) before it is
     published."""
     run, out = Path(run), Path(out)
     if opts.sign_key is not None:

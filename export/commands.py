@@ -15,11 +15,12 @@ import typer
 from palkit.core.errors import PalkitError
 from palkit.core.options import SCORING, DataDirOption, TrustKeyOption
 from palkit.export.gate import MAX_FLOAT_LAYERS, Gate
-from palkit.export.manifest import RUNTIMES
 from palkit.export.options import QUANTS, TARGETS, ExportOptions
+from palkit.runtime.manifest import RUNTIMES
 
 if TYPE_CHECKING:
-    from palkit.export.runtime import Bundle, Engine
+    from palkit.runtime.bundle import Bundle
+    from palkit.runtime.engine import Engine
 
 app = typer.Typer()
 EXPORT, RUN, TRUST = "Export", "Run a bundle", "Trust"
@@ -97,7 +98,7 @@ def export(
 ) -> None:
     """Quantize and export a run to a verified bundle (ExecuTorch and/or ONNX Runtime).
 
-    The bundle (see export/BUNDLE.md) holds one shared trunk file per runtime plus one small file
+    The bundle (see runtime/BUNDLE.md) holds one shared trunk file per runtime plus one small file
     per task, verified against PyTorch before it is published.
     """
     from palkit.export.bundle import add_adapter, export_run
@@ -123,7 +124,7 @@ def export(
 
 def summarize(path: Path) -> None:
     """The bundle's files and its verification, as written to manifest.json / verify.json."""
-    from palkit.export.manifest import VERIFY_FILE, read_manifest
+    from palkit.runtime.manifest import VERIFY_FILE, read_manifest
 
     manifest = read_manifest(path)
     for rel, f in sorted(manifest.files.items()):
@@ -152,7 +153,7 @@ def _open_bundle(folder: Path, runtime: str | None, tasks: list[str] | None,
                  trust_key: Path | None) -> tuple["Bundle", float]:
     """Check the bundle (signature when a key is trusted, manifest, the files of `runtime` and
     `tasks`) without importing any runtime; returns it and the milliseconds it took."""
-    from palkit.export.runtime import load_bundle
+    from palkit.runtime.bundle import load_bundle
 
     t0 = time.perf_counter()
     loaded = load_bundle(folder, runtime=runtime, tasks=tasks, trust_key=trust_key)
@@ -161,11 +162,11 @@ def _open_bundle(folder: Path, runtime: str | None, tasks: list[str] | None,
 
 def _start_engine(loaded: "Bundle", runtime: str | None,
                   threads: int) -> tuple["Engine", float, float]:
-    """Import the runtime as its runner would (export/engines.py), timed apart so that "loaded
+    """Import the runtime as its runner would (runtime/runners.py), timed apart so that "loaded
     in" is loading, then load the bundle's trunk on it: (engine, load ms, import ms)."""
-    from palkit.export.engines import import_runtime
-    from palkit.export.runtime import Engine
-    from palkit.ui.quiet import native_stderr_filtered
+    from palkit.core.quiet import native_stderr_filtered
+    from palkit.runtime.engine import Engine
+    from palkit.runtime.runners import import_runtime
 
     runtime = runtime or loaded.runtimes[0]
     t0 = time.perf_counter()
@@ -196,7 +197,7 @@ def predict(
     Every input is checked before a runtime is imported; "loaded in" is the time to check and
     load the bundle, the runtime's import shown apart.
     """
-    from palkit.export.inputs import InputError, check_task_reads, check_texts, needs, tasks_for
+    from palkit.runtime.inputs import InputError, check_task_reads, check_texts, needs, tasks_for
     from palkit.ui.tables import predictions_table
 
     if (task is None) == (not all_):
@@ -304,7 +305,7 @@ def results(
 ) -> None:
     """Score a finished run on dev and test into a results table (JSON and its Markdown)."""
     from palkit.core.options import resolve_data_dir
-    from palkit.export.manifest import read_manifest
+    from palkit.runtime.manifest import read_manifest
     from palkit.trainer.results import canonical_command, record, run_facts
     from palkit.trainer.scoring import score_run
     from palkit.trainer.tasks import resolve_tasks
@@ -337,7 +338,7 @@ def verify(
     Refuses an unsigned bundle, one signed by another key, an edited manifest, and any file
     added, removed or changed after signing, with one line naming the file.
     """
-    from palkit.export.signing import SIGNATURE_FILE, resolve_trust_key, verify_bundle_signature
+    from palkit.runtime.signing import SIGNATURE_FILE, resolve_trust_key, verify_bundle_signature
 
     key = resolve_trust_key(trust_key)
     if key is None:
@@ -353,7 +354,7 @@ def keygen(
     name: Annotated[str, typer.Option(help="file name stem")] = "palkit",
 ) -> None:
     """Make an ECDSA P-256 key pair for signing bundles (NAME.key.pem private, NAME.pub.pem)."""
-    from palkit.export.signing import generate_keypair
+    from palkit.runtime.signing import generate_keypair
 
     folder.mkdir(parents=True, exist_ok=True)
     for existing in (folder / f"{name}.key.pem", folder / f"{name}.pub.pem"):

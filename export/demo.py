@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import sys
 
-from palkit.export.inputs import PAIR_SEPARATOR, InputError, needs, split_line, tasks_for
-from palkit.export.runtime import BundleError, Engine
+from palkit.runtime.engine import Engine
+from palkit.runtime.inputs import PAIR_SEPARATOR, InputError, needs, split_line, tasks_for
+from palkit.runtime.manifest import BundleError
 
 QUIT = (":quit", ":q", ":exit")
 

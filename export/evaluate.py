@@ -4,8 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from palkit.export.manifest import MANIFEST_FILE, BundleError
-from palkit.export.runtime import Engine, load_bundle
+from palkit.runtime.bundle import load_bundle
+from palkit.runtime.engine import Engine
+from palkit.runtime.manifest import MANIFEST_FILE, BundleError
 from palkit.ui.progress import track
 
 

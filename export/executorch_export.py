@@ -4,7 +4,7 @@ weights file, `<task>.safetensors`.
 The programs (TaskSlotProgram) take every task-specific matrix as a method input, so adding a
 task writes its weights file and no program. `all_tasks.pte` is a program of its own because a
 runtime plans one program's activation memory for its largest method. The trunk's constants go
-to trunk.ptd, which both programs read. Design and layout: export/BUNDLE.md.
+to trunk.ptd, which both programs read. Design and layout: runtime/BUNDLE.md.
 
 Lowering is single-threaded Python (most of it ExecuTorch's per-partition XNNPACK passes): a
 minute or more of CPU per method for a MiniLM, the same for 3 tasks or 30.
@@ -20,9 +20,9 @@ from typing import Any
 import torch
 from torch.fx.passes.infra.pass_base import PassResult
 
-from palkit.export.manifest import TEXT_INPUTS, adapter_record
 from palkit.export.programs import TaskSlotProgram, task_tensors
 from palkit.quant.weights import quantize_rows
+from palkit.runtime.manifest import TEXT_INPUTS, adapter_record
 from palkit.trainer.model import PalBert, PalConfig
 from palkit.ui.progress import say
 
@@ -85,7 +85,7 @@ def method_name(pal: PalConfig | None, model: PalBert) -> str:
 
 
 def adapter_of(pal: PalConfig | None) -> dict[str, Any]:
-    """What the manifest records of a task's adapter (export/manifest.py reads it)."""
+    """What the manifest records of a task's adapter (runtime/manifest.py reads it)."""
     return adapter_record(pal.to_dict() if pal is not None else None)
 
 

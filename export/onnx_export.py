@@ -21,8 +21,8 @@ import numpy as np
 import torch
 
 from palkit.export import onnx_ops
-from palkit.export.manifest import TEXT_INPUTS
 from palkit.export.programs import SwappableTrunk, adapter_tensors
+from palkit.runtime.manifest import TEXT_INPUTS
 from palkit.trainer.model import PalBert, PalConfig
 
 OPSET = 17

@@ -185,7 +185,7 @@ class SwappableTrunk(nn.Module):
 class BmmLinear(nn.Module):
     """A task's nn.Linear in the ExecuTorch program: x·W + b for B stacked tasks, with W
     [B, in, out] and b [B, 1, out] method inputs (B = 1 for one task). A 3-D input weight read
-    by bmm stays inside the XNNPACK delegate; as a 2-D mm it falls out of it (export/BUNDLE.md)."""
+    by bmm stays inside the XNNPACK delegate; as a 2-D mm it falls out of it (runtime/BUNDLE.md)."""
 
     def __init__(self, bound: dict[str, tuple[torch.Tensor, torch.Tensor]], path: str):
         super().__init__()

@@ -22,8 +22,9 @@ from palkit.export.gate import CONFIDENCE, FP32_TOLERANCE, Gate
 from palkit.export.gate_stats import (compare, drop_bound, failure, is_close, refuses,
                                       unresolved_note)
 from palkit.export.programs import reference_outputs
-from palkit.export.runtime import Engine, read_bundle
 from palkit.export.sqnr import POINTED_DB, TASK_LAYERS_INT8, layer_sqnr, layer_table, pointed_layers
+from palkit.runtime.bundle import read_bundle
+from palkit.runtime.engine import Engine
 from palkit.ui.progress import say
 
 Log = Callable[[str], None]

@@ -10,7 +10,7 @@ runtimes) on one fixed input. The parent imports the runtimes but never runs the
 child starts from the same untouched state. ExecuTorch files are loaded at both program
 verification levels (the same mutations): `Minimal` (the pybindings' `_load_program` default,
 what bench/worker.py uses) and `InternalConsistency` (`Runtime.load_program`'s default, what
-export/engines.py uses). Outcomes:
+runtime/runners.py uses). Outcomes:
 
   clean_error        the runtime raised an exception (what palkit turns into a BundleError)
   loaded_same        loaded and ran; outputs equal the intact file's
@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from fuzz.parsers import merge_results
-from palkit.export.manifest import TEXT_INPUTS
+from palkit.runtime.manifest import TEXT_INPUTS
 
 STRATEGIES = ("flip8_head", "flip8_any", "truncate", "zero64")
 LEVELS = ("Minimal", "InternalConsistency")  # ExecuTorch program verification
@@ -88,8 +88,8 @@ class Loader:
         import onnxruntime
 
         from palkit.bench.worker import synthetic_input
-        from palkit.export.engines import executorch_lib
-        from palkit.export.manifest import read_manifest
+        from palkit.runtime.manifest import read_manifest
+        from palkit.runtime.runners import executorch_lib
 
         self.bundle, self.manifest = bundle, read_manifest(bundle)
         self.et = executorch_lib() if "executorch" in self.manifest.runtimes else None
@@ -113,7 +113,7 @@ class Loader:
         if runtime == "executorch":
             import torch
 
-            from palkit.export.engines import read_task_weights
+            from palkit.runtime.runners import read_task_weights
             section = self.manifest.runtimes["executorch"]
             program = self.et._load_program(str(root / section.program),
                                             data_path=str(root / section.trunk_data),
@@ -262,7 +262,7 @@ def mutate_file(loader: Loader, root: Path, rel: str, level: str | None, n: int,
 
 
 def default_files(bundle: Path) -> list[str]:
-    from palkit.export.manifest import read_manifest
+    from palkit.runtime.manifest import read_manifest
     m = read_manifest(bundle)
     task = m.tasks[0]
     files = []

@@ -99,7 +99,7 @@ def structured_or_raw(data: bytes, seed: Any) -> bytes:
 
 class ManifestTarget:
     def __init__(self) -> None:
-        from palkit.export import manifest
+        from palkit.runtime import manifest
         self.m = manifest
         self.folder = scratch()
         self.seed = json.loads((SEEDS / "manifest" / "real.json").read_text())
@@ -180,8 +180,8 @@ class TaskDataTarget:
 
 class TokenizerTarget:
     def __init__(self) -> None:
-        from palkit.export.manifest import TokenizerSettings
-        from palkit.export.tokenizer import Tokenizer
+        from palkit.runtime.manifest import TokenizerSettings
+        from palkit.runtime.tokenizer import Tokenizer
         vocab = SEEDS / "tokenizer" / "vocab.txt"
         self.size = len(vocab.read_text(encoding="utf-8").splitlines())
         self.tokenizers = {n: Tokenizer(TokenizerSettings("vocab.txt", True, True, n, "[CLS]",
@@ -212,7 +212,7 @@ class SignatureTarget:
     """The signature file of a bundle, read by export.signing before anything else."""
 
     def __init__(self) -> None:
-        from palkit.export import signing
+        from palkit.runtime import signing
         self.signing = signing
         self.folder = scratch() / "bundle"
         shutil.copytree(GOLDEN / "valid", self.folder)
@@ -230,7 +230,7 @@ TARGETS: dict[str, Callable[[], Callable[[bytes], None]]] = {
     "manifest": ManifestTarget, "config": ConfigTarget, "task_spec": TaskSpecTarget,
     "task_data": TaskDataTarget, "tokenizer": TokenizerTarget, "signature": SignatureTarget}
 # The palkit modules each target instruments for coverage.
-MODULES = {"manifest": ["palkit.export.manifest"],
+MODULES = {"manifest": ["palkit.runtime.manifest"],
            "config": ["palkit.trainer.config", "palkit.trainer.tasks"],
            "task_spec": ["palkit.trainer.tasks"], "task_data": ["palkit.trainer.data"],
-           "tokenizer": ["palkit.export.tokenizer"], "signature": ["palkit.export.signing"]}
+           "tokenizer": ["palkit.runtime.tokenizer"], "signature": ["palkit.runtime.signing"]}

@@ -33,14 +33,15 @@ import torch
 from palkit.core.fileio import write_json, write_text
 from palkit.core.options import resolve_data_dir
 from palkit.export.bundle import export_run
-from palkit.export.engines import set_executorch_threads
 from palkit.export.gate import Gate
 from palkit.export.gate_stats import compare, failure
-from palkit.export.manifest import MANIFEST_FILE
 from palkit.export.options import ExportOptions
-from palkit.export.runtime import Engine, load_bundle
 from palkit.export.verify import reference_batched, run_task
 from palkit.quant.onnx_int8 import quantize_trunk as palkit_quantize_trunk
+from palkit.runtime.bundle import load_bundle
+from palkit.runtime.engine import Engine
+from palkit.runtime.manifest import MANIFEST_FILE
+from palkit.runtime.runners import set_executorch_threads
 from palkit.trainer.checkpoint import load_model
 from palkit.trainer.data import read_examples
 

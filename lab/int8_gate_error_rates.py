@@ -79,8 +79,9 @@ def recorded(path: Path) -> dict[str, dict[str, Outputs]]:
 
 def live(bundle: Path, run: Path, data_dir: Path) -> dict[str, dict[str, Outputs]]:
     """Every runtime's and PyTorch fp32's outputs on all of dev, as export verifies them."""
-    from palkit.export.runtime import Engine, read_bundle
     from palkit.export.verify import Verifier, run_task
+    from palkit.runtime.bundle import read_bundle
+    from palkit.runtime.engine import Engine
     from palkit.trainer.checkpoint import load_model, resolve_model_dir
 
     loaded = read_bundle(bundle)

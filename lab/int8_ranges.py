@@ -12,7 +12,7 @@ weights, a balanced split, neighbouring weights' pairs bounded; only the first c
 2. ExecuTorch's int8 on the same run and CPU beside them (its default export, no gate);
 3. the first and last ONNX Runtime bundles (palkit's ranges before and now) again on the same
    token ids under `qemu-x86_64-static -cpu Haswell`
-   (AVX2, no VNNI) through palkit's own runtime layer (export/score_worker.py), on a stratified
+   (AVX2, no VNNI) through palkit's own runtime layer (runtime/score_worker.py), on a stratified
    sample of N dev examples a task: agreement with this host and the largest logit difference.
 This host's CPU flags say whether it has VNNI (on a host without, step 1 is the AVX2 figure).
 """
@@ -32,14 +32,15 @@ from palkit.core.host import cpu_model, int8_features
 from palkit.core.options import resolve_data_dir
 from palkit.export.arch_check import host_python_under_qemu, stratified_sample, worker_logits
 from palkit.export.bundle import export_run
-from palkit.export.engines import set_executorch_threads
 from palkit.export.gate import Gate
 from palkit.export.gate_stats import compare
 from palkit.export.options import ExportOptions
-from palkit.export.runtime import Engine, load_bundle
 from palkit.export.verify import reference_batched
 from palkit.quant import onnx_int8
 from palkit.quant.weights import ProductRanges
+from palkit.runtime.bundle import load_bundle
+from palkit.runtime.engine import Engine
+from palkit.runtime.runners import set_executorch_threads
 from palkit.trainer.checkpoint import load_model, resolve_model_dir
 
 CANDIDATES = {

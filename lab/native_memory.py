@@ -20,7 +20,7 @@ from palkit.bench.machine import host_machine
 from palkit.bench.native import measure_native
 from palkit.bench.scale import task_tensor_bytes
 from palkit.core.fileio import write_json, write_text
-from palkit.export.manifest import read_manifest
+from palkit.runtime.manifest import read_manifest
 
 
 def measure(work: Path) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """int8 for ExecuTorch/XNNPACK: dynamic-activation, per-channel symmetric int8 weights for every
 linear (pt2e with XNNPACKQuantizer) and weight-only int8 embedding tables (torchao).
 
-Used by export/executorch_export.py. Why each step is here: export/BUNDLE.md ("Design, and
+Used by export/executorch_export.py. Why each step is here: runtime/BUNDLE.md ("Design, and
 why") and docs/int8-gate.md.
 """
 from __future__ import annotations

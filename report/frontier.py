@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from palkit.bench.schema import p50_id
-from palkit.export.manifest import RUNTIMES
 from palkit.report.headline import REF_SEQ, REF_THREADS, task_p50
 from palkit.report.ingest import Measurements, ReportError, host_subjects
+from palkit.runtime.manifest import RUNTIMES
 from palkit.trainer.checkpoint import read_json
 
 ALL_LAYERS = "pals-annealed"     # the study's all-layer PAL configuration, the reference

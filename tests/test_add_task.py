@@ -178,7 +178,8 @@ def test_hybrid_executorch_bundle_matches_pytorch(hybrid_run: Path, hybrid_bundl
 
     from palkit.export.bundle import export_run
     from palkit.export.options import ExportOptions
-    from palkit.export.runtime import Engine, load_bundle
+    from palkit.runtime.bundle import load_bundle
+    from palkit.runtime.engine import Engine
 
     out, tasks = hybrid_bundle, ["sst", "quora", "cfimdb", "dup", "para"]
     m = json.loads((out / "manifest.json").read_text())
@@ -221,7 +222,8 @@ def test_a_later_task_of_a_known_placement_needs_no_lowering(hybrid_run: Path, t
     from palkit.export import executorch_export
     from palkit.export.bundle import ExportError, add_adapter, export_run
     from palkit.export.options import ExportOptions
-    from palkit.export.runtime import Engine, load_bundle
+    from palkit.runtime.bundle import load_bundle
+    from palkit.runtime.engine import Engine
 
     out = tmp_path / "bundle"
     export_run(hybrid_run, out,

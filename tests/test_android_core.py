@@ -2,7 +2,7 @@
 
 The Gradle/Android build cannot run on this machine; this compiles android_demo/core and its
 self-contained test runner with javac and runs them (the signature verifier against the golden
-vectors of export/signing.py included), runs a short smoke of the core's fuzzer, and checks the
+vectors of runtime/signing.py included), runs a short smoke of the core's fuzzer, and checks the
 files generated from the Hugging Face tokenizer are not stale. Without a JDK the Java tests are
 skipped, with the reason: a JDK is needed only for the app's core (and tests/test_native_jni.py),
 not for palkit itself.
@@ -22,7 +22,7 @@ from testing_utils import ANDROID_DEMO, HANG_GUARD_S, jdk_tool
 CORE = ANDROID_DEMO / "core"
 GOLDEN = CORE / "src/test/resources/tokenizer_golden.json"
 CHAR_TABLES = CORE / "src/main/java/io/palkit/core/tokenizer/BertCharTables.java"
-SIGNING = CORE / "src/test/resources/signing"  # golden vectors from export/signing.py
+SIGNING = CORE / "src/test/resources/signing"  # golden vectors from runtime/signing.py
 
 
 def _load_tool(name: str):
@@ -47,7 +47,7 @@ def _java(classes: Path, main: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_java_core_tests_pass(core_classes):
-    """Includes SignatureGoldenTest: every signature golden vector gives export/signing.py's
+    """Includes SignatureGoldenTest: every signature golden vector gives runtime/signing.py's
     verdict (expected.json), full and manifest-only, naming the same file."""
     run = _java(core_classes, "io.palkit.core.TestMain")
     assert run.returncode == 0, f"Java core tests failed:\n{run.stdout[-6000:]}{run.stderr[-2000:]}"

@@ -238,7 +238,7 @@ def test_input_mistakes_fail_before_any_runtime_is_imported(et_bundle, tmp_path)
 
 
 def test_typed_lines_one_rule_for_predict_and_demo():
-    from palkit.export.inputs import InputError, check_texts, split_line
+    from palkit.runtime.inputs import InputError, check_texts, split_line
     assert split_line("a ||| b", "line 1") == check_texts(["a", "b"])
     assert split_line(" just one ", "line 1").second is None
     with pytest.raises(InputError, match=r"^line 4: 3 texts separated by '\|\|\|'"):
@@ -307,7 +307,7 @@ def test_keygen_sign_verify_and_trusted_loading(et_bundle, tiny_data, tmp_path, 
                                                 monkeypatch):
     import shutil
 
-    from palkit.export.signing import TRUST_KEY_ENV, sign_bundle
+    from palkit.runtime.signing import TRUST_KEY_ENV, sign_bundle
     monkeypatch.delenv(TRUST_KEY_ENV, raising=False)  # the key travels as a value, not by env
     assert cli.main(["keygen", str(tmp_path / "keys")]) == 0
     private, public = tmp_path / "keys" / "palkit.key.pem", tmp_path / "keys" / "palkit.pub.pem"
@@ -403,7 +403,7 @@ def test_export_summary_shows_the_gated_metric_change():
 
 
 def test_quiet_silences_the_peers_tracer_notes_and_keeps_other_warnings(monkeypatch):
-    from palkit.ui import quiet
+    from palkit.core import quiet
 
     for key in (quiet.VERBOSE_ENV, *quiet.QUIET_ENVIRONMENT):  # restored afterwards
         monkeypatch.setenv(key, "")

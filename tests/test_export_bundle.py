@@ -18,12 +18,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from palkit.export.bundle import ExportError, add_adapter, export_run
-from palkit.export.engines import executorch_lib
-from palkit.export.inputs import Texts
-from palkit.export.manifest import read_manifest
+from palkit.runtime.runners import executorch_lib
+from palkit.runtime.inputs import Texts
+from palkit.runtime.manifest import read_manifest
 from palkit.export.options import ExportOptions
 from palkit.export.programs import reference_outputs
-from palkit.export.runtime import BundleError, Engine, load_bundle
+from palkit.runtime.bundle import load_bundle
+from palkit.runtime.engine import Engine
+from palkit.runtime.manifest import BundleError
 from palkit.trainer.checkpoint import load_model, resolve_model_dir, sha256_file
 from testing_utils import REPO
 

@@ -20,7 +20,8 @@ from palkit.export.gate import Gate
 from palkit.export.gate_stats import (bootstrap_indices, compare, drop_bound, failure, interval,
                                       output_kl, unresolved_note)
 from palkit.export.options import ExportOptions
-from palkit.export.runtime import Engine, load_bundle
+from palkit.runtime.bundle import load_bundle
+from palkit.runtime.engine import Engine
 from palkit.export.sqnr import (fake_int8_activation, fake_int8_weight, fallback_candidates,
                                 layer_sqnr, pointed_layers)
 from palkit.export.verify import fall_back, reference_batched, verification_inputs

@@ -2,6 +2,7 @@
 a reader can hold, test modules that stand alone."""
 from __future__ import annotations
 
+import ast
 import re
 import tomllib
 from pathlib import Path
@@ -11,15 +12,20 @@ from testing_utils import REPO
 # What each of palkit's packages may import of palkit's own (README.md, "Layout"); cli.py
 # assembles them all.
 LAYERS = {
-    "core": set(), "ui": {"core"}, "quant": set(), "android_demo": set(),
-    "trainer": {"core", "ui"},
-    "export": {"core", "ui", "trainer", "quant", "android_demo"},
-    "bench": {"core", "ui", "trainer", "quant", "android_demo", "export"},
-    "report": {"core", "ui", "trainer", "export", "bench"},
+    "core": set(), "runtime": {"core"}, "ui": {"core"}, "quant": set(), "android_demo": set(),
+    "trainer": {"core", "ui", "runtime"},
+    "export": {"core", "runtime", "ui", "trainer", "quant", "android_demo"},
+    "bench": {"core", "runtime", "ui", "trainer", "quant", "android_demo", "export"},
+    "report": {"core", "runtime", "ui", "trainer", "export", "bench"},
     "studies": {"core", "ui", "trainer"},
 }
 OURS = "|".join([*LAYERS, "cli"])
 MAX_LINES = 500
+# The bundle runtime runs where only onnxruntime, numpy and tokenizers are installed (the arm64
+# Python under qemu): none of these at module level, where every importer would pay for them.
+RUNTIME_FORBIDS = {"torch", "typer", "rich"}
+# The root folder is the package: any other .py there would ship as palkit.<name>.
+ROOT_MODULES = {"__init__.py", "cli.py"}
 
 
 def package_modules() -> list[Path]:
@@ -52,6 +58,33 @@ def test_layers_import_downward_only():
             wrong += [f"{path.relative_to(REPO)} imports palkit.{p}"
                       for p in palkit_imports(path) - LAYERS[package] - {package}]
     assert not wrong
+
+
+def module_level_imports(path: Path) -> set[str]:
+    """Top-level names imported when the module loads (not inside functions or classes)."""
+    found: set[str] = set()
+    body = list(ast.parse(path.read_text()).body)
+    while body:
+        node = body.pop()
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module.split(".")[0])
+        elif isinstance(node, (ast.If, ast.Try, ast.With)):  # still run at import
+            body += [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", []),
+                     *[b for h in getattr(node, "handlers", []) for b in h.body]]
+    return found
+
+
+def test_the_runtime_imports_no_torch_typer_or_rich_at_module_level():
+    heavy = {str(p.relative_to(REPO)): sorted(module_level_imports(p) & RUNTIME_FORBIDS)
+             for p in sorted((REPO / "runtime").glob("*.py"))}
+    assert {k: v for k, v in heavy.items() if v} == {}
+    assert heavy  # the rule looked at the runtime's modules
+
+
+def test_no_stray_module_at_the_root():
+    assert {p.name for p in REPO.glob("*.py")} == ROOT_MODULES
 
 
 def test_our_code_is_imported_through_the_namespace_only():

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from palkit.export.manifest import (FORMAT, IO, VERSION, AllTasksMethod, BundleError,
-                                    ExecuTorchSection, FileEntry, Manifest, OnnxRuntimeSection,
-                                    TaskEntry, TokenizerSettings, Trunk, read_manifest,
-                                    write_manifest)
+from palkit.runtime.manifest import (FORMAT, IO, VERSION, AllTasksMethod, BundleError,
+                                     ExecuTorchSection, FileEntry, Manifest, OnnxRuntimeSection,
+                                     TaskEntry, TokenizerSettings, Trunk, read_manifest,
+                                     write_manifest)
 
 SHA = "ab" * 32
 

@@ -28,8 +28,9 @@ import torch
 
 from palkit.android_demo.host import native_host
 from palkit.bench.native import NativePathError, measure_native
-from palkit.export.runtime import Engine, load_bundle
-from palkit.export.signing import SIGNATURE_FILE, generate_keypair, sign_bundle
+from palkit.runtime.bundle import load_bundle
+from palkit.runtime.engine import Engine
+from palkit.runtime.signing import SIGNATURE_FILE, generate_keypair, sign_bundle
 from testing_utils import REPO, assert_logits_match, harness
 
 TEXT, PAIR = "the movie was good", "a man is running"

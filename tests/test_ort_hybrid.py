@@ -16,12 +16,13 @@ import torch
 
 from palkit.export.bundle import ExportError, add_adapter, export_run
 from palkit.export.gate import Gate
-from palkit.export.manifest import BundleError, read_manifest, write_manifest
 from palkit.export.options import ExportOptions
 from palkit.export.programs import (adapter_in_graph, adapter_tensors, fits_graph, graph_pal,
                                     reference_outputs)
-from palkit.export.runtime import Engine, load_bundle
 from palkit.quant.weights import quantize_rows
+from palkit.runtime.bundle import load_bundle
+from palkit.runtime.engine import Engine
+from palkit.runtime.manifest import BundleError, read_manifest, write_manifest
 from palkit.trainer.checkpoint import load_model, sha256_file
 from palkit.trainer.model import PalConfig
 
@@ -144,7 +145,7 @@ def test_head_only_task_runs_the_plain_trunk(ort_hybrid: Path, model):
 
 @pytest.mark.slow
 def test_all_tasks_on_onnxruntime_run_one_by_one(ort_hybrid: Path, model):
-    from palkit.export.inputs import Texts
+    from palkit.runtime.inputs import Texts
     engine = Engine(load_bundle(ort_hybrid), "onnxruntime")
     assert engine.all_tasks_program() is None
     single = engine.predict_all(Texts("the movie was good", None))

@@ -50,7 +50,8 @@ def test_any_placement_trains_exports_and_runs_on_both_runtimes(tmp_path, tiny_b
 
     from palkit.export.bundle import export_run
     from palkit.export.options import ExportOptions
-    from palkit.export.runtime import Engine, load_bundle
+    from palkit.runtime.bundle import load_bundle
+    from palkit.runtime.engine import Engine
     from palkit.trainer.checkpoint import load_model, resolve_model_dir
     from palkit.trainer.train import train
 

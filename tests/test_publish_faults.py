@@ -156,7 +156,7 @@ def test_an_epochs_best_model_and_checkpoint_appear_together_at_every_crash(
 def test_bundle_survives_a_crash_at_every_step(tmp_path, monkeypatch, tiny_pal_run, tiny_data):
     from palkit.export.bundle import export_run
     from palkit.export.options import ExportOptions
-    from palkit.export.runtime import load_bundle
+    from palkit.runtime.bundle import load_bundle
 
     pristine = tmp_path / "pristine"
     export_run(tiny_pal_run, pristine / "bundle",

@@ -1,4 +1,4 @@
-"""Signed bundles (export/signing.py): the OpenSSF Model Signing format, palkit's own verifier
+"""Signed bundles (runtime/signing.py): the OpenSSF Model Signing format, palkit's own verifier
 against the model-signing package's, the app's golden vectors, and the host loading paths:
 no runtime is reached with bytes the manifest, or the trusted signature, does not vouch for.
 
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from palkit.core.fileio import file_digest
-from palkit.export.manifest import BundleError, FileEntry, read_manifest, write_manifest
-from palkit.export.signing import (SIGNATURE_FILE, TRUST_KEY_ENV, SignatureError, generate_keypair,
+from palkit.runtime.manifest import BundleError, FileEntry, read_manifest, write_manifest
+from palkit.runtime.signing import (SIGNATURE_FILE, TRUST_KEY_ENV, SignatureError, generate_keypair,
                                    resolve_trust_key, sign_bundle, verify_bundle_signature)
 from testing_utils import REPO
 
@@ -260,7 +260,7 @@ def runtime_bundle(tmp_path: Path) -> Path:
 def executorch_stubbed(monkeypatch, runtimes_stubbed):
     """ExecuTorch's pybindings replaced by a stub recording each program it is asked to load,
     and each task weights file read."""
-    from palkit.export import engines
+    from palkit.runtime import runners
     class Program:
         def load_method(self, name):
             return name
@@ -277,8 +277,8 @@ def executorch_stubbed(monkeypatch, runtimes_stubbed):
         runtimes_stubbed.append(str(path))
         return ()
 
-    monkeypatch.setattr(engines, "executorch_lib", lambda: Lib())
-    monkeypatch.setattr(engines, "read_task_weights", read_task_weights)
+    monkeypatch.setattr(runners, "executorch_lib", lambda: Lib())
+    monkeypatch.setattr(runners, "read_task_weights", read_task_weights)
     return runtimes_stubbed
 
 
@@ -290,7 +290,8 @@ def test_engine_opens_only_checked_files(tmp_path, executorch_stubbed, runtime, 
     """predict / demo / evaluate: load_bundle + Engine. A task file altered after loading is
     refused when first used, before the runtime; intact, the runtime is reached (so the stub
     can fail this test)."""
-    from palkit.export.runtime import Engine, load_bundle
+    from palkit.runtime.bundle import load_bundle
+    from palkit.runtime.engine import Engine
 
     folder = runtime_bundle(tmp_path)
     engine = Engine(load_bundle(folder, runtime=runtime, tasks=[]), runtime)
@@ -310,7 +311,7 @@ def test_load_bundle_with_trusted_key_refuses_before_reading_the_manifest(
         tmp_path, runtimes_stubbed, monkeypatch):
     """A swapped file with a manifest rewritten to match passes every hash check; only the
     signature stops it, and it must stop it before a runtime (or the manifest parser) runs."""
-    import palkit.export.runtime as runtime_module
+    import palkit.runtime.bundle as runtime_module
 
     folder = runtime_bundle(tmp_path)
     load = runtime_module.load_bundle

@@ -16,10 +16,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from palkit.export.engines import load_executorch_program, read_task_weights
-from palkit.export.manifest import BundleError
+from palkit.runtime.runners import load_executorch_program, read_task_weights
+from palkit.runtime.manifest import BundleError
 from palkit.export.programs import task_tensors
-from palkit.export.runtime import Engine, load_bundle
+from palkit.runtime.bundle import load_bundle
+from palkit.runtime.engine import Engine
 from palkit.quant.weights import quantize_rows
 from palkit.trainer.checkpoint import load_model, resolve_model_dir
 from testing_utils import HANG_GUARD_S

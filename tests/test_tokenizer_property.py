@@ -57,8 +57,8 @@ def test_java_tokenizer_matches_hugging_face(java_tokenizer, reference, tmp_path
 @given(st.lists(case, min_size=40, max_size=40))
 def test_host_tokenizer_matches_hugging_face(reference, cases):
     """The bundle's host tokenizer (tokenizers' pipeline, no transformers) equals HF's."""
-    from palkit.export.manifest import TokenizerSettings
-    from palkit.export.tokenizer import Tokenizer
+    from palkit.runtime.manifest import TokenizerSettings
+    from palkit.runtime.tokenizer import Tokenizer
 
     vocab, hf = reference
     for a, b, n in cases:

@@ -48,7 +48,7 @@ def test_the_wheel_installs_one_import_package(wheel: Path):
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names} == {"palkit", "palkit-0.1.0.dist-info"}
     # what the commands read at run time ships as package data; the app's dev tools do not
-    for shipped in ("palkit/export/BUNDLE.md", "palkit/studies/converged.toml",
+    for shipped in ("palkit/runtime/BUNDLE.md", "palkit/studies/converged.toml",
                     "palkit/android_demo/app/src/main/cpp/palkit_executorch_jni.cpp",
                     "palkit/android_demo/host/java/io/palkit/host/HostHarness.java",
                     "palkit/android_demo/core/src/main/java/io/palkit/core/bundle/Bundle.java"):

@@ -26,7 +26,7 @@ from transformers import BertConfig, BertModel, BertTokenizerFast
 
 from palkit.android_demo.host import native_host
 from palkit.core.fileio import KILL_ENV
-from palkit.export.signing import TRUST_KEY_ENV
+from palkit.runtime.signing import TRUST_KEY_ENV
 from palkit.trainer.config import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]

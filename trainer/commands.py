@@ -14,9 +14,10 @@ from typing import Annotated, Any, Literal, Optional
 import typer
 
 from palkit.core.options import TRAINING, DataDirOption
+from palkit.runtime.kinds import TASK_KINDS
 from palkit.trainer.config import (ADAPTERS, FIELD_TYPES, TrainConfig, build_config, config_fields,
                                    field_default, read_config_file)
-from palkit.trainer.tasks import TASK_KINDS, resolve_tasks
+from palkit.trainer.tasks import resolve_tasks
 
 app = typer.Typer()
 

@@ -10,9 +10,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from palkit.core.errors import ConfigError
+from palkit.runtime.kinds import KINDS, TASK_KINDS
 
-# The three kinds the model knows how to head and score.
-TASK_KINDS = ("single_classification", "pair_classification", "pair_regression")
 # Task names become folder and file names (run dirs, bundles, the app's menu).
 TASK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
@@ -37,7 +36,7 @@ class TaskSpec:
                              "with a letter or digit")
         if self.kind not in TASK_KINDS:
             raise ConfigError(f"{where}: kind '{self.kind}' is not one of {', '.join(TASK_KINDS)}")
-        want_texts = 1 if self.kind == "single_classification" else 2
+        want_texts = KINDS[self.kind].texts
         if len(self.text_columns) != want_texts:
             raise ConfigError(f"{where}: kind {self.kind} needs {want_texts} text column(s), "
                              f"got {list(self.text_columns)}")
@@ -49,11 +48,11 @@ class TaskSpec:
 
     @property
     def is_regression(self) -> bool:
-        return self.kind == "pair_regression"
+        return KINDS[self.kind].regression
 
     @property
     def is_pair(self) -> bool:
-        return self.kind != "single_classification"
+        return KINDS[self.kind].texts == 2
 
     @property
     def num_outputs(self) -> int:

@@ -67,9 +67,9 @@ CROSS_PYTHON = "3.11"
 CROSS_PYTHON_PACKAGES = ("python3.11-minimal", "libpython3.11-minimal", "libpython3.11-stdlib",
                          "libexpat1", "zlib1g", "libffi8", "libbz2-1.0", "liblzma5", "libcrypt1",
                          "libuuid1")
-# What palkit's runtime layer imports there, at the installed versions (the last four pure Python).
-CROSS_PYTHON_WHEELS = ("onnxruntime", "numpy", "tokenizers", "rich", "markdown-it-py", "mdurl",
-                       "pygments")
+# What palkit.runtime.score_worker loads there to score on ONNX Runtime, at the installed
+# versions (tests/test_runtime_layer.py holds this list to that import, torch, typer and rich blocked).
+CROSS_PYTHON_WHEELS = ("onnxruntime", "numpy", "tokenizers")
 
 
 class NativeBuildError(RuntimeError):

@@ -1,4 +1,4 @@
-"""The golden signing vectors that the app's Java verifier and palkit's (export/signing.py) both
+"""The golden signing vectors that the app's Java verifier and palkit's (runtime/signing.py) both
 test against: `python android_demo/tools/signing_vectors.py OUT_DIR`. Committed under
 android_demo/core/src/test/resources/signing/; the test keys are OUT_DIR/keys/, made when absent.
 
@@ -16,11 +16,11 @@ import sys
 from pathlib import Path
 
 from palkit.core.fileio import file_digest, write_bytes
-from palkit.export.manifest import (IO, MANIFEST_FILE, ExecuTorchSection, FileEntry, Manifest,
-                                    OnnxRuntimeSection, TaskEntry, TokenizerSettings, Trunk,
-                                    write_manifest)
-from palkit.export.signing import (SIGNATURE_FILE, SignatureError, generate_keypair, sign_bundle,
-                                   verify_bundle_signature)
+from palkit.runtime.manifest import (IO, MANIFEST_FILE, ExecuTorchSection, FileEntry, Manifest,
+                                     OnnxRuntimeSection, TaskEntry, TokenizerSettings, Trunk,
+                                     write_manifest)
+from palkit.runtime.signing import (SIGNATURE_FILE, SignatureError, generate_keypair, sign_bundle,
+                                    verify_bundle_signature)
 
 # Placeholders named .bin, not .pte/.ptd/.onnx*: no runtime may ever take them for models.
 GOLDEN_FILES = {"vocab.txt": b"[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\nfilm\n",

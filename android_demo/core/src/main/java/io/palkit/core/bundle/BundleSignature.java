@@ -32,7 +32,7 @@ import java.util.stream.Stream;
 /**
  * A bundle's {@code model.sig}: an OpenSSF Model Signing signature (Sigstore bundle v0.3, DSSE
  * envelope, ECDSA P-256 over SHA-256), checked with {@code java.security} only. The format and
- * the steps are those of export/BUNDLE.md's "model.sig" section, in the same order and with the
+ * the steps are those of runtime/BUNDLE.md's "model.sig" section, in the same order and with the
  * same reason codes and messages, so that the app and {@code palkit verify} refuse a bundle for
  * the same reason; the golden vectors in core/src/test/resources/signing/ hold both to it.
  *

@@ -4,7 +4,7 @@ import java.io.File;
 
 /**
  * A bundle refused by {@link BundleSignature}: the message is "FILE: what is wrong; what to do",
- * and {@link #reason} is the same code export/signing.py gives (unsigned, bad_format, wrong_key,
+ * and {@link #reason} is the same code runtime/signing.py gives (unsigned, bad_format, wrong_key,
  * bad_signature, manifest_changed, file_missing, file_changed, file_unsigned, bad_key).
  */
 public final class BundleSignatureException extends BundleException {

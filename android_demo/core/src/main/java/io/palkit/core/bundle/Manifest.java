@@ -4,7 +4,7 @@ import io.palkit.core.tokenizer.TokenizerConfig;
 import java.util.List;
 import java.util.Map;
 
-/** The parts of manifest.json the app uses (see export/BUNDLE.md). */
+/** The parts of manifest.json the app uses (see runtime/BUNDLE.md). */
 public final class Manifest {
     public static final String FORMAT = "palkit-bundle";
     /** 2: an ExecuTorch task is a weights file bound to the one program (1: a program per task). */

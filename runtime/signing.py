@@ -2,7 +2,7 @@
 any runtime, or even the manifest parser, sees a byte of the bundle.
 
 Signing uses the `model-signing` package (`pip install 'palkit[sign]'`). Verifying needs only
-`cryptography`: it is the format written out step by step (export/BUNDLE.md, "model.sig"), so
+`cryptography`: it is the format written out step by step (runtime/BUNDLE.md, "model.sig"), so
 that the Android app checks the very same steps with `java.security`.
 """
 from __future__ import annotations
@@ -16,9 +16,9 @@ import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from palkit.core.env import TRUST_KEY_ENV
 from palkit.core.fileio import file_digest, write_bytes
-from palkit.core.options import TRUST_KEY_ENV
-from palkit.export.manifest import MANIFEST_FILE, BundleError
+from palkit.runtime.manifest import MANIFEST_FILE, BundleError
 
 SIGNATURE_FILE = "model.sig"
 BUNDLE_MEDIA_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"

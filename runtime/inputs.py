@@ -9,8 +9,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from palkit.core.errors import PalkitError
-from palkit.export.manifest import BundleError, TaskEntry
-from palkit.export.tokenizer import check_text
+from palkit.runtime.manifest import BundleError, TaskEntry
+from palkit.runtime.tokenizer import check_text
 
 PAIR_SEPARATOR = "|||"
 

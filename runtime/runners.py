@@ -1,7 +1,7 @@
 """palkit's one runtime layer: how ExecuTorch and ONNX Runtime files are opened and run.
 
 Everything that runs a model file goes through here -- predict, demo, evaluate, export's
-verification (through export/runtime.py's Engine), bench's worker and the fuzzer (through the
+verification (through runtime/engine.py's Engine), bench's worker and the fuzzer (through the
 loaders below) -- so what bench times is what predict runs.
 
 A `TaskRunner` reads every file through `bundle.path(rel)`, which checks its size and SHA-256
@@ -19,12 +19,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from palkit.export.manifest import BundleError, Manifest, TaskEntry
-from palkit.ui.quiet import native_stderr_filtered
+from palkit.core.quiet import native_stderr_filtered
+from palkit.runtime.manifest import BundleError, Manifest, TaskEntry
 
 
 class BundleFiles(Protocol):
-    """What a runner needs of a bundle (export/runtime.py's Bundle is one): its folder and
+    """What a runner needs of a bundle (runtime/engine.py's Bundle is one): its folder and
     manifest, its tasks by name, and each file's path once checked against the manifest."""
     folder: Path
     manifest: Manifest
@@ -214,6 +214,7 @@ class ExecuTorchRunner(TaskRunner):
             return super().load_all()
         if self.all_method is None:
             import torch
+
             # one group per placement, in order; a group's inputs each stacked over its tasks
             groups: dict[str, list[str]] = {}
             for t in spec.tasks:

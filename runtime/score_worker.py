@@ -3,11 +3,11 @@ other CPUs (export/arch_check.py) runs it under qemu on a pinned CPU model, in a
 that may have nothing but the runtime and numpy (no torch; a folder holding `palkit` on
 PYTHONPATH).
 
-    python -m palkit.export.score_worker BUNDLE RUNTIME INPUTS.jsonl   # prints a JSON list of rows
+    python -m palkit.runtime.score_worker BUNDLE RUNTIME INPUTS.jsonl   # prints a JSON list of rows
 
 Each input line: {"task", "input_ids", "token_type_ids"}, one unpadded sequence (mask all ones),
 as the app's HostHarness `score` takes them. The caller checked the bundle's signature; this
-process checks every file's size and SHA-256 as it loads it (export/runtime.py).
+process checks every file's size and SHA-256 as it loads it (runtime/engine.py).
 """
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from palkit.export.runtime import Engine, read_bundle
+from palkit.runtime.bundle import read_bundle
+from palkit.runtime.engine import Engine
 
 
 def score(bundle: Path, runtime: str, inputs: Path) -> list[list[float]]:

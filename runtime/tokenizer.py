@@ -6,13 +6,13 @@ assembles (tests/test_tokenizer_property.py holds the two equal on arbitrary tex
 bundle never imports transformers (about a second of start-up)."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from palkit.export.manifest import BundleError, TokenizerSettings
-from palkit.ui.progress import say
+from palkit.runtime.manifest import BundleError, TokenizerSettings
 
 
 def wordpiece(settings: TokenizerSettings, vocab: Path) -> Any:
@@ -59,8 +59,8 @@ class Tokenizer:
             raise BundleError(f"max_length {self.max_length} cannot hold two texts; re-export "
                               "with --max-len 3 or more")
         if warn and full > self.max_length:
-            say(f"warning: input is {full} tokens; truncated to the bundle's max length "
-                f"{self.max_length}")
+            print(f"warning: input is {full} tokens; truncated to the bundle's max length "
+                  f"{self.max_length}", file=sys.stderr)
         ids = np.asarray([enc.ids], dtype=np.int64)
         return ids, np.ones_like(ids), np.asarray([enc.type_ids], dtype=np.int64)
 

@@ -1,4 +1,4 @@
-"""manifest.json, the bundle's contract (export/BUNDLE.md), as typed dataclasses.
+"""manifest.json, the bundle's contract (runtime/BUNDLE.md), as typed dataclasses.
 
 This module is the only code that reads or writes manifest.json, and the one place that checks
 its format name and version:
@@ -20,7 +20,7 @@ from typing import Any
 
 from palkit.core.errors import PalkitError
 from palkit.core.fileio import write_json
-from palkit.trainer.tasks import TASK_KINDS
+from palkit.runtime.kinds import KINDS, TASK_KINDS
 
 FORMAT = "palkit-bundle"
 # 2: ExecuTorch tasks are weights files bound to one trunk program (1: a program per task)
@@ -63,11 +63,11 @@ class TaskEntry:
 
     @property
     def is_pair(self) -> bool:
-        return self.kind != "single_classification"
+        return KINDS[self.kind].texts == 2
 
     @property
     def is_regression(self) -> bool:
-        return self.kind == "pair_regression"
+        return KINDS[self.kind].regression
 
 
 @dataclass(frozen=True)
