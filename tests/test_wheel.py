@@ -1,14 +1,17 @@
 """palkit as its users get it: the wheel, installed into a fresh virtual environment outside the
 checkout, runs the whole path on tiny data from a folder that is not the checkout.
 
-The venv sees this environment's packages (`--system-site-packages`: no network) and the wheel
-is installed with `--no-deps`; every command runs with the checkout nowhere on sys.path, so a
-module reaching into the checkout (a file beside the package, lab/, a PYTHONPATH) fails here.
+The wheel is built from a copy of the tree (a build writes build/ and egg-info into the package
+folder) and installed with `--no-deps` into a venv that sees the packages of the interpreter
+running this suite, wherever they are installed (system-wide, a venv, the user's site): no
+network. Every command runs with the checkout nowhere on sys.path, so a module reaching into the
+checkout (a file beside the package, lab/, a PYTHONPATH) fails here.
 """
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -22,11 +25,23 @@ from testing_utils import HANG_GUARD_S, REPO
 pytestmark = pytest.mark.slow
 
 
+# Not part of the package: outputs, caches and what builds leave behind.
+NOT_SOURCE = shutil.ignore_patterns(".git", "build", "*.egg-info", "__pycache__", ".pytest_cache",
+                                    "runs", "bundles", "reports", "results", "node_modules")
+
+
+def site_folders() -> list[str]:
+    """Where this interpreter's packages are installed: its sys.path's site folders."""
+    return [p for p in sys.path if Path(p).name in ("site-packages", "dist-packages")
+            and Path(p).is_dir() and not Path(p).resolve().is_relative_to(REPO)]
+
+
 @pytest.fixture(scope="session")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
+    source, out = tmp_path_factory.mktemp("source") / "palkit", tmp_path_factory.mktemp("wheel")
+    shutil.copytree(REPO, source, ignore=NOT_SOURCE, symlinks=True)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-                    "--no-build-isolation", "--wheel-dir", str(out), str(REPO)],
+                    "--no-build-isolation", "--wheel-dir", str(out), str(source)],
                    check=True, capture_output=True, timeout=HANG_GUARD_S)
     (path,) = out.glob("palkit-*.whl")
     return path
@@ -34,10 +49,16 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv with the wheel installed; its bin/ folder."""
+    """A fresh venv with the wheel installed; its bin/ folder. A .pth file puts this
+    interpreter's site folders after the venv's own (`--system-site-packages` would give the base
+    interpreter's, not an active venv's); their own .pth files do not run, so an editable install
+    of the checkout stays out."""
     folder = tmp_path_factory.mktemp("venv")
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(folder)],
-                   check=True, timeout=HANG_GUARD_S)
+    subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True, timeout=HANG_GUARD_S)
+    own = subprocess.run([str(folder / "bin/python"), "-c",
+                          "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                         check=True, capture_output=True, text=True).stdout.strip()
+    (Path(own) / "suite-packages.pth").write_text("\n".join(site_folders()) + "\n")
     subprocess.run([str(folder / "bin/python"), "-m", "pip", "install", "--quiet", "--no-deps",
                     "--no-index", str(wheel)], check=True, capture_output=True,
                    timeout=HANG_GUARD_S)
