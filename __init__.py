@@ -1,9 +1,10 @@
 """palkit: one BERT trunk, swappable PAL adapters per task, quantized and exported for phones.
 
 The import package is this repository's root (pyproject.toml maps it): palkit.core (errors, file
-I/O, host facts, shared options), palkit.trainer, palkit.quant, palkit.export, palkit.bench,
-palkit.report, palkit.studies, palkit.ui, palkit.android_demo.host and palkit.cli. Importing it
-loads nothing heavy: the torch-free runtime worker imports palkit.export.runtime through it.
+I/O, host facts, shared options), palkit.runtime (the torch-free bundle runtime), palkit.trainer,
+palkit.quant, palkit.export, palkit.bench, palkit.report, palkit.studies, palkit.ui,
+palkit.android_demo.host and palkit.cli. Importing it loads nothing heavy: the runtime's score
+worker imports palkit.runtime through it where torch is not installed.
 """
 from __future__ import annotations
 

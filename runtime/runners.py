@@ -1,8 +1,9 @@
-"""palkit's one runtime layer: how ExecuTorch and ONNX Runtime files are opened and run.
+"""How ExecuTorch and ONNX Runtime files are opened and run: a `TaskRunner` per runtime, under
+runtime/engine.py's Engine.
 
 Everything that runs a model file goes through here -- predict, demo, evaluate, export's
-verification (through runtime/engine.py's Engine), bench's worker and the fuzzer (through the
-loaders below) -- so what bench times is what predict runs.
+verification (through the Engine), bench's worker and the fuzzer (through the loaders below) --
+so what bench times is what predict runs.
 
 A `TaskRunner` reads every file through `bundle.path(rel)`, which checks its size and SHA-256
 before first use, so a runner never loads a file the manifest does not vouch for.

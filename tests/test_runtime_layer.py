@@ -1,4 +1,4 @@
-"""The one runtime layer (runtime/runners.py): what every loader shares."""
+"""The bundle runtime (runtime/): what every loader shares, and what it may import."""
 from __future__ import annotations
 
 import json
