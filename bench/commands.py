@@ -10,7 +10,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from palkit.bench.options import DEFAULT_BENCH_OUT, DEFAULT_SCALE_OUT, BenchOptions, LatencyBudget
+from palkit.bench.options import (DEFAULT_BENCH_OUT, DEFAULT_SCALE_OUT, BenchOptions,
+                                  LatencyBudget, TimingPlan)
 from palkit.bench.schema import PEERS
 from palkit.core.options import MEASURE, DataDirOption, TrustKeyOption, comma_words
 from palkit.runtime.manifest import RUNTIMES
@@ -27,8 +28,16 @@ RoundsOption = Annotated[int, typer.Option(
     min=1, help="latency passes over all subjects, each a fresh process per subject; a figure is "
     "the median over them")]
 BlockOption = Annotated[int, typer.Option(
-    min=1, help="calls of one configuration in a row per round, the first untimed (it brings "
-    "the model's weights back into the caches after the others ran)")]
+    min=1, help="calls of one program in a row, the first untimed (it brings the model's weights "
+    "back into the caches after another ran): per latency round, and per side of a verdict pair")]
+MinProcessesOption = Annotated[int, typer.Option(
+    min=1, help="worker processes per runtime that time the verdict's paired ratios, at least")]
+MaxProcessesOption = Annotated[int, typer.Option(
+    min=1, help="and at most: more are added while a ratio's 95% interval is wider than ±3%")]
+PairsOption = Annotated[int, typer.Option(
+    min=1, help="pairs of blocks per verdict ratio and process (the sides in alternating order)")]
+MaxPairSecondsOption = Annotated[float, typer.Option(
+    min=0, help="paired timing beyond the minimum processes stops before it would pass this")]
 NativeOption = Annotated[bool, typer.Option(
     help="also measure PAL bundles' ExecuTorch files through the Android app's own C++ path (JNI "
     "over Module; needs a C++ compiler and a JDK)")]
@@ -68,6 +77,10 @@ def bench(
         DEFAULTS.timing.max_seconds,
     rounds: RoundsOption = DEFAULTS.rounds,
     block: BlockOption = DEFAULTS.timing.block,
+    min_processes: MinProcessesOption = DEFAULTS.timing_plan.min_processes,
+    max_processes: MaxProcessesOption = DEFAULTS.timing_plan.max_processes,
+    pairs: PairsOption = DEFAULTS.timing_plan.pairs,
+    max_pair_seconds: MaxPairSecondsOption = DEFAULTS.timing_plan.max_seconds,
     accuracy: Annotated[bool, typer.Option(help="score the bundles (as run by their runtime) "
                                            "and the --run models on --splits")] = True,
     splits: Annotated[str, typer.Option(metavar="SPLIT[,SPLIT]")] = _commas(DEFAULTS.splits),
@@ -104,6 +117,7 @@ def bench(
         peers=[] if peers == "none" else comma_words([peers], PEERS, "--peers"),
         threads=_ints(threads), seq_lens=_ints(seq_lens),
         timing=timing, rounds=rounds,
+        timing_plan=TimingPlan(min_processes, max_processes, pairs, max_pair_seconds),
         splits=comma_words([splits], ("dev", "test"), "--splits") if accuracy else [],
         data_dir=resolve_data_dir(data_dir) if accuracy else None,
         max_examples=max_examples, work=work, ceiling=ceiling, native=native,

@@ -1,19 +1,17 @@
 """Paired timing: the ratios the verdict quotes, each measured as two programs against each other.
 
 A machine's speed drifts (turbo, throttling, a neighbour on a shared VM): medians of processes
-taken minutes apart read identical programs 10-13% apart in one run (docs/benchmarking.md). Here
-both sides of a ratio are loaded in one worker process and called in alternating short blocks
-(A then B, then B then A, ...), so drift lands on both alike and cancels in each pair's ratio.
-Each ratio is timed in PROCESSES such processes, one after another (one per runtime times all
-of that runtime's ratios): a process's own layout (memory, caches, threads) shifts its ratio a
-little, by up to 5% in one of fifteen ExecuTorch A/A processes here, and that must show in the
-interval too; five processes keep one such process from widening it past +- 5% (three did not).
+taken minutes apart read identical programs 10-13% apart (docs/benchmarking.md). Here both sides
+of a ratio are loaded in one worker process and called in alternating short blocks (A then B,
+then B then A, ...), so drift lands on both alike and cancels in each pair's ratio. Each ratio
+is timed in several such processes (bench/plan.py decides how many): a process's own layout
+(memory, caches, threads) shifts its ratio a little, by up to 5% in one of fifteen ExecuTorch
+A/A processes here, and that must show in the interval too.
 
-The estimate is the Hodges-Lehmann median of all the pairs' log ratios (the median of their
-pairwise means, the Walsh averages): robust to the outlier blocks a busy machine produces (up to
-29% of them), deterministic. Its 95% interval is the wider of two: within processes, the
-Wilcoxon signed-rank interval of all pairs; between processes, a t interval over the processes'
-own estimates. docs/benchmarking.md says why, and why not others.
+The estimate is the Hodges-Lehmann median of all the pairs' log ratios (core/stats.py): robust to
+the outlier blocks a busy machine produces, deterministic. Its 95% interval is the wider of two:
+within processes, the Wilcoxon signed-rank interval of all pairs; between processes, a t interval
+over the processes' own estimates. docs/benchmarking.md says why, and why not others.
 
 Two pairs calibrate each run: an A/A pair (one program as both sides, two loads) and a pair of
 identical compute (a shared-trunk task, a head on the trunk, against the separate model of that
@@ -23,19 +21,18 @@ wider than CALIBRATION_WIDTH is flagged as noisy.
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass
-from statistics import NormalDist
 from typing import Any
 
-CONFIDENCE = 0.95
+from palkit.core.stats import hodges_lehmann, t_halfwidth
+from palkit.core.stats import t_975  # noqa: F401 - report/recommended.py's, until it imports core
+
 LEVEL_BAND = 0.03         # "level" when the interval lies within 1.00 +- 3%
 CALIBRATION_WIDTH = 0.05  # a calibration pair's interval wider than +- 5% flags a noisy run
-PROCESSES = 5             # worker processes per runtime, each timing all of its ratios
-PAIRS = 6                 # pairs of blocks per ratio and process (alternating order)
-BLOCK = 4                 # calls per block; the first refills the caches and is not kept
-# Student's t, 97.5th percentile, by degrees of freedom, where few degrees make it large
-T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306}
+# A ratio's interval is narrow enough when its half-width in log terms, log(high / low) / 2, is
+# at most log(1 + LEVEL_BAND): the interval spans at most its estimate x/ 1.03, the same
+# whichever side is the numerator, and one that meets it centred on 1.00 reads "level".
+TARGET_HALFWIDTH = math.log(1 + LEVEL_BAND)
 CALIBRATION = ("aa", "identical_compute")
 
 
@@ -59,43 +56,25 @@ class Pair:
                 f"/{self.den.subject}:{self.den.config}")
 
 
-def t_975(df: float) -> float:
-    """Student's t 97.5th percentile: the table up to 8 degrees of freedom, beyond it the
-    Cornish-Fisher expansion around the normal quantile (within 0.002 of the exact value)."""
-    whole = max(1, math.floor(df))
-    if whole in T_975:
-        return T_975[whole]
-    z = NormalDist().inv_cdf(0.975)
-    return (z + (z ** 3 + z) / (4 * whole) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * whole ** 2)
-            + (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / (384 * whole ** 3))
-
-
-def _hodges_lehmann(logs: list[float]) -> tuple[float, list[float]]:
-    """The median of the Walsh averages, and the Wilcoxon signed-rank 95% interval: the k-th
-    smallest to the k-th largest Walsh average, k the statistic's lower critical value (normal
-    approximation; fine from about 10 values)."""
-    n = len(logs)
-    walsh = sorted((logs[i] + logs[j]) / 2 for i in range(n) for j in range(i, n))
-    middle = len(walsh) // 2
-    centre = walsh[middle] if len(walsh) % 2 else (walsh[middle - 1] + walsh[middle]) / 2
-    z = NormalDist().inv_cdf(0.5 + CONFIDENCE / 2)
-    k = max(0, math.floor(n * (n + 1) / 4 - z * math.sqrt(n * (n + 1) * (2 * n + 1) / 24)))
-    return centre, [walsh[k], walsh[len(walsh) - 1 - k]]
-
-
 def paired_ratio(processes: list[tuple[list[float], list[float]]]) -> dict[str, Any]:
     """num/den from each process's paired block timings (num_ms, den_ms): the Hodges-Lehmann
     estimate over all pairs, and the wider of the within-process (Wilcoxon) and the
     between-process (t over the processes' own estimates) 95% intervals."""
     per_process = [[math.log(n / d) for n, d in zip(num, den)] for num, den in processes]
-    centre, (low, high) = _hodges_lehmann([x for logs in per_process for x in logs])
-    own = [_hodges_lehmann(logs)[0] for logs in per_process]
-    if len(own) > 1:
-        half = t_975(len(own) - 1) * statistics.stdev(own) / math.sqrt(len(own))
-        low, high = min(low, centre - half), max(high, centre + half)
-    return {"ratio": math.exp(centre), "interval": [math.exp(low), math.exp(high)],
+    pooled = hodges_lehmann([x for logs in per_process for x in logs])
+    own = [hodges_lehmann(logs).value for logs in per_process]
+    half = t_halfwidth(own)
+    low, high = min(pooled.interval[0], pooled.value - half), \
+        max(pooled.interval[1], pooled.value + half)
+    return {"ratio": math.exp(pooled.value), "interval": [math.exp(low), math.exp(high)],
             "pairs": sum(map(len, per_process)), "processes": len(own),
             "process_ratios": [math.exp(x) for x in own]}
+
+
+def log_halfwidth(interval: list[float]) -> float:
+    """Half the width of a ratio's interval in log terms (TARGET_HALFWIDTH's measure)."""
+    low, high = interval
+    return math.log(high / low) / 2
 
 
 def wording(interval: list[float]) -> str:

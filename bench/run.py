@@ -22,7 +22,7 @@ from typing import Any
 from palkit.bench.flops import model_flops
 from palkit.bench.machine import host_machine
 from palkit.bench.options import BenchOptions, LatencyBudget
-from palkit.bench.pairs import BLOCK, PAIRS, PROCESSES, Pair, paired_ratio, verdict_pairs
+from palkit.bench.plan import time_pairs
 from palkit.bench.schema import (SCHEMA, VERSION, BenchError, BenchFileError, latency_id,
                                  swap_and_memory, validate)
 from palkit.bench.subjects import Subject, discover
@@ -40,15 +40,13 @@ LOAD_REPEATS = 3     # load/swap/memory worker processes per subject
 
 @dataclass(frozen=True)
 class Job:
-    """One worker process: the ceiling at a thread count, a subject's load, its latency, or a
-    runtime's ratios, each timed as its two sides against each other (bench/pairs.py)."""
-    kind: str                    # ceiling | load | latency | native | pairs
+    """One worker process: the ceiling at a thread count, a subject's load or its latency (the
+    verdict's paired ratios follow their own plan: bench/plan.py)."""
+    kind: str                    # ceiling | load | latency | native
     threads: int
     seq_len: int
     subject: Subject | None = None
-    round: int = 0               # which --rounds pass (latency) or which process (pairs)
-    pairs: tuple[Pair, ...] = ()
-    sides: tuple[Subject, ...] = ()  # pairs: the subjects their sides run
+    round: int = 0               # which --rounds pass (latency)
 
 
 # ---- running workers ---------------------------------------------------------------------------
@@ -210,47 +208,8 @@ def record_native_path(job: Job, data: dict[str, Any], o: BenchOptions) -> None:
     say(f"{name} threads={job.threads} seq={job.seq_len}: {p50s(r['rows'])}")
 
 
-def record_pairs(job: Job, data: dict[str, Any], o: BenchOptions) -> None:
-    """One process's paired timing of one runtime's ratios (`finish_pairs` combines them)."""
-    r = run_worker({"mode": "pairs", "threads": job.threads, "seq_len": job.seq_len,
-                    "warmup": o.timing.warmup, "pairs": PAIRS, "block": BLOCK,
-                    "subjects": {s.name: s.worker_subject() for s in job.sides},
-                    "ratios": [{"id": p.id, "num": asdict(p.num), "den": asdict(p.den)}
-                               for p in job.pairs]},
-                   o.worker_timeout)
-    for pair in job.pairs:
-        entry = data["pairs"].setdefault(pair.id, {
-            "id": pair.id, "kind": pair.kind, "what": pair.what, "num": asdict(pair.num),
-            "den": asdict(pair.den), "threads": job.threads, "seq_len": job.seq_len,
-            "timings": [], "errors": []})
-        timing = r if "error" in r else r["ratios"][pair.id]
-        if "error" in timing:
-            entry["errors"].append(timing["error"])
-            say(f"{pair.what} (process {job.round + 1}): not measured: {timing['error']}")
-            continue
-        entry["timings"].append(timing)
-        own = paired_ratio([(timing["num_ms"], timing["den_ms"])])["ratio"]
-        say(f"{pair.what} (process {job.round + 1} of {PROCESSES}): {own:.3f}x")
-
-
-def finish_pairs(data: dict[str, Any]) -> None:
-    """Each ratio's estimate and interval over its processes (bench/pairs.py); a ratio none of
-    whose processes ran keeps the errors."""
-    finished = []
-    for entry in data["pairs"].values():
-        errors = entry.pop("errors")
-        if entry["timings"]:
-            entry.update(paired_ratio([(t["num_ms"], t["den_ms"]) for t in entry["timings"]]))
-            low, high = entry["interval"]
-            say(f"{entry['what']}: {entry['ratio']:.3f}x [{low:.3f}, {high:.3f}]")
-        else:
-            entry["error"] = errors[0]
-        finished.append(entry)
-    data["pairs"] = finished
-
-
 RECORD = {"ceiling": record_ceiling, "load": record_load, "latency": record_latency,
-          "native": record_native_path, "pairs": record_pairs}
+          "native": record_native_path}
 
 
 # ---- accuracy ----------------------------------------------------------------------------------
@@ -366,7 +325,7 @@ def bench(bundles: list[Path], runs: list[Path], out: Path,
     jobs = plan(subjects, o.threads, o.seq_lens, o.ceiling, o.native, o.rounds)
     for job in track(jobs, "bench"):
         RECORD[job.kind](job, data, o)
-    finish_pairs(data)
+    time_pairs(subjects, data, o, run_worker)
     data["results"] = merge_rounds(data["results"])
     if o.splits and o.data_dir is None:
         notes.append("accuracy skipped: no data directory")
@@ -389,10 +348,7 @@ def plan(subjects: list[Subject], threads: list[int], seq_lens: list[int], ceili
     for a PAL bundle's ExecuTorch files the app's native path in the same conditions. Latency
     runs in `rounds` passes over all subjects, each pass starting one subject later: one
     process's figures moved by up to 7% between bench runs, so a subject's figure is the median
-    of its processes, and no subject is always the one measured first. Last, the ratios the
-    verdict quotes at the reference condition (the fewest threads, the longest input): PROCESSES
-    passes, each one process per runtime timing all of that runtime's ratios, each pass starting
-    one ratio later."""
+    of its processes, and no subject is always the one measured first."""
     jobs = [Job("ceiling", n, 0) for n in threads] if ceiling else []
     for s in subjects:
         jobs.append(Job("load", min(threads), max(seq_lens), s))
@@ -401,16 +357,6 @@ def plan(subjects: list[Subject], threads: list[int], seq_lens: list[int], ceili
     for r in range(rounds):
         order = subjects[r % len(subjects):] + subjects[:r % len(subjects)]
         jobs += [Job("latency", n, seq, s, r) for s in order for n in threads for seq in seq_lens]
-    runtime_of = {s.name: s.runtime for s in subjects}
-    by_runtime: dict[str, list[Pair]] = {}
-    for p in verdict_pairs(subjects):
-        by_runtime.setdefault(runtime_of[p.num.subject], []).append(p)
-    for k in range(PROCESSES):
-        for ratios in by_runtime.values():
-            turn = tuple(ratios[k % len(ratios):] + ratios[:k % len(ratios)])
-            names = {name for p in turn for name in (p.num.subject, p.den.subject)}
-            jobs.append(Job("pairs", min(threads), max(seq_lens), round=k, pairs=turn,
-                            sides=tuple(s for s in subjects if s.name in names)))
     return jobs
 
 
@@ -462,10 +408,12 @@ def new_bench_data(machine: dict[str, Any], notes: list[str], o: BenchOptions) -
                                   "each block's first call untimed), three per subject for "
                                   "load/swap/memory (median times, the first one's memory), one "
                                   "per thread count for the ceiling, and for the ratios the "
-                                  f"verdict quotes {PROCESSES} per runtime, each timing all of "
-                                  "that runtime's ratios, a ratio's two sides in alternating "
-                                  f"blocks ({PAIRS} pairs of {BLOCK}-call blocks, each block's "
-                                  "first call untimed)",
+                                  f"verdict quotes at least {o.timing_plan.min_processes} per "
+                                  "runtime (more while an interval is wide: timing_plan), each "
+                                  "timing that runtime's ratios, a ratio's two sides in "
+                                  f"alternating blocks ({o.timing_plan.pairs} pairs of "
+                                  f"{o.timing.block}-call blocks, each block's first call "
+                                  "untimed)",
                      "input": "synthetic, every token attended, pair layout (types 0 then 1)"},
     }
 

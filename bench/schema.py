@@ -18,7 +18,14 @@ memory_rss_bytes belong to that bundle. A host file may describe several subject
 bundle, the three separate models, the peers): then every result row names its `subject`, and
 the optional `subjects` map holds each subject's own sizes, load, swap and memory figures in the
 same shapes as the top-level keys. Host files may also carry `ceiling` (matmul throughput),
-`flops`, `accuracy` and `notes`; readers ignore keys they do not know.
+`flops`, `accuracy`, `notes`, the verdict's paired ratios (`pairs`) and the plan that timed them
+(`timing_plan`, bench/plan.py; absent where no ratio was timed):
+
+    {"processes": int, "pairs": int, "block": int, "min_processes": int, "max_seconds": float,
+     "target_halfwidth": float, "stopped": "resolved" | "time cap" | "max processes",
+     "seconds": float}
+
+Readers ignore keys they do not know.
 """
 from __future__ import annotations
 
@@ -66,6 +73,9 @@ def swap_and_memory(runtime: str, swaps: dict[str, float], after_swap: dict[str,
 
 
 RESULT_KEYS = ("runtime", "config", "threads", "seq_len", "p50_ms", "p90_ms", "runs")
+PLAN_COUNTS = ("processes", "pairs", "block", "min_processes")
+PLAN_FIGURES = ("max_seconds", "target_halfwidth", "seconds")
+PLAN_STOPS = ("resolved", "time cap", "max processes")  # why the paired timing stopped
 MAP_KEYS = ("bundle", "load_ms", "swap_ms", "memory_rss_bytes")
 
 
@@ -100,6 +110,22 @@ def _check_map(where: str, value: Any, nullable: bool = False) -> None:
             _check_map(f"{where}.{k}", v, nullable)
         elif not (_is_number(v) or (nullable and v is None)):
             raise ValueError(f"{where}.{k} must be a number, got {v!r}")
+
+
+def _check_timing_plan(plan: Any) -> None:
+    if plan is None:
+        return
+    if not isinstance(plan, dict) or set(plan) != {*PLAN_COUNTS, *PLAN_FIGURES, "stopped"}:
+        raise ValueError("timing_plan must be an object with "
+                         f"{', '.join([*PLAN_COUNTS, *PLAN_FIGURES, 'stopped'])}")
+    for k in PLAN_COUNTS:
+        if not (isinstance(plan[k], int) and not isinstance(plan[k], bool) and plan[k] >= 0):
+            raise ValueError(f"timing_plan.{k} must be a non-negative integer")
+    for k in PLAN_FIGURES:
+        if not _is_number(plan[k]):
+            raise ValueError(f"timing_plan.{k} must be a number")
+    if plan["stopped"] not in PLAN_STOPS:
+        raise ValueError(f"timing_plan.stopped must be one of {', '.join(PLAN_STOPS)}")
 
 
 def validate(data: Any) -> None:
@@ -146,6 +172,7 @@ def validate(data: Any) -> None:
         if "error" not in pair and not (_is_number(pair.get("ratio"))
                                         and isinstance(pair.get("interval"), list)):
             raise ValueError(f"pairs[{i}] has neither a ratio with its interval nor an error")
+    _check_timing_plan(data.get("timing_plan"))
     subjects = data.get("subjects", {})
     if not isinstance(subjects, dict):
         raise ValueError("subjects must be an object")

@@ -303,7 +303,7 @@ def measure_pairs(spec: dict[str, Any]) -> dict[str, Any]:
     for ratio in spec["ratios"]:
         num, den = ratio["num"], ratio["den"]
         # one ratio that cannot run (a subject that fails to load, a refused configuration) must
-        # not cost the others their figures, as it did not when each ratio had its own process
+        # not cost the others in this process their figures
         try:
             fns = [side(num["subject"], 0).call(num["config"]),
                    side(den["subject"], int(den["subject"] == num["subject"])).call(den["config"])]

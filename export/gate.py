@@ -5,15 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from palkit.core.stats import RESAMPLES, SEED
+
 # Points of accuracy (Pearson x 100 for regression). At ~1,000 dev examples the paired change's
 # 95% interval is about +-0.8 point when 2% of the predictions flip, so the split resolves it;
 # the reasoning and the measured error rates: docs/int8-gate.md.
 DEFAULT_MAX_DROP = 1.0
 MAX_FLOAT_LAYERS = 4       # the fallback's limit: layers kept in float per runtime
 FP32_TOLERANCE = 1e-3      # max |bundle - PyTorch| allowed in fp32 outputs (typically ~1e-6)
-CONFIDENCE = 0.95
-RESAMPLES = 2000
-SEED = 0
 
 
 @dataclass(frozen=True)

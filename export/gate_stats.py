@@ -1,15 +1,18 @@
 """The int8 gate's statistics: a task's change against PyTorch fp32 on paired examples, its
-paired-bootstrap 95% interval, the smallest change the split resolves, and the verdict (the rule
-and its measured error rates: docs/int8-gate.md). The bootstrap's seed is fixed, so the same
-outputs always get the same verdict."""
+paired-bootstrap 95% interval (core/stats.py), the smallest change the split resolves, and the
+verdict (the rule and its measured error rates: docs/int8-gate.md). The bootstrap's seed is
+fixed, so the same outputs always get the same verdict. Outputs arrive as tensors and leave
+torch here: the bootstrap runs in numpy."""
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-from palkit.export.gate import CONFIDENCE, FP32_TOLERANCE, Gate
+from palkit.core.stats import paired_bootstrap, rowwise_accuracy, rowwise_pearson
+from palkit.export.gate import FP32_TOLERANCE, Gate
 
 # With no flip among n examples the flip rate's 95% upper bound is still about 3/n (the rule of
 # three), so an accuracy split never resolves finer than 300/n points, however few flips it saw.
@@ -17,33 +20,9 @@ RULE_OF_THREE = 3.0
 CLOSE = 0.5  # print the layer table once the gated drop passes this share of the limit
 
 
-
-def bootstrap_indices(n: int, resamples: int, seed: int) -> torch.Tensor:
-    """[resamples, n] example indices drawn with replacement (fixed seed: deterministic)."""
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, n, (resamples, n), generator=g)
-
-
-def rowwise_pearson(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Pearson correlation of each row of x with the same row of y ([R, n] -> [R])."""
-    x = x.double() - x.double().mean(-1, keepdim=True)
-    y = y.double() - y.double().mean(-1, keepdim=True)
-    denom = x.norm(dim=-1) * y.norm(dim=-1)
-    return torch.where(denom > 0, (x * y).sum(-1) / denom.clamp(min=1e-300), 0.0)
-
-
-def metric_rows(regression: bool, pred: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
+def metric_rows(regression: bool, pred: np.ndarray, gold: np.ndarray) -> np.ndarray:
     """The task metric in points (accuracy x 100, or Pearson x 100) of each row ([R, n] -> [R])."""
-    if regression:
-        return 100 * rowwise_pearson(pred, gold)
-    return 100 * (pred == gold).double().mean(-1)
-
-
-def interval(samples: torch.Tensor, confidence: float = CONFIDENCE) -> list[float]:
-    """The central `confidence` interval of bootstrap samples (percentile method)."""
-    tail = (1 - confidence) / 2
-    lo, hi = torch.quantile(samples.double(), torch.tensor([tail, 1 - tail], dtype=torch.double))
-    return [float(lo), float(hi)]
+    return 100 * (rowwise_pearson(pred, gold) if regression else rowwise_accuracy(pred, gold))
 
 
 def output_kl(spec, ref: torch.Tensor, got: torch.Tensor) -> torch.Tensor:
@@ -64,23 +43,24 @@ def compare(spec, ref: torch.Tensor, got: torch.Tensor, gold: list[float] | None
     from palkit.trainer.metrics import task_metrics
 
     n = len(ref)
-    idx = bootstrap_indices(n, gate.resamples, gate.seed)
     r: dict[str, Any] = {"examples": n, "source": source,
                          "max_abs_diff": float((ref - got).abs().max())}
     kl = output_kl(spec, ref, got)
     r["kl_mean"], r["kl_p99"] = float(kl.mean()), float(torch.quantile(kl, 0.99))
     if spec.is_regression:
         pred_ref, pred_got = ref[:, 0], got[:, 0]
-        agree = rowwise_pearson(pred_ref[idx], pred_got[idx])
-        r["agreement"] = round(float(rowwise_pearson(pred_ref[None], pred_got[None])[0]), 6)
+        agree_with = rowwise_pearson
         r["agreement_kind"] = "pearson(bundle, pytorch) of scores"
     else:
         pred_ref, pred_got = ref.argmax(-1), got.argmax(-1)
-        same = (pred_ref == pred_got).double()
-        agree = same[idx].mean(-1)
-        r["agreement"] = float(same.mean())
+        agree_with = rowwise_accuracy
         r["agreement_kind"] = "fraction of equal argmax"
-    r["agreement_interval"] = interval(agree)
+    ref_np, got_np = pred_ref.detach().cpu().numpy(), pred_got.detach().cpu().numpy()
+    # one seed for both statistics: the agreement and the change see the same resamples
+    agreement = paired_bootstrap(lambda i: agree_with(ref_np[i], got_np[i]), [n],
+                                 gate.resamples, gate.seed)
+    r["agreement"] = round(agreement.value, 6) if spec.is_regression else agreement.value
+    r["agreement_interval"] = agreement.interval
     if gold is None:
         return r
     g = torch.tensor(gold)
@@ -89,15 +69,15 @@ def compare(spec, ref: torch.Tensor, got: torch.Tensor, gold: list[float] | None
     r["metrics_pytorch_fp32"], r["metrics_bundle"] = m_ref, m_got
     r["metric_deltas"] = {k: m_got[k] - m_ref[k] for k in m_ref}
     r["metric"] = f"{spec.name}_pearson" if spec.is_regression else f"{spec.name}_acc"
-    truth = g if spec.is_regression else g.long()
-    full = metric_rows(spec.is_regression, torch.stack([pred_got, pred_ref]),
-                       truth.expand(2, n))
-    r["metric_change"] = float(full[0] - full[1])  # points, bundle - fp32
-    changes = (metric_rows(spec.is_regression, pred_got[idx], truth[idx]) -
-               metric_rows(spec.is_regression, pred_ref[idx], truth[idx]))
-    r["metric_change_interval"] = interval(changes)
+    truth = (g if spec.is_regression else g.long()).numpy()
+    reg = spec.is_regression
+    change = paired_bootstrap(lambda i: metric_rows(reg, got_np[i], truth[i])
+                              - metric_rows(reg, ref_np[i], truth[i]), [n],
+                              gate.resamples, gate.seed)
+    r["metric_change"] = change.value  # points, bundle - fp32
+    r["metric_change_interval"] = change.interval
     if not spec.is_regression:
-        right_ref, right_got = pred_ref == truth, pred_got == truth
+        right_ref, right_got = pred_ref == g.long(), pred_got == g.long()
         r["flips"] = {"gained": int((right_got & ~right_ref).sum()),
                       "lost": int((right_ref & ~right_got).sum())}
     r["resolution"] = resolution(r["metric_change_interval"], n, spec.is_regression)

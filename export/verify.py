@@ -18,7 +18,8 @@ from typing import Any, Callable
 import torch
 
 from palkit.core.host import cpu_model, int8_features
-from palkit.export.gate import CONFIDENCE, FP32_TOLERANCE, Gate
+from palkit.core.stats import CONFIDENCE
+from palkit.export.gate import FP32_TOLERANCE, Gate
 from palkit.export.gate_stats import (compare, drop_bound, failure, is_close, refuses,
                                       unresolved_note)
 from palkit.export.programs import reference_outputs

@@ -17,13 +17,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from palkit.bench.pairs import LEVEL_BAND
+from palkit.bench.pairs import CALIBRATION_WIDTH, LEVEL_BAND
 from palkit.core.fileio import write_json, write_text
 from palkit.report.ingest import host_subjects, machine_label
 from palkit.report.recommended import calibration, pair_label, recommended_subject
 from palkit.ui.plots import pyplot, save
 
-AGREE = 0.03  # a later run's ratio within this of the first's (the target)
+AGREE = LEVEL_BAND  # a later run's ratio within this of the first's repeats it
 HEADLINE = ("identical_compute", "one_task", "all_tasks", "all_vs_one")  # the verdict's ratios
 
 
@@ -36,6 +36,7 @@ def load(path: Path) -> dict[str, Any]:
     pairs = {p["id"]: p for p in data.get("pairs", []) if "ratio" in p}
     chosen = recommended_subject(host_subjects(data))
     return {"file": str(path), "started": started, "wall_s": data.get("finished_s"),
+            "timing_plan": data.get("timing_plan"),
             "machine": machine_label(data["machine"]), "pairs": pairs,
             "calibration": calibration(data)["pairs"],
             "headline": [i for i, p in pairs.items()
@@ -59,7 +60,7 @@ def compare(runs: list[dict[str, Any]]) -> dict[str, Any]:
                      "first": {"ratio": base["ratio"], "interval": base["interval"]},
                      "later": later})
     checks = [{"file": r["file"], "started": r["started"], "wall_s": r["wall_s"],
-               "pairs": r["calibration"]} for r in runs]
+               "timing_plan": r["timing_plan"], "pairs": r["calibration"]} for r in runs]
     start = datetime.datetime.fromisoformat(first["started"])
     hours = [(datetime.datetime.fromisoformat(r["started"]) - start).total_seconds() / 3600
              for r in runs]
@@ -75,7 +76,7 @@ def markdown(result: dict[str, Any], baseline_wall_s: float | None) -> str:
              + (f" --baseline {result['baseline']}" if result["baseline"] else "")
              + " --out ...`.", "",
              "## Calibration, run by run (true ratio 1.00; noisy outside 1.00 ± "
-             f"{LEVEL_BAND:.0%} or wider than ± 5%)", "",
+             f"{LEVEL_BAND:.0%} or wider than ± {CALIBRATION_WIDTH:.0%})", "",
              "| run | started (UTC) | bench wall s | pair | ratio [95%] | |",
              "|---|---|---:|---|---:|---|"]
     for c in result["calibration"]:
@@ -89,6 +90,11 @@ def markdown(result: dict[str, Any], baseline_wall_s: float | None) -> str:
         lines += ["", f"Bench wall time: {baseline_wall_s:.0f} s by the code before paired "
                   f"timing (`{result['baseline']}`), {min(walls):.0f}-{max(walls):.0f} s with it: "
                   f"{max(walls) / baseline_wall_s:.2f}x at most."]
+    plans = [(c["file"], c["timing_plan"]) for c in result["calibration"] if c["timing_plan"]]
+    if plans:  # files of a fixed five processes have none
+        lines += ["", "Paired timing's plan (bench/plan.py): " + "; ".join(
+            f"`{Path(f).name}` {p['processes']} processes, stopped: {p['stopped']} "
+            f"({p['seconds']:.0f} s)" for f, p in plans) + "."]
     hours = result["hours_after_first"]
     lines += ["", "## Every ratio against the first run", "",
               "| ratio | first run [95%] | " + " | ".join(

@@ -1,7 +1,9 @@
-# python lab/int8_gate_error_rates.py --recorded results/int8-gate-3000-steps.json [--bundle BUNDLE --run RUN --data-dir DIR] --out results/int8-gate-error-rates
-"""How often the int8 gate (export/verify.py) refuses a bundle with no loss, and passes one
+"""How often the int8 gate (export/gate_stats.py) refuses a bundle with no loss, and passes one
 with a planted loss, on random halves and quarters of dev: results/int8-gate-error-rates.json
 and .md.
+
+    python -m lab.int8_gate_error_rates --recorded results/int8-gate-3000-steps.json \
+        [--bundle BUNDLE --run RUN --data-dir DIR] --out results/int8-gate-error-rates
 
 Two sources:
 * --recorded: a study's records (results/int8-gate-3000-steps.json, default_export.gate). For an
@@ -33,12 +35,11 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from palkit.core.fileio import write_json, write_text  # noqa: E402
-from palkit.export.gate import Gate  # noqa: E402
-from palkit.export.gate_stats import compare, failure, rowwise_pearson
-from palkit.trainer.tasks import BUILTIN_TASKS  # noqa: E402
+from palkit.core.fileio import write_json, write_text
+from palkit.core.stats import rowwise_pearson
+from palkit.export.gate import Gate
+from palkit.export.gate_stats import compare, failure
+from palkit.trainer.tasks import BUILTIN_TASKS
 
 FRACTIONS = {"all": 1.0, "half": 0.5, "quarter": 0.25}
 PLANTED = (0.0, 1.5, 3.0)
@@ -213,7 +214,7 @@ def main() -> None:
     a = p.parse_args()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
-    stamp = {"command": "python " + " ".join(sys.argv), "commit": commit,
+    stamp = {"command": "python -m lab.int8_gate_error_rates " + " ".join(sys.argv[1:]), "commit": commit,
              "date": date.today().isoformat(), "machine": machine()}
     sources = {}
     if a.recorded:

@@ -17,16 +17,15 @@ from torch import nn
 
 from palkit.export.bundle import ExportError, export_run
 from palkit.export.gate import Gate
-from palkit.export.gate_stats import (bootstrap_indices, compare, drop_bound, failure, interval,
-                                      output_kl, unresolved_note)
+from palkit.export.gate_stats import compare, drop_bound, failure, output_kl, unresolved_note
 from palkit.export.options import ExportOptions
-from palkit.runtime.bundle import load_bundle
-from palkit.runtime.engine import Engine
 from palkit.export.sqnr import (fake_int8_activation, fake_int8_weight, fallback_candidates,
                                 layer_sqnr, pointed_layers)
 from palkit.export.verify import fall_back, reference_batched, verification_inputs
 from palkit.quant.onnx_int8 import RANGES
 from palkit.quant.weights import quantize_rows
+from palkit.runtime.bundle import load_bundle
+from palkit.runtime.engine import Engine
 from palkit.trainer.checkpoint import load_model, resolve_model_dir, save_model
 from palkit.trainer.tasks import BUILTIN_TASKS, TaskSpec
 from testing_utils import make_tiny_data, tiny_config
@@ -41,14 +40,6 @@ def spec(name: str) -> TaskSpec:
 
 
 # ---- statistics, by hand -----------------------------------------------------------------------
-
-def test_bootstrap_is_seeded_and_interval_is_the_percentiles():
-    a, b = bootstrap_indices(50, 100, seed=3), bootstrap_indices(50, 100, seed=3)
-    assert torch.equal(a, b) and a.shape == (100, 50) and 0 <= int(a.min()) and int(a.max()) < 50
-    assert not torch.equal(a, bootstrap_indices(50, 100, seed=4))
-    # 0..1000: the 2.5% and 97.5% points of 1001 values, interpolated at q * (n - 1)
-    assert interval(torch.arange(1001.0)) == pytest.approx([25.0, 975.0])
-
 
 def test_one_lost_flip_in_four_gives_the_binomial_interval():
     """Gold is class 0 everywhere; fp32 gets all four right, int8 loses the last. A resample

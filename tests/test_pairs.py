@@ -1,6 +1,7 @@
 """Paired timing (bench/pairs.py): the estimator on synthetic timings with drift, outliers and a
 true difference; the words an interval allows; the calibration flag; which pairs a bench times;
-the worker that times them; and the paired accuracy gap."""
+the plan that decides how many processes time them (bench/plan.py, on a synthetic worker and a
+fake clock); the worker that times them; and the paired accuracy gap."""
 from __future__ import annotations
 
 import json
@@ -10,9 +11,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from palkit.bench.pairs import (LEVEL_BAND, calibration_problem, paired_ratio, verdict_pairs,
-                                wording)
-from palkit.report.recommended import paired_gap
+from palkit.bench.options import BenchOptions, TimingPlan
+from palkit.bench.pairs import (LEVEL_BAND, TARGET_HALFWIDTH, calibration_problem, log_halfwidth,
+                                paired_ratio, verdict_pairs, wording)
+from palkit.bench.plan import PairJob, finish_pairs, pair_job, ratios_by_runtime, time_pairs
 
 
 def drifting(true_ratio: float, n: int = 24, drift: float = 0.5, noise: float = 0.02,
@@ -77,14 +79,6 @@ def test_processes_that_disagree_widen_the_interval_to_cover_them():
     assert one[1] - one[0] < high - low
 
 
-def test_t_quantile_is_students_beyond_the_table_too():
-    """The between-process and Welch intervals use t at any degrees of freedom: the table where
-    few degrees make it large, the expansion beyond (exact values from statistical tables)."""
-    from palkit.bench.pairs import t_975
-    for df, exact in ((2, 4.303), (4, 2.776), (9, 2.262), (12, 2.179), (30, 2.042), (120, 1.980)):
-        assert t_975(df) == pytest.approx(exact, abs=0.002)
-
-
 def test_calibration_flags_a_misreading_and_a_wide_interval():
     assert calibration_problem({"ratio": 1.01, "interval": [0.99, 1.03]}) is None
     assert "outside 1.00" in calibration_problem({"ratio": 1.05, "interval": [1.03, 1.07]})
@@ -93,8 +87,8 @@ def test_calibration_flags_a_misreading_and_a_wide_interval():
 
 def _subject(name, role, runtime="executorch", tasks=("sst", "quora"), adapters=None):
     return SimpleNamespace(name=name, role=role, runtime=runtime, precision="int8",
-                           tasks={t: {} for t in tasks},
-                           extra={"task_adapters": adapters or {}})
+                           tasks={t: {} for t in tasks}, extra={"task_adapters": adapters or {}},
+                           worker_subject=lambda: {"name": name})
 
 
 def test_a_bench_times_the_verdicts_ratios_and_its_calibration():
@@ -126,35 +120,124 @@ def test_on_onnx_runtime_a_head_shares_the_graph_of_the_bundles_pals():
     assert "identical_compute" in [p.kind for p in verdict_pairs([heads, separate])]
 
 
-def test_one_process_per_runtime_times_all_its_ratios_each_pass_starting_one_later():
-    from palkit.bench.pairs import PROCESSES
-    from palkit.bench.run import plan
+def _four_subjects():
+    return [_subject("shared/executorch", "pal", adapters={"quora": {"kind": "head"},
+                                                           "sst": {"kind": "head"}}),
+            _subject("separate/executorch/int8", "separate"),
+            _subject("shared/onnxruntime", "pal", "onnxruntime"),
+            _subject("separate/onnxruntime/int8", "separate", "onnxruntime")]
 
-    subjects = [_subject("shared/executorch", "pal", adapters={"quora": {"kind": "head"},
-                                                              "sst": {"kind": "head"}}),
-                _subject("separate/executorch/int8", "separate"),
-                _subject("shared/onnxruntime", "pal", "onnxruntime"),
-                _subject("separate/onnxruntime/int8", "separate", "onnxruntime")]
-    jobs = [j for j in plan(subjects, [1], [128], ceiling=False, native=False, rounds=0)
-            if j.kind == "pairs"]
-    assert len(jobs) == 2 * PROCESSES
-    for job in jobs:
-        runtimes = {s.runtime for s in job.sides}
-        assert len(runtimes) == 1 and {p.num.subject for p in job.pairs} <= {
-            s.name for s in job.sides}
-    et = [j for j in jobs if j.sides[0].runtime == "executorch"]
+
+def test_one_process_per_runtime_times_all_its_ratios_each_pass_starting_one_later():
+    subjects = _four_subjects()
+    by_runtime = ratios_by_runtime(subjects)
+    assert list(by_runtime) == ["executorch", "onnxruntime"]
+    et = [pair_job(k, by_runtime["executorch"], subjects, 1, 128) for k in range(5)]
     assert [j.pairs[0].kind for j in et[:4]] == ["aa", "identical_compute", "all_tasks",
                                                  "all_vs_one"]
     assert all(sorted(p.id for p in j.pairs) == sorted(p.id for p in et[0].pairs) for j in et)
+    for job in et + [pair_job(0, by_runtime["onnxruntime"], subjects, 1, 128)]:
+        runtimes = {s.runtime for s in job.sides}
+        assert len(runtimes) == 1 and {p.num.subject for p in job.pairs} <= {
+            s.name for s in job.sides}
+    from palkit.bench.run import plan  # the other jobs: no paired ratio among them
+    jobs = plan(subjects, [1], [128], ceiling=False, native=False, rounds=1)
+    assert {j.kind for j in jobs} == {"load", "latency"}
+
+
+class SyntheticMachine:
+    """A worker and a clock: each process of a ratio reads its true ratio shifted by the
+    process's own layout (log-normal, `spread` by the ratio's kind), each pair with a little
+    noise; every ratio a process times takes `seconds` of the fake clock."""
+
+    def __init__(self, spread: dict[str, float], seconds: float = 2.0, seed: int = 0):
+        self.spread, self.seconds, self.now = spread, seconds, 0.0
+        self.rng = random.Random(seed)
+        self.processes: list[list[str]] = []  # the ratio ids each process timed
+
+    def clock(self) -> float:
+        return self.now
+
+    def worker(self, spec, timeout):
+        assert spec["mode"] == "pairs" and spec["block"] == BenchOptions().timing.block
+        out = {}
+        for ratio in spec["ratios"]:
+            kind = ratio["id"].split(":")[1]
+            shift = self.rng.gauss(0, self.spread.get(kind, 0.002))
+            den = [10.0] * spec["pairs"]
+            out[ratio["id"]] = {"num_ms": [d * math.exp(shift + self.rng.gauss(0, 0.005))
+                                           for d in den], "den_ms": den}
+            self.now += self.seconds
+        self.processes.append([r["id"] for r in spec["ratios"]])
+        return {"ratios": out}
+
+
+def _time(machine: SyntheticMachine, plan: TimingPlan) -> dict:
+    data = {"pairs": {}}
+    time_pairs(_four_subjects(), data, BenchOptions(threads=[1], seq_lens=[128],
+                                                    timing_plan=plan),
+               machine.worker, machine.clock)
+    return data
+
+
+def test_a_quiet_machine_stops_at_the_minimum():
+    machine = SyntheticMachine({})
+    data = _time(machine, TimingPlan())
+    assert data["timing_plan"] == {
+        "processes": 5, "pairs": 6, "block": 4, "min_processes": 5, "max_seconds": 300.0,
+        "target_halfwidth": TARGET_HALFWIDTH, "stopped": "resolved",
+        "seconds": 2.0 * 5 * len(data["pairs"])}
+    assert len(machine.processes) == 2 * 5  # one per runtime and pass
+    assert all(p["processes"] == 5 and log_halfwidth(p["interval"]) <= TARGET_HALFWIDTH
+               for p in data["pairs"])
+    assert TARGET_HALFWIDTH == pytest.approx(math.log(1.03))
+    assert wording([math.exp(-TARGET_HALFWIDTH), math.exp(TARGET_HALFWIDTH)]) == "level"
+
+
+def test_a_noisy_ratio_gets_more_processes_until_its_interval_resolves():
+    """Processes of the all-tasks ratios disagree by about 4%: five leave their interval wider
+    than the target, so the plan adds processes of those ratios alone until it is not."""
+    machine = SyntheticMachine({"all_tasks": 0.04})
+    data = _time(machine, TimingPlan())
+    plan = data["timing_plan"]
+    assert plan["stopped"] == "resolved" and plan["processes"] > 5
+    assert all(ids == [i for i in ids if ":all_tasks:" in i] for ids in machine.processes[10:])
+    for p in data["pairs"]:
+        assert log_halfwidth(p["interval"]) <= TARGET_HALFWIDTH
+        assert p["processes"] == (5 if p["kind"] != "all_tasks" else p["processes"])
+    assert max(p["processes"] for p in data["pairs"]) == plan["processes"]
+    assert plan["seconds"] == machine.now
+
+
+def test_the_plan_stops_at_its_time_cap_or_its_most_processes():
+    """Beyond the minimum, a pass that would end past max_seconds is not started: with 4 s per
+    extra pass (the two all-tasks ratios) and 10 s, two more; or max_processes."""
+    machine = SyntheticMachine({"all_tasks": 0.3})  # never resolves
+    plan = _time(machine, TimingPlan(max_seconds=10.0))["timing_plan"]
+    assert (plan["stopped"], plan["processes"]) == ("time cap", 7)
+    assert plan["seconds"] == machine.now == 2.0 * (8 * 5 + 2 * 2)  # 8 ratios, then 2
+    machine = SyntheticMachine({"all_tasks": 0.3})
+    plan = _time(machine, TimingPlan(max_processes=6))["timing_plan"]
+    assert (plan["stopped"], plan["processes"]) == ("max processes", 6)
+    quiet = _time(SyntheticMachine({}), TimingPlan(min_processes=3, max_seconds=0.0))
+    assert quiet["timing_plan"]["stopped"] == "resolved"  # the cap only limits what is added
+
+
+def test_without_separate_models_nothing_is_timed_and_no_plan_recorded():
+    data = {"pairs": {}}
+    time_pairs([_subject("peer/et-int8", "peer")], data, BenchOptions(), SyntheticMachine(
+        {}).worker)
+    assert data == {"pairs": []}
 
 
 def test_each_process_times_its_runtimes_ratios_and_the_file_keeps_their_blocks(et_fp32):
     """Two processes of one runtime's ratios (an A/A pair, whose side is loaded twice, all tasks
     against one, and one that cannot run) through the worker: each ratio keeps every process's
     block timings, and its estimate is made from them."""
-    from palkit.bench.options import BenchOptions, LatencyBudget
-    from palkit.bench.pairs import PAIRS, Pair, Side
-    from palkit.bench.run import Job, bench_json, finish_pairs, record_pairs
+    from palkit.bench.options import LatencyBudget
+    from palkit.bench.pairs import Pair, Side
+    from palkit.bench.plan import record_pairs
+    from palkit.bench.run import bench_json, run_worker
     from palkit.bench.subjects import discover
 
     subject = next(s for s in discover([et_fp32], [], ["executorch"], [], None)[0])
@@ -164,24 +247,27 @@ def test_each_process_times_its_runtimes_ratios_and_the_file_keeps_their_blocks(
               Pair("one_task", missing, one, "a task the bundle lacks"))
     data = {"pairs": {}, "notes": ["a worker's error may name a shape [1,128]"]}
     options = BenchOptions(timing=LatencyBudget(1, 3, 0.0, 1.0))
+    pairs = options.timing_plan.pairs
     for k in range(2):
-        record_pairs(Job("pairs", 1, 16, round=k, pairs=ratios, sides=(subject,)), data, options)
+        record_pairs(PairJob(k, 1, 16, ratios, (subject,)), data, options, run_worker)
     finish_pairs(data)
     assert [p["kind"] for p in data["pairs"]] == ["aa", "all_vs_one", "one_task"]
     refused = data["pairs"].pop()  # one ratio that cannot run costs the others nothing
     assert "no-such-task" in refused["error"] and not refused["timings"]
     for entry in data["pairs"]:
         assert len(entry["timings"]) == entry["processes"] == 2
-        assert all(len(t["num_ms"]) == len(t["den_ms"]) == PAIRS for t in entry["timings"])
-        assert entry["pairs"] == 2 * PAIRS and entry["interval"][0] <= entry["ratio"]
+        assert all(len(t["num_ms"]) == len(t["den_ms"]) == pairs for t in entry["timings"])
+        assert entry["pairs"] == 2 * pairs and entry["interval"][0] <= entry["ratio"]
     assert data["pairs"][1]["ratio"] > 1   # all tasks take longer than one
     text = bench_json(data)  # as written: each list of block timings on one line, strings kept
     assert json.loads(text) == data and "shape [1,128]" in text
-    assert sum('"num_ms": [' in line and line.count(",") == PAIRS - 1
+    assert sum('"num_ms": [' in line and line.count(",") == pairs - 1
                for line in text.splitlines()) == 4
 
 
 def test_the_accuracy_gap_is_paired_over_the_same_examples():
+    from palkit.report.recommended import paired_gap
+
     gold = [0, 1, 1, 0] * 50
     a = {"sst": {"pred": gold[:], "gold": gold}}
     b = {"sst": {"pred": [1 - g if i % 10 == 0 else g for i, g in enumerate(gold)],
