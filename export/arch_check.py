@@ -10,7 +10,7 @@ same token ids (encoded once in Python: only the arithmetic is compared) go thro
 - ONNX Runtime: runtime/score_worker.py through palkit's runtime layer, in a Python of that
   architecture under qemu on the CPU model (this interpreter for x86-64 models; Debian's arm64
   Python with onnxruntime's aarch64 wheel, fetched by native_host.py, for aarch64);
-and export/verify.py's `compare` gives each record's `vs_host_int8`, `vs_fp32` (judged by the
+and export/gate_stats.py's `compare` gives each record's `vs_host_int8`, `vs_fp32` (judged by the
 gate) and `host_int8_vs_fp32` (the host's own change, to set beside it). verify.json keeps them
 under `architectures["ARCH/CPU"]`, with the CPU's int8 features and the verifying machine's.
 """
@@ -37,7 +37,8 @@ import palkit
 from palkit.android_demo.host import native_host
 from palkit.core.errors import PalkitError
 from palkit.core.host import ARM_PARTS, CPU_MODELS, NATIVE, cpu_int8, cpu_model, int8_features
-from palkit.export.gate import CONFIDENCE, Gate
+from palkit.core.stats import CONFIDENCE
+from palkit.export.gate import Gate
 from palkit.export.gate_stats import compare, failure
 from palkit.export.verify import Encoded, encode_texts, reference_batched, run_task
 from palkit.runtime.bundle import load_bundle

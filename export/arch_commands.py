@@ -15,9 +15,9 @@ from palkit.export.gate import Gate
 from palkit.runtime.manifest import RUNTIMES
 
 app = typer.Typer()
-# Per task: about 8 minutes for the three tasks of a MiniLM bundle's ExecuTorch files under qemu
-# on the loaded 2-core host (about 1 s an example, 2026-11-26); the whole split with
-# --max-examples 0.
+# Dev examples per task (--max-examples 0: the whole split). 150 take about 8 minutes for the three
+# tasks of a MiniLM bundle's ExecuTorch files under qemu on a busy 2-core host (about 1 s an
+# example).
 DEFAULT_EXAMPLES = 150
 
 
@@ -41,11 +41,11 @@ def verify_arch(
         "runtime the bundle has")] = None,
     max_examples: Annotated[int, typer.Option(
         metavar="N", help="per task, a stratified sample of N dev examples (each label, or each "
-        "tenth of the scores, keeps its share); 0: the whole dev split. 150 took about 8 "
+        "tenth of the scores, keeps its share); 0: the whole dev split. 150 take about 8 "
         "minutes for three MiniLM tasks under qemu on a busy 2-core host")] = DEFAULT_EXAMPLES,
     max_drop: Annotated[float, typer.Option(
         help="export's gate on the phone's kernels: the points of its metric a task may lose "
-        "against fp32, judged by export's rule (export/verify.py) on the sample")] =
+        "against fp32, judged by export's rule (export/gate_stats.py) on the sample")] =
         Gate.max_drop,
     data_dir: DataDirOption = None,
     write: Annotated[bool, typer.Option(
@@ -67,21 +67,38 @@ def verify_arch(
     """
     from palkit.core.options import resolve_data_dir
     from palkit.export.arch_check import check_architecture, check_cpu, default_cpu
-    from palkit.export.arch_records import architecture_table, record_architecture
-    from palkit.runtime.signing import (SIGNATURE_FILE, check_signing_key, resolve_trust_key,
-                                        sign_bundle)
+    from palkit.runtime.signing import resolve_trust_key
 
-    if write and (bundle / SIGNATURE_FILE).is_file() and sign_key is None:
-        raise PalkitError(f"{bundle}: signed (model.sig), and verify.json is a signed file: give "
-                          "--sign-key KEY to re-sign it, or --no-write")
-    if sign_key is not None:
-        check_signing_key(sign_key)
+    check_signing_options(bundle, write, sign_key)
     cpu = cpu or default_cpu(arch)
     check_cpu(arch, cpu)  # before the data folder or the bundle is read
     chosen = comma_words([runtimes], RUNTIMES, "--runtimes") if runtimes else None
     record = check_architecture(bundle, run, resolve_data_dir(data_dir), arch, cpu,
                                 max_examples or None, chosen, Gate(max_drop=max_drop), typer.echo,
                                 resolve_trust_key(trust_key))
+    show_and_record(bundle, record, write, sign_key, out)
+    if not record["passed"]:
+        raise typer.Exit(1)
+
+
+def check_signing_options(bundle: Path, write: bool, sign_key: Path | None) -> None:
+    """Refuse, before any work, to write into a signed bundle without a key to re-sign it."""
+    from palkit.runtime.signing import SIGNATURE_FILE, check_signing_key
+
+    if write and (bundle / SIGNATURE_FILE).is_file() and sign_key is None:
+        raise PalkitError(f"{bundle}: signed (model.sig), and verify.json is a signed file: give "
+                          "--sign-key KEY to re-sign it, or --no-write")
+    if sign_key is not None:
+        check_signing_key(sign_key)
+
+
+def show_and_record(bundle: Path, record: dict, write: bool, sign_key: Path | None,
+                    out: Path | None) -> None:
+    """Print the record's table and failures; record it in verify.json (re-signing the bundle
+    with `sign_key`) and, with `out`, in a JSON file and its Markdown table."""
+    from palkit.export.arch_records import architecture_table, record_architecture
+    from palkit.runtime.signing import sign_bundle
+
     table = architecture_table(record)
     typer.echo(table)
     for line in record["failures"]:
@@ -93,8 +110,6 @@ def verify_arch(
             typer.echo(f"re-signed {bundle}")
     if out:
         write_results(out, bundle, record, table)
-    if not record["passed"]:
-        raise typer.Exit(1)
 
 
 def write_results(out: Path, bundle: Path, record: dict, table: str) -> None:

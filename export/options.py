@@ -18,7 +18,7 @@ class ExportOptions:
     target: str = "android"              # android (both runtimes), executorch, onnx
     quant: str = "int8"                  # int8 or fp32
     tasks: list[str] | None = None       # None: every task of the run
-    max_len: int | None = None           # None: the run's own
+    max_len: int | None = None           # None: 128, or the trunk's position table if shorter
     onnx: bool = True                    # with target android: also the ONNX Runtime files
     data_dir: Path | None = None         # dev data for verification; None: built-in sentences
     gate: Gate = Gate()                  # the int8 check (export/gate.py)

@@ -8,9 +8,9 @@ copies into a scratch copy of the bundle, one at a time, and loads each in a for
 straight through the runtime (palkit's hash checks bypassed on purpose: this measures the
 runtimes) on one fixed input. The parent imports the runtimes but never runs them, so every
 child starts from the same untouched state. ExecuTorch files are loaded at both program
-verification levels (the same mutations): `Minimal` (the pybindings' `_load_program` default,
-what bench/worker.py uses) and `InternalConsistency` (`Runtime.load_program`'s default, what
-runtime/runners.py uses). Outcomes:
+verification levels (the same mutations): `Minimal` (the pybindings' `_load_program` default)
+and `InternalConsistency` (`Runtime.load_program`'s default, which runtime/runners.py's
+`load_executorch_program` asks for: every palkit path, bench's worker included). Outcomes:
 
   clean_error        the runtime raised an exception (what palkit turns into a BundleError)
   loaded_same        loaded and ran; outputs equal the intact file's

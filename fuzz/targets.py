@@ -209,7 +209,7 @@ class TokenizerTarget:
 # ---- model.sig -------------------------------------------------------------------------------
 
 class SignatureTarget:
-    """The signature file of a bundle, read by export.signing before anything else."""
+    """The signature file of a bundle, read by runtime/signing.py before anything else."""
 
     def __init__(self) -> None:
         from palkit.runtime import signing

@@ -254,7 +254,7 @@ def embedding_tables(model) -> list[dict[str, Any]]:
 
 def recipe_sqnr(model, dev, recipe: tuple[str, str], n: int = 16) -> list[dict[str, Any]]:
     """Each trunk Linear's output SQNR (dB) with its weight and fp32 input quantized as
-    `recipe` does, over the first n dev inputs of each task (export/verify.layer_sqnr's method
+    `recipe` does, over the first n dev inputs of each task (export/sqnr.py layer_sqnr's method
     with this recipe's quantizers). Worst first."""
     import math
 

@@ -17,16 +17,19 @@ from pathlib import Path
 
 import pytest
 
-from testing_utils import ANDROID_DEMO, HANG_GUARD_S, jdk_tool
+from testing_utils import ANDROID_DEMO, HANG_GUARD_S, REPO, jdk_tool
 
 CORE = ANDROID_DEMO / "core"
 GOLDEN = CORE / "src/test/resources/tokenizer_golden.json"
 CHAR_TABLES = CORE / "src/main/java/io/palkit/core/tokenizer/BertCharTables.java"
-SIGNING = CORE / "src/test/resources/signing"  # golden vectors from runtime/signing.py
+SIGNING = CORE / "src/test/resources/signing"  # tests/tools/make_signing_vectors.py's
+TOKENIZER_GOLDEN = REPO / "tests/tools/make_tokenizer_golden.py"
+CHAR_TABLES_TOOL = ANDROID_DEMO / "tools/make_char_tables.py"
 
 
-def _load_tool(name: str):
-    spec = importlib.util.spec_from_file_location(name, ANDROID_DEMO / "tools" / f"{name}.py")
+def _load_tool(path: Path):
+    """A generator script (android_demo/tools/ or tests/tools/), loaded by path."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -39,7 +42,7 @@ def test_without_a_jdk_the_java_tests_skip_with_the_reason(monkeypatch):
 
 
 def _java(classes: Path, main: str, *args: str) -> subprocess.CompletedProcess:
-    vocab = _load_tool("make_golden").model_dir() / "vocab.txt"
+    vocab = _load_tool(TOKENIZER_GOLDEN).model_dir() / "vocab.txt"
     return subprocess.run(
         [jdk_tool("java"), "-Xmx512m", f"-Dpalkit.golden={GOLDEN}", f"-Dpalkit.vocab={vocab}",
          f"-Dpalkit.signing={SIGNING}", "-cp", str(classes), main, *args],
@@ -78,12 +81,12 @@ def test_fuzz_smoke_finds_no_crash_in_the_core_parsers(core_classes, tmp_path):
 
 
 def test_golden_vectors_are_fresh():
-    expected = _load_tool("make_golden").render()
+    expected = _load_tool(TOKENIZER_GOLDEN).render()
     assert GOLDEN.read_text(encoding="utf-8") == expected, (
-        "tokenizer_golden.json is stale: run `python android_demo/tools/make_golden.py`")
+        "tokenizer_golden.json is stale: run `python tests/tools/make_tokenizer_golden.py`")
 
 
 def test_char_tables_are_fresh():
-    expected = _load_tool("make_char_tables").render()
+    expected = _load_tool(CHAR_TABLES_TOOL).render()
     assert CHAR_TABLES.read_text(encoding="utf-8") == expected, (
         "BertCharTables.java is stale: run `python android_demo/tools/make_char_tables.py`")

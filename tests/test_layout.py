@@ -91,9 +91,21 @@ def test_our_code_is_imported_through_the_namespace_only():
     """`from trainer.x import` works from a checkout's root and nowhere else: every import of
     palkit's code, in the package, its tests, lab/ and fuzz/, names palkit."""
     bare = re.compile(rf"^\s*(?:from|import) (?:{OURS})\b", re.M)
-    sources = [*package_modules(), *REPO.glob("tests/*.py"), *REPO.glob("lab/*.py"),
-               *REPO.glob("fuzz/*.py"), *REPO.glob("android_demo/tools/*.py")]
+    sources = [*package_modules(), *REPO.glob("tests/*.py"), *REPO.glob("tests/tools/*.py"),
+               *REPO.glob("lab/*.py"), *REPO.glob("fuzz/*.py"), *REPO.glob("android_demo/tools/*.py")]
     assert [str(p.relative_to(REPO)) for p in sources if bare.search(p.read_text())] == []
+
+
+def test_lab_and_fuzz_have_one_name_each():
+    """lab/ and fuzz/ live in the checkout only: run from its root as `python -m lab.NAME`, imported
+    as lab.NAME (fuzz alike), never as palkit.lab or by path. Records of past runs (CHANGELOG.md,
+    docs/records/, results/, reports/) say what was typed then."""
+    wrong = re.compile(r"(?:import|from|-m) palkit\.(?:lab|fuzz)\b|python3? (?:lab|fuzz)/\w+\.py")
+    history = ("CHANGELOG.md", "docs/records/", "results/", "reports/")
+    texts = [p for p in [*REPO.glob("**/*.py"), *REPO.glob("**/*.md")]
+             if "build" not in p.relative_to(REPO).parts
+             and not str(p.relative_to(REPO)).startswith(history)]
+    assert [str(p.relative_to(REPO)) for p in texts if wrong.search(p.read_text())] == []
 
 
 def test_no_module_of_the_package_is_over_500_lines():

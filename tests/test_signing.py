@@ -22,7 +22,7 @@ from palkit.runtime.signing import (SIGNATURE_FILE, TRUST_KEY_ENV, SignatureErro
 from testing_utils import REPO
 
 GOLDEN = REPO / "android_demo/core/src/test/resources/signing"
-VECTORS = REPO / "android_demo/tools/signing_vectors.py"
+VECTORS = REPO / "tests/tools/make_signing_vectors.py"
 KEYS = GOLDEN / "keys"
 TRUSTED = KEYS / "signer.pub.pem"
 
@@ -196,7 +196,7 @@ def test_trust_key_from_option_then_environment(monkeypatch, tmp_path):
 # ---- golden vectors for the app --------------------------------------------------------------
 
 def _vectors():
-    """android_demo/tools/signing_vectors.py (the app's folder is not a Python package)."""
+    """tests/tools/make_signing_vectors.py, loaded by path (a script, not a test module)."""
     spec = importlib.util.spec_from_file_location("palkit_signing_vectors", VECTORS)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

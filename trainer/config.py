@@ -214,10 +214,10 @@ def parse_widths(text: str, max_len: int) -> tuple[int, ...]:
     return tuple(sorted({*widths, max_len}))
 
 
-# Measured on one H100 at the paper preset's shape (palkit fd92c7a, torch 2.11; the figures and
-# their provenance: docs/training-speed.md): captured 161.3 steps/s, compiled and captured 226.5;
-# the first compile on a fresh machine took over 150 s (stopped there), so compiling pays only
-# for runs of more than 150 / (1/161.3 - 1/226.5) = about 84,000 steps.
+# Measured on one H100 at the paper preset's shape (the figures and their provenance:
+# docs/training-speed.md): captured 161.3 steps/s, compiled and captured 226.5; the first compile
+# on a fresh machine took over 150 s (stopped there), so compiling pays only for runs of more
+# than 150 / (1/161.3 - 1/226.5) = about 84,000 steps.
 CAPTURED_STEPS_PER_S, COMPILED_CAPTURED_STEPS_PER_S, COLD_COMPILE_S = 161.3, 226.5, 150.0
 COMPILE_PAYS_AFTER_STEPS = round(
     COLD_COMPILE_S / (1 / CAPTURED_STEPS_PER_S - 1 / COMPILED_CAPTURED_STEPS_PER_S))

