@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from palkit.bench.schema import PEERS
+from palkit.core.errors import ConfigError
 from palkit.runtime.manifest import RUNTIMES
 
 # Default outputs go under runs/reports/ (git-ignored), never over the committed reports/.
@@ -41,6 +42,12 @@ class TimingPlan:
     pairs: int = 6               # pairs of blocks per ratio and process (alternating order)
     # at most about the bench's own length again: some 17 more passes of the full set (17 s each)
     max_seconds: float = 300.0
+
+    def __post_init__(self) -> None:
+        # one process has no between-process interval: its ratio would look resolved untested
+        if not 2 <= self.min_processes <= self.max_processes:
+            raise ConfigError(f"--min-processes {self.min_processes} and --max-processes "
+                              f"{self.max_processes}: give 2 <= min <= max")
 
 
 @dataclass

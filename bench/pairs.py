@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from palkit.core.stats import hodges_lehmann, t_halfwidth
-from palkit.core.stats import t_975  # noqa: F401 - report/recommended.py's, until it imports core
 
 LEVEL_BAND = 0.03         # "level" when the interval lies within 1.00 +- 3%
 CALIBRATION_WIDTH = 0.05  # a calibration pair's interval wider than +- 5% flags a noisy run

@@ -83,12 +83,15 @@ def estimate(entry: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def unresolved(data: dict[str, Any], ratios: list[Pair]) -> list[Pair]:
-    """The ratios whose interval is still wider than TARGET_HALFWIDTH; a ratio no process could
-    time is left out: more processes would fail alike."""
+    """The ratios whose interval is still wider than TARGET_HALFWIDTH, or that one process
+    alone timed (no between-process interval yet); a ratio no process could time is left out:
+    more processes would fail alike."""
     wide = []
     for p in ratios:
-        est = estimate(data["pairs"][p.id]) if p.id in data["pairs"] else None
-        if est is not None and log_halfwidth(est["interval"]) > TARGET_HALFWIDTH:
+        entry = data["pairs"].get(p.id)
+        est = estimate(entry) if entry else None
+        if est is not None and (len(entry["timings"]) < 2
+                                or log_halfwidth(est["interval"]) > TARGET_HALFWIDTH):
             wide.append(p)
     return wide
 
@@ -127,6 +130,7 @@ def time_pairs(subjects: list[Any], data: dict[str, Any], o: BenchOptions, worke
             minimum_done = clock()
     data["timing_plan"] = {"processes": passes, "pairs": plan.pairs, "block": o.timing.block,
                            "min_processes": plan.min_processes,
+                           "max_processes": plan.max_processes,
                            "max_seconds": float(plan.max_seconds),
                            "target_halfwidth": TARGET_HALFWIDTH, "stopped": stopped,
                            "seconds": clock() - start}

@@ -21,9 +21,9 @@ same shapes as the top-level keys. Host files may also carry `ceiling` (matmul t
 `flops`, `accuracy`, `notes`, the verdict's paired ratios (`pairs`) and the plan that timed them
 (`timing_plan`, bench/plan.py; absent where no ratio was timed):
 
-    {"processes": int, "pairs": int, "block": int, "min_processes": int, "max_seconds": float,
-     "target_halfwidth": float, "stopped": "resolved" | "time cap" | "max processes",
-     "seconds": float}
+    {"processes": int, "pairs": int, "block": int, "min_processes": int, "max_processes": int,
+     "max_seconds": float, "target_halfwidth": float,
+     "stopped": "resolved" | "time cap" | "max processes", "seconds": float}
 
 Readers ignore keys they do not know.
 """
@@ -73,7 +73,7 @@ def swap_and_memory(runtime: str, swaps: dict[str, float], after_swap: dict[str,
 
 
 RESULT_KEYS = ("runtime", "config", "threads", "seq_len", "p50_ms", "p90_ms", "runs")
-PLAN_COUNTS = ("processes", "pairs", "block", "min_processes")
+PLAN_COUNTS = ("processes", "pairs", "block", "min_processes", "max_processes")
 PLAN_FIGURES = ("max_seconds", "target_halfwidth", "seconds")
 PLAN_STOPS = ("resolved", "time cap", "max processes")  # why the paired timing stopped
 MAP_KEYS = ("bundle", "load_ms", "swap_ms", "memory_rss_bytes")

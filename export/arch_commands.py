@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 import sys
 from pathlib import Path
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 import typer
 
@@ -92,7 +92,7 @@ def check_signing_options(bundle: Path, write: bool, sign_key: Path | None) -> N
         check_signing_key(sign_key)
 
 
-def show_and_record(bundle: Path, record: dict, write: bool, sign_key: Path | None,
+def show_and_record(bundle: Path, record: dict[str, Any], write: bool, sign_key: Path | None,
                     out: Path | None) -> None:
     """Print the record's table and failures; record it in verify.json (re-signing the bundle
     with `sign_key`) and, with `out`, in a JSON file and its Markdown table."""

@@ -19,8 +19,10 @@ from typing import Any
 
 from palkit.bench.pairs import CALIBRATION_WIDTH, LEVEL_BAND
 from palkit.core.fileio import write_json, write_text
-from palkit.report.ingest import host_subjects, machine_label
-from palkit.report.recommended import calibration, pair_label, recommended_subject
+from palkit.report.ingest import parse_bench
+from palkit.report.model import to_json
+from palkit.report.recommend import launch_bundle
+from palkit.report.verdict import calibration, pair_label
 from palkit.ui.plots import pyplot, save
 
 AGREE = LEVEL_BAND  # a later run's ratio within this of the first's repeats it
@@ -33,14 +35,16 @@ def load(path: Path) -> dict[str, Any]:
     started = data.get("started") or datetime.datetime.fromtimestamp(
         path.stat().st_mtime - (data.get("finished_s") or 0), datetime.timezone.utc
     ).isoformat(timespec="seconds")
-    pairs = {p["id"]: p for p in data.get("pairs", []) if "ratio" in p}
-    chosen = recommended_subject(host_subjects(data))
+    bench = parse_bench(data, str(path))
+    timed = {p.id: p for p in bench.pairs if p.ratio is not None}
+    pairs = {p["id"]: p for p in data.get("pairs", []) if p["id"] in timed}
+    chosen = launch_bundle(bench.subjects)
     return {"file": str(path), "started": started, "wall_s": data.get("finished_s"),
-            "timing_plan": data.get("timing_plan"),
-            "machine": machine_label(data["machine"]), "pairs": pairs,
-            "calibration": calibration(data)["pairs"],
-            "headline": [i for i, p in pairs.items()
-                         if p["kind"] in HEADLINE and p["num"]["subject"] == chosen]}
+            "timing_plan": data.get("timing_plan"), "machine": bench.machine.label,
+            "pairs": pairs, "labels": {i: pair_label(timed[i]) for i in pairs},
+            "calibration": [to_json(c) for c in calibration(bench).pairs],
+            "headline": [i for i, p in pairs.items() if p["kind"] in HEADLINE
+                         and chosen is not None and p["num"]["subject"] == chosen.name]}
 
 
 def compare(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -55,7 +59,7 @@ def compare(runs: list[dict[str, Any]]) -> dict[str, Any]:
                   "within_0.03": abs(r["pairs"][i]["ratio"] - base["ratio"]) <= AGREE,
                   "inside_first_interval": low <= r["pairs"][i]["ratio"] <= high}
                  for r in runs[1:]]
-        rows.append({"id": i, "kind": base["kind"], "what": pair_label(base),
+        rows.append({"id": i, "kind": base["kind"], "what": first["labels"][i],
                      "headline": i in first["headline"],
                      "first": {"ratio": base["ratio"], "interval": base["interval"]},
                      "later": later})

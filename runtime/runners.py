@@ -25,7 +25,7 @@ from palkit.runtime.manifest import BundleError, Manifest, TaskEntry
 
 
 class BundleFiles(Protocol):
-    """What a runner needs of a bundle (runtime/engine.py's Bundle is one): its folder and
+    """What a runner needs of a bundle (runtime/bundle.py's Bundle is one): its folder and
     manifest, its tasks by name, and each file's path once checked against the manifest."""
     folder: Path
     manifest: Manifest

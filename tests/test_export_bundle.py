@@ -600,7 +600,7 @@ def test_bench_and_report_on_a_pal_bundle(et_fp32, tiny_pal_run, tiny_data, tmp_
         assert native["role"] == "native" and native["memory_rss_bytes"]["model_one_task"] > 0
         assert rows[("et-fp32/executorch-cpp", "task:sst")]["p50_ms"] > 0
         assert rows[("et-fp32/executorch-cpp", "all_tasks")]["all_tasks_mode"] == "sequential"
-    summary = build_report([out], [], tmp_path / "r", tmp_path / "summary.json")["summary"]
+    summary = build_report([out], [], tmp_path / "r", tmp_path / "summary.json").summary.values
     assert summary["all_tasks_ratio_all_layers"] > 0 and summary["memory_ratio_all_vs_one"] > 0
 
 

@@ -15,6 +15,7 @@ from palkit.bench.options import BenchOptions, TimingPlan
 from palkit.bench.pairs import (LEVEL_BAND, TARGET_HALFWIDTH, calibration_problem, log_halfwidth,
                                 paired_ratio, verdict_pairs, wording)
 from palkit.bench.plan import PairJob, finish_pairs, pair_job, ratios_by_runtime, time_pairs
+from palkit.core.errors import ConfigError
 
 
 def drifting(true_ratio: float, n: int = 24, drift: float = 0.5, noise: float = 0.02,
@@ -184,7 +185,8 @@ def test_a_quiet_machine_stops_at_the_minimum():
     machine = SyntheticMachine({})
     data = _time(machine, TimingPlan())
     assert data["timing_plan"] == {
-        "processes": 5, "pairs": 6, "block": 4, "min_processes": 5, "max_seconds": 300.0,
+        "processes": 5, "pairs": 6, "block": 4, "min_processes": 5, "max_processes": 30,
+        "max_seconds": 300.0,
         "target_halfwidth": TARGET_HALFWIDTH, "stopped": "resolved",
         "seconds": 2.0 * 5 * len(data["pairs"])}
     assert len(machine.processes) == 2 * 5  # one per runtime and pass
@@ -204,7 +206,7 @@ def test_a_noisy_ratio_gets_more_processes_until_its_interval_resolves():
     assert all(ids == [i for i in ids if ":all_tasks:" in i] for ids in machine.processes[10:])
     for p in data["pairs"]:
         assert log_halfwidth(p["interval"]) <= TARGET_HALFWIDTH
-        assert p["processes"] == (5 if p["kind"] != "all_tasks" else p["processes"])
+        assert p["processes"] == 5 or p["kind"] == "all_tasks"  # only they were wide
     assert max(p["processes"] for p in data["pairs"]) == plan["processes"]
     assert plan["seconds"] == machine.now
 
@@ -221,6 +223,31 @@ def test_the_plan_stops_at_its_time_cap_or_its_most_processes():
     assert (plan["stopped"], plan["processes"]) == ("max processes", 6)
     quiet = _time(SyntheticMachine({}), TimingPlan(min_processes=3, max_seconds=0.0))
     assert quiet["timing_plan"]["stopped"] == "resolved"  # the cap only limits what is added
+
+
+def test_a_ratio_one_process_timed_is_not_resolved_and_the_plan_needs_two():
+    """A ratio whose other processes failed has no between-process interval: it gets more
+    processes; a plan of fewer than two, or a maximum under the minimum, is refused."""
+    machine = SyntheticMachine({})
+    failing = machine.worker
+
+    def worker(spec, timeout):  # the all-tasks ratios fail in passes 2 to 5: one timing each
+        out = failing(spec, timeout)
+        if 2 <= len(machine.processes) - 1 < 10:
+            for rid in out["ratios"]:
+                if ":all_tasks:" in rid:
+                    out["ratios"][rid] = {"error": "crashed"}
+        return out
+
+    data = {"pairs": {}}
+    time_pairs(_four_subjects(), data, BenchOptions(threads=[1], seq_lens=[128]), worker,
+               machine.clock)
+    all_tasks = [p for p in data["pairs"] if p["kind"] == "all_tasks"]
+    assert all_tasks and all(p["processes"] >= 2 for p in all_tasks)
+    assert data["timing_plan"]["stopped"] == "resolved"
+    for lowest, highest in ((1, 5), (5, 4)):
+        with pytest.raises(ConfigError, match="give 2 <= min <= max"):
+            TimingPlan(min_processes=lowest, max_processes=highest)
 
 
 def test_without_separate_models_nothing_is_timed_and_no_plan_recorded():
@@ -263,21 +290,6 @@ def test_each_process_times_its_runtimes_ratios_and_the_file_keeps_their_blocks(
     assert json.loads(text) == data and "shape [1,128]" in text
     assert sum('"num_ms": [' in line and line.count(",") == pairs - 1
                for line in text.splitlines()) == 4
-
-
-def test_the_accuracy_gap_is_paired_over_the_same_examples():
-    from palkit.report.recommended import paired_gap
-
-    gold = [0, 1, 1, 0] * 50
-    a = {"sst": {"pred": gold[:], "gold": gold}}
-    b = {"sst": {"pred": [1 - g if i % 10 == 0 else g for i, g in enumerate(gold)],
-                 "gold": gold}}
-    gap = paired_gap(a, b)
-    assert gap["gap"] == pytest.approx(10.0) and gap["examples"] == 200
-    low, high = gap["interval"]
-    assert 5 < low < 10 < high < 15
-    other = gold[1:] + gold[:1]  # other examples: nothing to pair
-    assert paired_gap(a, {"sst": {"pred": other, "gold": other}}) is None
 
 
 def _pair(kind, num, den, ratio, interval, what):
@@ -384,51 +396,3 @@ def test_a_calibration_pair_off_one_flags_the_run_as_noisy(tmp_path, capsys):
     assert report["calibration"]["noisy"]
     assert "reads 1.060, outside 1.00 +- 3%" in report["calibration"]["why"][0]
     assert "NOISY RUN" in capsys.readouterr().out
-
-
-def test_the_equal_compute_gap_comes_with_welchs_interval_over_seeds():
-    from palkit.report.recommended import equal_compute
-
-    rows = [{"name": "shared", "test_avg": {"mean": 75.75, "n": 3, "sd": 0.23}},
-            {"name": "separate", "test_avg": None},
-            {"name": "separate, captured", "test_avg": {"mean": 75.9, "n": 3, "sd": 0.3}}]
-    gap = equal_compute(rows)
-    assert gap["gap"] == pytest.approx(-0.15)
-    assert gap["separate"]["configuration"] == "separate, captured"
-    low, high = gap["interval"]
-    # se = sqrt(0.23^2/3 + 0.3^2/3) = 0.218 on about 3.7 degrees of freedom: t(3) = 3.182
-    assert (low, high) == pytest.approx((-0.15 - 3.182 * 0.2183, -0.15 + 3.182 * 0.2183), abs=1e-3)
-    assert equal_compute(rows[1:]) is None
-
-
-def test_a_run_without_an_identical_compute_pair_is_uncalibrated_not_noisy(tmp_path):
-    from palkit.report.recommended import calibration
-
-    data = recommended_bench(tmp_path)
-    data["pairs"] = [p for p in data["pairs"] if p["kind"] != "identical_compute"]
-    cal = calibration(data)
-    assert not cal["noisy"] and cal["not_measured"] == ["identical_compute"]
-
-
-def test_the_bootstrap_scores_are_the_trainers_average():
-    """paired_gap's vectorised score (for 2,000 resamples) is trainer/metrics.py's average."""
-    import numpy as np
-    import torch
-
-    from palkit.report.recommended import _task_scores
-    from palkit.trainer.metrics import average_score, task_metrics
-    from palkit.trainer.tasks import BUILTIN_TASKS
-
-    rng = random.Random(3)
-    gold_sst = [rng.randrange(5) for _ in range(300)]
-    gold_sts = [rng.uniform(0, 5) for _ in range(200)]
-    examples = {"sst": {"gold": gold_sst,
-                        "pred": [g if rng.random() < 0.6 else rng.randrange(5) for g in gold_sst]},
-                "sts": {"gold": gold_sts, "pred": [g + rng.gauss(0, 1) for g in gold_sts]}}
-    whole = {t: np.arange(len(e["gold"]))[None] for t, e in examples.items()}
-    metrics = {}
-    for t, e in examples.items():
-        metrics.update(task_metrics(BUILTIN_TASKS[t], torch.tensor(e["pred"]),
-                                    torch.tensor(e["gold"])))
-    expected = 100 * average_score([BUILTIN_TASKS["sst"], BUILTIN_TASKS["sts"]], metrics)
-    assert _task_scores(examples, ["sst", "sts"], whole)[0] == pytest.approx(expected, abs=1e-4)

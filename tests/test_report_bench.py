@@ -9,7 +9,7 @@ import pytest
 
 from palkit.bench.schema import BenchFileError, load_bench_file, percentile, validate
 from palkit.report.build import build_report
-from palkit.report.headline import SUMMARY_KEYS
+from palkit.report.paper_reference import SUMMARY_KEYS
 from palkit.report.ingest import ReportError
 from testing_utils import REPO, host_bench, png_size
 
@@ -66,7 +66,7 @@ def test_report_headline_numbers_are_right_and_traceable(inputs, tmp_path: Path)
             ids = summary["sources"][key]
             assert ids and all(i in saved["measurements"] for i in ids), key
     assert saved["measurements"][summary["sources"]["swap_ms"][0]]["value"] == 4.0
-    assert report["targets"]["all_tasks_ratio_top_half"]["met"] is True
+    assert report.targets["all_tasks_ratio_top_half"].met is True
 
 
 def test_memory_ratio_prefers_the_all_tasks_program(tmp_path: Path):
@@ -86,14 +86,15 @@ def test_report_targets_and_charts_and_labels(inputs, tmp_path: Path):
     host, dev = inputs
     out = tmp_path / "r2"
     report = build_report([host], [dev], out)
-    targets = report["targets"]
-    assert targets["size_ratio_vs_one_separate"]["met"] is True       # 1.05 <= 1.10
-    assert targets["all_tasks_ratio_all_layers"]["met"] is True        # 2.15 <= 2.2
-    assert targets["latency_ratio_pal_vs_plain"]["met"] is False       # 1.083 > 1.05
-    assert targets["all_tasks_vs_flop_floor"]["value"] == pytest.approx(28.0 / 13.0)  # floor 1.00
-    assert targets["accuracy_gap_pal_int8_vs_separate_fp32"]["met"] is True  # -0.8 >= -1
-    assert report["charts"] == {"headline": "headline.png", "accuracy_vs_size": "accuracy_vs_size.png"}
-    for name in report["charts"].values():
+    targets = report.targets
+    assert targets["size_ratio_vs_one_separate"].met is True       # 1.05 <= 1.10
+    assert targets["all_tasks_ratio_all_layers"].met is True        # 2.15 <= 2.2
+    assert targets["latency_ratio_pal_vs_plain"].met is False       # 1.083 > 1.05
+    assert targets["all_tasks_vs_flop_floor"].value == pytest.approx(28.0 / 13.0)  # floor 1.00
+    assert targets["accuracy_gap_pal_int8_vs_separate_fp32"].met is True  # -0.8 >= -1
+    saved = json.loads((out / "report.json").read_text())
+    assert saved["charts"] == {"headline": "headline.png", "accuracy_vs_size": "accuracy_vs_size.png"}
+    for name in saved["charts"].values():
         width, height = png_size(out / name)
         assert 800 <= width <= 1600 and 400 <= height <= 1000, (name, width, height)
     md = (out / "report.md").read_text()
@@ -101,7 +102,8 @@ def test_report_targets_and_charts_and_labels(inputs, tmp_path: Path):
     assert "phone: Google Pixel 8 (Android 14, arm64-v8a)" in md
     assert "host CPU: Test CPU 9000" in md
     assert "## phone: Google Pixel 8" in md
-    saved = json.loads((out / "report.json").read_text())
+    # this bench timed no pairs: its headline chart's latencies say they are unpaired
+    assert "single-round p50s, not paired" in md
     dev_items = {k: v for k, v in saved["measurements"].items() if k.startswith("device:")}
     assert dev_items and all("Pixel 8" in v["machine"] for v in dev_items.values())
     host_items = [v for k, v in saved["measurements"].items() if not k.startswith("device:")]
@@ -110,13 +112,19 @@ def test_report_targets_and_charts_and_labels(inputs, tmp_path: Path):
     assert any(c["fraction"] for c in saved["ceiling_fraction"])
 
 
-def test_headline_figure_rows_carry_the_targets(tmp_path: Path):
-    from palkit.report.charts import headline_rows
-    from palkit.report.ingest import Measurements, ingest_host
+def _ingested(data: dict):
+    from palkit.report.ingest import measure_host, parse_bench
+    from palkit.report.model import Measurements
 
-    data, m = host_bench(tmp_path), Measurements()
-    ingest_host(data, "", "host.json", m)
-    rows = {r.label: r for r in headline_rows(data, "", m)}
+    bench, m = parse_bench(data, "host.json"), Measurements()
+    measure_host(bench, m)
+    return bench, m
+
+
+def test_unpaired_figure_rows_carry_the_targets(tmp_path: Path):
+    from palkit.report.p50_chart import p50_rows
+
+    rows = {r.label: r for r in p50_rows(*_ingested(host_bench(tmp_path)))}
     assert [r.role for r in rows.values()] == ["pal", "pal", "separate", "peer", "peer"]
     pal, top = rows["pal (executorch, int8)"], rows["top (executorch, int8)"]
     assert math.isclose(pal.mib, 23_200_000 / 2**20) and pal.one_ms == 13.0 and pal.all_ms == 28.0
@@ -129,8 +137,8 @@ def test_headline_figure_rows_carry_the_targets(tmp_path: Path):
 def test_size_target_is_checked_not_asserted(inputs, tmp_path: Path):
     host, _ = inputs
     report = build_report([host], [], tmp_path / "r3")
-    t = report["targets"]["size_ratio_vs_three_separate"]
-    assert t["met"] is True and math.isclose(t["value"], 23.2 / 66.3)
+    t = report.targets["size_ratio_vs_three_separate"]
+    assert t.met is True and math.isclose(t.value, 23.2 / 66.3)
 
 
 def test_placements_come_from_layer_indices_and_only_all_layers_is_the_headline(tmp_path: Path):
@@ -147,20 +155,20 @@ def test_placements_come_from_layer_indices_and_only_all_layers_is_the_headline(
     assert math.isclose(summary["all_tasks_ratio_top_half"], 20.0 / 12.5)
     assert any(n.startswith("no all-layer PAL bundle") and "pal/executorch (placement top-1)" in n
                and "pal-top/executorch (placement top)" in n for n in summary["notes"])
-    assert report["targets"]["latency_ratio_pal_vs_plain"]["met"] is None
+    assert report.targets["latency_ratio_pal_vs_plain"].met is None
 
 
 def test_report_says_the_flop_floor_and_unequal_budgets_beside_their_targets(inputs,
                                                                              tmp_path: Path):
     host, _ = inputs
     report = build_report([host], [], tmp_path / "r")
-    gap = report["targets"]["accuracy_gap_pal_int8_vs_separate_fp32"]
-    assert gap["context"] == ("unequal budgets: the joint run took 400 optimizer steps for all "
-                              "its tasks, the separate models 1,200 in all")
-    floor = report["targets"]["latency_ratio_pal_vs_plain"]["context"]
+    gap = report.targets["accuracy_gap_pal_int8_vs_separate_fp32"]
+    assert gap.context == ("unequal budgets: the joint run took 400 optimizer steps for all "
+                           "its tasks, the separate models 1,200 in all")
+    floor = report.targets["latency_ratio_pal_vs_plain"].context
     assert floor.startswith("its matrix-multiply FLOP floor is ")
     md = (tmp_path / "r" / "report.md").read_text()
-    assert gap["context"] in md and floor in md
+    assert gap.context in md and floor in md
 
 
 def test_missed_target_and_missing_parts_are_said(tmp_path: Path):
@@ -171,7 +179,7 @@ def test_missed_target_and_missing_parts_are_said(tmp_path: Path):
     path = tmp_path / "h.json"
     path.write_text(json.dumps(data))
     report = build_report([path], [], tmp_path / "r4", tmp_path / "s.json")
-    assert report["targets"]["swap_ms"]["met"] is False
+    assert report.targets["swap_ms"].met is False
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["all_tasks_ratio_top_half"] is None
     assert any(n.startswith("all_tasks_ratio_top_half") for n in summary["notes"])
@@ -228,8 +236,8 @@ def test_device_file_given_as_host_and_host_as_device(inputs, tmp_path: Path):
     with pytest.raises(ReportError, match="host.json"):
         build_report([], [host], tmp_path / "o")
     report = build_report([dev], [], tmp_path / "o2")  # a phone file under --bench is fine
-    assert report["summary"]["machine"] is None
-    assert report["charts"] == {} and "## At a glance" not in (tmp_path / "o2" / "report.md").read_text()
+    assert report.summary.machine is None
+    assert report.charts == [] and "## At a glance" not in (tmp_path / "o2" / "report.md").read_text()
 
 
 def test_schema_accepts_the_apps_file_and_a_host_file(tmp_path: Path):
@@ -251,10 +259,10 @@ def test_one_task_ratio_is_given_against_its_flop_floor(tmp_path: Path):
             row["matmul_flops"] = int(row["matmul_flops"] * 1.08)   # the PALs' own matmuls
     (tmp_path / "host.json").write_text(json.dumps(data))
     report = build_report([tmp_path / "host.json"], [], tmp_path / "r")
-    assert report["summary"]["latency_ratio_pal_vs_plain"] == pytest.approx(13.0 / 12.0)
+    assert report.summary.values["latency_ratio_pal_vs_plain"] == pytest.approx(13.0 / 12.0)
     assert ("latency_ratio_pal_vs_plain: one PAL task takes 1.080x the plain classifier's "
             "matrix-multiply FLOPs, the floor of this ratio when inference is compute-bound"
-            in report["summary"]["notes"])
+            in [n.text for n in report.summary.notes])
 
 
 @pytest.mark.parametrize("argv0", ["/home/me/.venv/bin/palkit", "cli.py", "/src/palkit/cli.py"])
@@ -279,36 +287,36 @@ def _one_bundle(tmp_path: Path, int8: float, fp32: float) -> dict:
 
 def test_accuracy_axis_spans_at_least_a_point_either_side(tmp_path: Path):
     """A 0.14-point int8 gap must look small: the axis never zooms in to fill the chart."""
-    from palkit.report.charts import ACCURACY_PAD_POINTS, accuracy_points, draw_accuracy
-    from palkit.report.ingest import Measurements, ingest_host
+    from dataclasses import replace
 
-    data, m = _one_bundle(tmp_path, 0.6925, 0.6939), Measurements()
-    ingest_host(data, "", "host.json", m)
-    points, lines = accuracy_points(data, "", m)
-    assert [p["acc"] for p in points] == [pytest.approx(69.25)]
-    fig = draw_accuracy(points, lines, data)
+    from palkit.report.charts import ACCURACY_PAD_POINTS, accuracy_points, draw_accuracy
+
+    bench, m = _ingested(_one_bundle(tmp_path, 0.6925, 0.6939))
+    points, lines = accuracy_points(bench, m)
+    assert [p.acc for p in points] == [pytest.approx(69.25)]
+    fig = draw_accuracy(points, lines, bench)
     low, high = fig.axes[0].get_ylim()
     assert low == pytest.approx(69.25 - ACCURACY_PAD_POINTS)
     assert high == pytest.approx(69.39 + ACCURACY_PAD_POINTS)
     # a wide spread keeps its own small margin instead
-    points.append({**points[0], "acc": 50.0})
-    low, high = draw_accuracy(points, lines, data).axes[0].get_ylim()
+    points.append(replace(points[0], acc=50.0))
+    low, high = draw_accuracy(points, lines, bench).axes[0].get_ylim()
     assert 48.0 < low < 50.0 and 69.39 < high < 71.0
 
 
 @pytest.mark.parametrize("with_peers", [False, True])
-def test_headline_legend_and_labels_show_only_what_is_drawn(tmp_path: Path, with_peers):
-    from palkit.report.charts import draw_headline, headline_rows
-    from palkit.report.ingest import Measurements, ingest_host
+def test_unpaired_legend_and_labels_show_only_what_is_drawn(tmp_path: Path, with_peers):
+    from palkit.report.p50_chart import draw_p50, p50_rows
 
-    data, m = (host_bench(tmp_path) if with_peers else _one_bundle(tmp_path, 0.69, 0.70),
-               Measurements())
-    ingest_host(data, "", "host.json", m)
-    fig = draw_headline(headline_rows(data, "", m), data)
+    bench, m = _ingested(host_bench(tmp_path) if with_peers
+                         else _one_bundle(tmp_path, 0.69, 0.70))
+    fig = draw_p50(p50_rows(bench, m), bench)
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert ("target: fastest peer" in legend) == with_peers
     assert ("peer: separate models" in legend) == with_peers
     assert "tasks run one after the other" not in legend   # every subject here has a program
+    assert [ax.get_title() for ax in fig.axes][1:] == ["one task, p50 (unpaired)",
+                                                       "all tasks on one input, p50 (unpaired)"]
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     for ax in fig.axes:
@@ -316,6 +324,86 @@ def test_headline_legend_and_labels_show_only_what_is_drawn(tmp_path: Path, with
         for text in ax.texts:           # each bar's value ends inside its panel
             end = text.get_window_extent(renderer)
             assert box.x0 <= end.x0 and end.x1 <= box.x1, (ax.get_title(), text.get_text())
+
+
+def _pair(kind: str, num: str, den: str, ratio: float, interval: list[float]) -> dict:
+    side = lambda s: dict(zip(("subject", "config"), s.split(" ")))  # noqa: E731
+    return {"id": f"pair:{kind}:{num}/{den}", "kind": kind, "num": side(num), "den": side(den),
+            "what": f"{num} / {den}", "threads": 1, "seq_len": 128, "ratio": ratio,
+            "interval": interval, "pairs": 30}
+
+
+def _paired_bench(tmp_path: Path) -> dict:
+    """host_bench with the pairs the bench times: its p50s say one PAL task is 13.0 / 12.0 ms
+    against the separate model, its paired timing 1.40x."""
+    data = host_bench(tmp_path)
+    pal, sep = "pal/executorch", "separate/executorch/int8"
+    data["pairs"] = [_pair("aa", f"{sep} task:sst", f"{sep} task:sst", 1.004, [0.99, 1.02]),
+                     _pair("one_task", f"{pal} task:sst", f"{sep} task:sst", 1.40, [1.39, 1.41]),
+                     _pair("all_tasks", f"{pal} all_tasks", f"{sep} all_tasks", 1.22, [1.2, 1.24]),
+                     _pair("all_vs_one", f"{pal} all_tasks", f"{pal} task:sst", 2.7, [2.6, 2.8]),
+                     _pair("peer", f"{pal} task:sst", "peer/ort-int8 task:sst", 0.99, [0.95, 1.2])]
+    return data
+
+
+def test_the_headline_figure_draws_the_paired_ratios_the_verdict_quotes(tmp_path: Path):
+    from palkit.report.verdict_chart import draw_verdict, ratio_groups
+
+    bench, _ = _ingested(_paired_bench(tmp_path))
+    groups = ratio_groups(bench, None)
+    assert [g.bundle for g in groups] == ["pal/executorch", None]      # then the calibration
+    rows = {r.label: r for r in groups[0].rows}
+    one = rows["one task / separate model"]
+    assert (one.ratio, one.interval, one.reads, one.target) == (1.40, (1.39, 1.41), "slower", 1.05)
+    assert rows["all tasks on one input / one task"].target == 2.2
+    assert rows["one task / peer/ort-int8"].reads == "not resolved"
+    assert [r.label for r in groups[1].rows] == ["A/A: separate/executorch/int8"]
+    host = tmp_path / "host.json"
+    host.write_text(json.dumps(_paired_bench(tmp_path)))
+    build_report([host], [], tmp_path / "r")
+    width, height = png_size(tmp_path / "r" / "headline.png")
+    assert width == 1600 and 400 <= height <= 1000
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "each time ratio the bench timed in pairs, with its 95% interval" in md
+    fig = draw_verdict(groups, [], bench)
+    ratios = fig.axes[0]
+    assert ratios.get_xscale() == "log"
+    labels = [t.get_text() for t in ratios.get_yticklabels()]
+    assert labels[0] == "one task / separate model" and labels[-1].startswith("A/A: ")
+    assert "1.40x [1.39, 1.41] slower" in [t.get_text() for t in fig.axes[1].texts]
+
+
+@pytest.mark.parametrize("stopped, words", [
+    ("resolved", "Timing plan: 7 processes x 6 pairs, stopped: resolved (+-3%) after 212 s."),
+    ("time cap", "Timing plan: 9 processes x 6 pairs, stopped at the 300 s cap: not every ratio "
+                 "resolved (+-3%)."),
+    (None, None)])
+def test_the_bench_timing_plan_is_said_under_the_calibration(tmp_path: Path, capsys, stopped,
+                                                             words):
+    from palkit.cli import main
+
+    data = _paired_bench(tmp_path)
+    if stopped:
+        data["timing_plan"] = {"processes": 7 if stopped == "resolved" else 9, "pairs": 6,
+                               "block": 4, "min_processes": 5, "max_processes": 30,
+                               "max_seconds": 300.0,
+                               "target_halfwidth": math.log(1.03), "stopped": stopped,
+                               "seconds": 212.4 if stopped == "resolved" else 301.0}
+    data["subjects"]["pal/executorch"]["pal_layers"] = []     # the launch bundle: no PALs
+    path = tmp_path / "h.json"
+    path.write_text(json.dumps(data))
+    assert main(["report", "--bench", str(path), "--out", str(tmp_path / "r"),
+                 "--summary", str(tmp_path / "s.json")]) == 0
+    out = capsys.readouterr().out
+    md = (tmp_path / "r" / "report.md").read_text()
+    calibration = json.loads((tmp_path / "s.json").read_text())["calibration"]
+    if words is None:       # a bench file from before the timing plan: nothing more is said
+        assert "Timing plan" not in md and "Timing plan" not in out
+        assert "timing_plan" not in calibration
+        return
+    assert words in md and words.rstrip(".") in out
+    assert md.index("**Calibration**") < md.index(words) < md.index("| pair |")
+    assert calibration["timing_plan"]["stopped"] == stopped
 
 
 def test_report_shows_the_int8_check_on_other_cpus_that_bench_found_in_a_bundle(tmp_path: Path):
@@ -410,3 +498,71 @@ def test_a_bundle_whose_tasks_were_added_in_another_order_is_timed_by_its_progra
     subjects, _, notes = discover([bundle], [], ["executorch"], [], tmp_path / "work")
     assert [s.all_tasks for s in subjects] == [
         {"format": "bundle", "bundle": str(bundle), "task": ALL_TASKS}], notes
+
+
+# ---- the verdict's statistics (report/verdict.py on core/stats.py) -----------------------------
+
+def test_the_accuracy_gap_is_paired_over_the_same_examples():
+    from palkit.report.model import TaskPredictions
+    from palkit.report.verdict import paired_gap
+
+    gold = [0, 1, 1, 0] * 50
+    a = {"sst": TaskPredictions(gold[:], gold)}
+    b = {"sst": TaskPredictions([1 - g if i % 10 == 0 else g for i, g in enumerate(gold)], gold)}
+    gap = paired_gap(a, b)
+    assert gap.gap == pytest.approx(10.0) and gap.examples == 200 and gap.tasks == ("sst",)
+    low, high = gap.interval
+    assert 5 < low < 10 < high < 15
+    other = gold[1:] + gold[:1]  # other examples: nothing to pair
+    assert paired_gap(a, {"sst": TaskPredictions(other, other)}) is None
+
+
+def test_the_equal_compute_gap_comes_with_welchs_interval_over_seeds():
+    from palkit.report.ingest import SeedStats, Study, StudyRow
+    from palkit.report.verdict import equal_compute
+
+    rows = (StudyRow("shared", None, SeedStats(75.75, 3, 0.23)), StudyRow("separate", None, None),
+            StudyRow("separate, captured", None, SeedStats(75.9, 3, 0.3)))
+    gap = equal_compute(Study("converged.json", "?", rows))
+    assert gap.gap == pytest.approx(-0.15)
+    assert gap.separate.configuration == "separate, captured"
+    # se = sqrt(0.23^2/3 + 0.3^2/3) = 0.218 on about 3.7 degrees of freedom: t(3) = 3.182
+    assert gap.interval == pytest.approx((-0.15 - 3.182 * 0.2183, -0.15 + 3.182 * 0.2183),
+                                         abs=1e-3)
+    assert equal_compute(Study("converged.json", "?", rows[1:])) is None
+
+
+def test_a_run_without_an_identical_compute_pair_is_uncalibrated_not_noisy(tmp_path: Path):
+    from palkit.report.verdict import calibration
+
+    bench, _ = _ingested(_paired_bench(tmp_path))     # its one-task pair is not head-only
+    cal = calibration(bench)
+    assert not cal.noisy and cal.not_measured == ["identical_compute"]
+    assert [c.what for c in cal.pairs] == ["separate/executorch/int8 task:sst / "
+                                           "separate/executorch/int8 task:sst"]
+
+
+def test_the_bootstrap_scores_are_the_trainers_average():
+    """paired_gap's vectorised score (for 2,000 resamples) is trainer/metrics.py's average."""
+    import random
+
+    import numpy as np
+    import torch
+
+    from palkit.report.model import TaskPredictions
+    from palkit.report.verdict import _average_score
+    from palkit.trainer.metrics import average_score, task_metrics
+    from palkit.trainer.tasks import BUILTIN_TASKS
+
+    rng = random.Random(3)
+    gold_sst = [rng.randrange(5) for _ in range(300)]
+    gold_sts = [rng.uniform(0, 5) for _ in range(200)]
+    examples = {"sst": TaskPredictions([g if rng.random() < 0.6 else rng.randrange(5)
+                                        for g in gold_sst], gold_sst),
+                "sts": TaskPredictions([g + rng.gauss(0, 1) for g in gold_sts], gold_sts)}
+    whole = {t: np.arange(len(e.gold))[None] for t, e in examples.items()}
+    metrics = {}
+    for t, e in examples.items():
+        metrics.update(task_metrics(BUILTIN_TASKS[t], torch.tensor(e.pred), torch.tensor(e.gold)))
+    expected = 100 * average_score([BUILTIN_TASKS["sst"], BUILTIN_TASKS["sts"]], metrics)
+    assert _average_score(examples, ["sst", "sts"], whole)[0] == pytest.approx(expected, abs=1e-4)

@@ -28,7 +28,7 @@ def test_the_draws_are_seeded_and_groups_come_from_one_generator_in_order():
     assert not np.array_equal(a, bootstrap_indices(50, 100, seed=4))
     first, second = grouped_bootstrap_indices([50, 7], 100, seed=3)
     assert np.array_equal(first, a) and second.shape == (100, 7) and second.max() < 7
-    rng = np.random.default_rng(3)  # the report's own draws before this module: unchanged
+    rng = np.random.default_rng(3)  # one generator, the groups drawn in order
     assert np.array_equal(first, rng.integers(0, 50, (100, 50)))
     assert np.array_equal(second, rng.integers(0, 7, (100, 7)))
 

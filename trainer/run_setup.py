@@ -52,7 +52,7 @@ class TaskData:
     pad_id: int
 
 
-def load_task_data(cfg: TrainConfig, specs: list[TaskSpec], tokenizer, device: torch.device,
+def load_task_data(cfg: TrainConfig, specs: list[TaskSpec], tokenizer: Any, device: torch.device,
                    pad_multiple: int) -> TaskData:
     if cfg.data_source == "hub":
         from palkit.trainer.hub import read_hub_examples as read

@@ -211,7 +211,7 @@ bool readBytes(std::ifstream& in, const Entry& entry, void* into) {
 // A task's safetensors file (8-byte little-endian header size, a JSON header, the data): the
 // tensors `names`, in that order, as float32. An int8 bundle stores each matrix as I8 with one
 // F32 scale per output column (its last dimension) in `<name>.scale`; it is dequantized here,
-// once, as w = q * scale: the formula of palkit's Python runtime (export/engines.py
+// once, as w = q * scale: the formula of palkit's Python runtime (runtime/runners.py
 // read_task_weights), so the method gets the same bits from both. Sets `error` and returns false
 // for anything else.
 bool readTaskWeights(const std::string& path, const std::vector<std::string>& names,
