@@ -31,9 +31,9 @@ BlockOption = Annotated[int, typer.Option(
     min=1, help="calls of one program in a row, the first untimed (it brings the model's weights "
     "back into the caches after another ran): per latency round, and per side of a verdict pair")]
 MinProcessesOption = Annotated[int, typer.Option(
-    min=1, help="worker processes per runtime that time the verdict's paired ratios, at least")]
+    min=2, help="worker processes per runtime that time the verdict's paired ratios, at least")]
 MaxProcessesOption = Annotated[int, typer.Option(
-    min=1, help="and at most: more are added while a ratio's 95% interval is wider than ±3%")]
+    min=2, help="and at most: more are added while a ratio's 95% interval is wider than ±3%")]
 PairsOption = Annotated[int, typer.Option(
     min=1, help="pairs of blocks per verdict ratio and process (the sides in alternating order)")]
 MaxPairSecondsOption = Annotated[float, typer.Option(
