@@ -38,6 +38,21 @@ PairsOption = Annotated[int, typer.Option(
     min=1, help="pairs of blocks per verdict ratio and process (the sides in alternating order)")]
 MaxPairSecondsOption = Annotated[float, typer.Option(
     min=0, help="paired timing beyond the minimum processes stops before it would pass this")]
+PeersOption = Annotated[str, typer.Option(
+    metavar="PEER[,PEER...]", help=f"peers to build from the separate run: {', '.join(PEERS)} or "
+    "none")]
+RuntimesOption = Annotated[str, typer.Option(
+    metavar="RT[,RT]", help=f"bundle runtimes to measure: {', '.join(RUNTIMES)}")]
+WarmupOption = Annotated[int, typer.Option(help="untimed runs before timing")]
+MinRunsOption = Annotated[int, typer.Option(help="timed runs per configuration")]
+MinSecondsOption = Annotated[float, typer.Option(help="time each configuration at least this long")]
+MaxSecondsOption = Annotated[float, typer.Option(help="and at most this long")]
+AccuracyOption = Annotated[bool, typer.Option(
+    help="score the bundles (as run by their runtime) and the --run models on --splits")]
+MaxExamplesOption = Annotated[Optional[int], typer.Option(
+    metavar="N", help="score at most N examples per task and split")]
+CeilingOption = Annotated[bool, typer.Option(help="measure the machine's matmul ceiling")]
+OutOption = Annotated[Path, typer.Option(metavar="FILE", help="palkit-bench JSON to write")]
 NativeOption = Annotated[bool, typer.Option(
     help="also measure PAL bundles' ExecuTorch files through the Android app's own C++ path (JNI "
     "over Module; needs a C++ compiler and a JDK)")]
@@ -60,39 +75,28 @@ def _commas(values: list) -> str:
 def bench(
     bundles: BundlesArgument = None,
     runs: RunsOption = None,
-    peers: Annotated[str, typer.Option(
-        metavar="PEER[,PEER...]", help=f"peers to build from the separate run: {', '.join(PEERS)} "
-        "or none")] = _commas(DEFAULTS.peers),
-    runtimes: Annotated[str, typer.Option(metavar="RT[,RT]", help="bundle runtimes to measure: "
-                                          f"{', '.join(RUNTIMES)}")] = _commas(DEFAULTS.runtimes),
+    peers: PeersOption = _commas(DEFAULTS.peers),
+    runtimes: RuntimesOption = _commas(DEFAULTS.runtimes),
     threads: Annotated[list[str], typer.Option(metavar="N[,N...]")] = [_commas(DEFAULTS.threads)],
     seq_lens: Annotated[list[str], typer.Option(metavar="N[,N...]")] = [_commas(DEFAULTS.seq_lens)],
-    warmup: Annotated[int, typer.Option(help="untimed runs before timing")] =
-        DEFAULTS.timing.warmup,
-    min_runs: Annotated[int, typer.Option(help="timed runs per configuration")] =
-        DEFAULTS.timing.min_runs,
-    min_seconds: Annotated[float, typer.Option(
-        help="time each configuration at least this long")] = DEFAULTS.timing.min_seconds,
-    max_seconds: Annotated[float, typer.Option(help="and at most this long")] =
-        DEFAULTS.timing.max_seconds,
+    warmup: WarmupOption = DEFAULTS.timing.warmup,
+    min_runs: MinRunsOption = DEFAULTS.timing.min_runs,
+    min_seconds: MinSecondsOption = DEFAULTS.timing.min_seconds,
+    max_seconds: MaxSecondsOption = DEFAULTS.timing.max_seconds,
     rounds: RoundsOption = DEFAULTS.rounds,
     block: BlockOption = DEFAULTS.timing.block,
     min_processes: MinProcessesOption = DEFAULTS.timing_plan.min_processes,
     max_processes: MaxProcessesOption = DEFAULTS.timing_plan.max_processes,
     pairs: PairsOption = DEFAULTS.timing_plan.pairs,
     max_pair_seconds: MaxPairSecondsOption = DEFAULTS.timing_plan.max_seconds,
-    accuracy: Annotated[bool, typer.Option(help="score the bundles (as run by their runtime) "
-                                           "and the --run models on --splits")] = True,
+    accuracy: AccuracyOption = True,
     splits: Annotated[str, typer.Option(metavar="SPLIT[,SPLIT]")] = _commas(DEFAULTS.splits),
-    max_examples: Annotated[Optional[int], typer.Option(
-        metavar="N", help="score at most N examples per task and split")] = DEFAULTS.max_examples,
+    max_examples: MaxExamplesOption = DEFAULTS.max_examples,
     data_dir: DataDirOption = None,
-    ceiling: Annotated[bool, typer.Option(help="measure the machine's matmul ceiling")] =
-        DEFAULTS.ceiling,
+    ceiling: CeilingOption = DEFAULTS.ceiling,
     native: NativeOption = DEFAULTS.native,
     work: Annotated[Path, typer.Option(help="where peers are built and cached")] = DEFAULTS.work,
-    out: Annotated[Path, typer.Option(metavar="FILE", help="palkit-bench JSON to write")] =
-        DEFAULT_BENCH_OUT,
+    out: OutOption = DEFAULT_BENCH_OUT,
     trust_key: TrustKeyOption = DEFAULTS.trust_key,
     scale: ScaleOption = None,
 ) -> None:
