@@ -24,8 +24,7 @@ from palkit.report.model import (INTERNAL, BenchFile, DeviceFile, JsonObject, Me
                                  to_json)
 from palkit.report.paper_reference import (ReferenceSummary, TargetCheck, check_targets,
                                            no_host_summary, paper_reference, reference_pal)
-from palkit.report.recommend import (PLACEMENT_KEYS, AddTaskAdvice, LaunchChoice,
-                                     advise_add_task, choose_launch)
+from palkit.report.recommend import PLACEMENT_KEYS, AddTaskAdvice, advise_add_task, choose_launch
 from palkit.report.study_accuracy import add_study_accuracy
 from palkit.report.verdict import Calibration, Verdict, calibration, verdict
 
@@ -49,7 +48,6 @@ class Report:
     host_notes: list[str]
     hosts: list[BenchFile] = field(default_factory=list, metadata=INTERNAL)
     devices: list[DeviceFile] = field(default_factory=list, metadata=INTERNAL)
-    launch: LaunchChoice | None = field(default=None, metadata=INTERNAL)
 
     def to_json(self) -> JsonObject:
         out = {k: to_json(getattr(self, k)) for k in (
@@ -104,7 +102,7 @@ def build_report(bench_files: list[Path], device_files: list[Path], out: Path,
         pairwise(hosts, m), ceiling_fraction(hosts, m), deployment, later,
         write_charts(hosts, m, out, deployment, launch.bundle.name if launch and launch.bundle
                      else None),
-        m, [n for h in hosts for n in h.notes], hosts, devices, launch)
+        m, [n for h in hosts for n in h.notes], hosts, devices)
     write_text(out / "report.json", json.dumps(report.to_json(), indent=1, sort_keys=True) + "\n")
     write_text(out / "report.md", render_markdown(report))
     if summary_path is not None:

@@ -3,10 +3,10 @@ condition (p50 / p50, unpaired), and the fraction of the machine's measured GEMM
 configuration reaches."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from palkit.bench.schema import measurement_id, p50_id
-from palkit.report.model import BenchFile, Measurements
+from palkit.report.model import INTERNAL, BenchFile, Measurements
 from palkit.report.selection import ratio, total_bytes
 
 
@@ -33,6 +33,7 @@ class CeilingShare:
     ceiling: float | None
     ceiling_kind: str
     fraction: float | None
+    bench_file: str = field(metadata=INTERNAL)   # the host file it was measured in
 
 
 def pairwise(hosts: list[BenchFile], m: Measurements) -> list[PairwiseRow]:
@@ -69,5 +70,6 @@ def ceiling_fraction(hosts: list[BenchFile], m: Measurements) -> list[CeilingSha
             achieved = row.matmul_flops / (row.p50_ms / 1e3) / 1e9
             out.append(CeilingShare(f"{bench.prefix}{row.id}", row.subject, row.config,
                                     row.threads, row.seq_len, row.matmul_flops / 1e9, achieved,
-                                    ceiling, kind, achieved / ceiling if ceiling else None))
+                                    ceiling, kind, achieved / ceiling if ceiling else None,
+                                    bench.path))
     return out

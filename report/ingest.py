@@ -96,7 +96,7 @@ def _timing_plan(plan: _Raw | None) -> TimingPlan | None:
 
 
 def _machine(machine: _Raw) -> Machine:
-    return Machine(machine["kind"], machine["model"], machine_label(machine), dict(machine))
+    return Machine(machine_label(machine), dict(machine))
 
 
 def _placement(s: _Raw) -> str:
@@ -108,6 +108,12 @@ def _placement(s: _Raw) -> str:
     return placement_name(layers, int(s["num_layers"])) if layers else "none"
 
 
+def _task_adapter(adapter: _Raw, s: _Raw) -> TaskAdapter:
+    layers = tuple(adapter.get("layers") or ())
+    placement = placement_name(layers, int(s["num_layers"])) if layers else "none"
+    return TaskAdapter(adapter.get("kind"), layers, placement)
+
+
 def _subject(name: str, s: _Raw) -> Subject:
     sizes, runtime = s.get("bundle") or {}, s.get("runtime")
     trunk = sizes.get("trunk_bytes")
@@ -115,8 +121,7 @@ def _subject(name: str, s: _Raw) -> Subject:
         name=name, role=s.get("role", ""), runtime=runtime, precision=s.get("precision"),
         label=s.get("label", name), tasks=tuple(s.get("tasks") or ()), placement=_placement(s),
         pal_heads=s.get("pal_heads"),
-        adapters={t: TaskAdapter(a.get("kind"), tuple(a.get("layers") or ()))
-                  for t, a in (s.get("task_adapters") or {}).items() if a},
+        adapters={t: _task_adapter(a, s) for t, a in (s.get("task_adapters") or {}).items() if a},
         all_tasks_program=bool(s.get("all_tasks_program")),
         sizes=BundleSizes(total_bytes=sizes.get("total_bytes"),
                           trunk_bytes=trunk if isinstance(trunk, (int, float)) else None,
@@ -156,8 +161,8 @@ def _accuracy_entry(name: str, entry: _Raw) -> AccuracyEntry:
         examples = {t: TaskPredictions(e["pred"], e["gold"])
                     for t, e in (scores.get("examples") or {}).items()}
         splits[split] = SplitScores(metrics, examples)
-    # The bench names the fp32 runs it scored in PyTorch `fp32:<run>`, beside its subjects
-    return AccuracyEntry(splits, name.startswith("fp32:"), entry.get("run"), entry.get("kind"),
+    # an fp32 run the bench scored in PyTorch records the run; a subject's entry does not
+    return AccuracyEntry(splits, entry.get("run") is not None, entry.get("run"), entry.get("kind"),
                          entry.get("optimizer_steps"))
 
 
@@ -243,7 +248,7 @@ def _device(data: _Raw, file: str, m: Measurements) -> DeviceFile:
             m.add(f"{row.id}:{q}", _measured(value, "ms", machine.label, file,
                                              f"{row.runtime} {row.config} {row.threads} "
                                              f"thread(s) {row.seq_len} tokens"))
-    return DeviceFile(file, dev, machine, tuple(rows), figures)
+    return DeviceFile(file, machine, tuple(rows), figures)
 
 
 # ---- the studies' tables ------------------------------------------------------------------------

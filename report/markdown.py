@@ -68,7 +68,7 @@ def _recommended(report: Report) -> list[str]:
     if rec is None:
         why = [n.text for n in report.summary.notes if LAUNCH in n.about]
         return lines + [f"Not measured: {'; '.join(why)}."]
-    later = f"; added later: {', '.join(rec.added_later)} (top-1 PALs)" if rec.added_later else ""
+    later = f"; added later: {rec.added_later_text}" if rec.added_later else ""
     lines += [f"`{rec.bundle}` (the shared trunk{later}) against `{rec.versus}`. Each "
               "latency ratio is paired timing: both sides in one process, alternating blocks; "
               "the estimate and its 95% interval (Hodges-Lehmann, Wilcoxon); *level* when the "
@@ -187,7 +187,7 @@ def _ceiling(report: Report, bench: BenchFile, label: str) -> list[str]:
               "| subject | config | threads | tokens | GFLOP | achieved GFLOP/s | fraction |",
               "|---|---|---:|---:|---:|---:|---:|"]
     for c in report.ceiling_fraction:
-        if c.id.startswith(bench.prefix) or not bench.prefix:
+        if c.bench_file == bench.path:
             lines.append(f"| {c.subject} | {c.config} | {c.threads} | {c.seq_len} | "
                          f"{c.matmul_gflop:.3f} | {c.achieved_gflops:.1f} | "
                          f"{fmt(c.fraction, 3)} |")

@@ -141,8 +141,6 @@ class PairedRatio:
 
 @dataclass(frozen=True)
 class Machine:
-    kind: str                 # "host" or "android"
-    model: str
     label: str                # as every figure of this machine is labelled
     facts: JsonObject         # the file's machine record, as report.json repeats it
 
@@ -160,6 +158,7 @@ class BundleSizes:
 class TaskAdapter:
     kind: str                 # "head" or "pal"
     layers: tuple[int, ...]   # the trunk layers its PAL sits in
+    placement: str            # those layers named (top-1, all, 3,4,5, ...); "none" for a head
 
 
 @dataclass(frozen=True)
@@ -280,7 +279,6 @@ class BenchFile:
 class DeviceFile:
     """A phone's file (the Android app's): one bundle, its rows and figures."""
     path: str
-    key: str                  # its measurement id prefix, `device:<model>`
     machine: Machine
     results: tuple[LatencyRow, ...]
     figures: Mapping[str, Mapping[str, JsonValue]] = field(default_factory=dict)

@@ -52,6 +52,12 @@ class LaunchChoice:
         adapters = self.bundle.adapters if self.bundle else {}
         return sorted(t for t, a in adapters.items() if a.kind == "pal")
 
+    @property
+    def added_later_text(self) -> str:
+        """Those tasks with their placements: "cfimdb (top-1 PALs)"."""
+        adapters = self.bundle.adapters if self.bundle else {}
+        return ", ".join(f"{t} ({adapters[t].placement} PALs)" for t in self.added_later)
+
 
 def launch_bundle(subjects: Mapping[str, Subject]) -> Subject | None:
     """The multi-task bundle with no PALs in its trunk, int8 and ExecuTorch first."""

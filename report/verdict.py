@@ -20,8 +20,9 @@ from palkit.bench.pairs import CALIBRATION, calibration_problem, wording
 from palkit.bench.schema import measurement_id
 from palkit.core.stats import paired_bootstrap, rowwise_accuracy, rowwise_pearson, welch_interval
 from palkit.report.ingest import SeedStats, Study
-from palkit.report.model import (FLATTEN, OMIT_IF_NONE, BenchFile, Interval, Measurements, Note,
-                                 NoteKind, PairedRatio, TaskPredictions, TimedPair, TimingPlan)
+from palkit.report.model import (FLATTEN, INTERNAL, OMIT_IF_NONE, BenchFile, Interval,
+                                 Measurements, Note, NoteKind, PairedRatio, TaskPredictions,
+                                 TimedPair, TimingPlan)
 from palkit.report.recommend import LAUNCH, LaunchChoice
 from palkit.trainer.tasks import BUILTIN_TASKS
 
@@ -80,6 +81,7 @@ class Verdict:
     runtime: str
     tasks: list[str]
     added_later: list[str]
+    added_later_text: str = field(metadata=INTERNAL)    # with their placements, for prose
     size_ratio: float | None
     one_task: PairedRatio | None
     all_tasks: PairedRatio | None
@@ -233,6 +235,7 @@ def verdict(bench: BenchFile, m: Measurements, launch: LaunchChoice,
     out = Verdict(
         bundle=name, versus=separate, runtime=launch.bundle.runtime,
         tasks=list(launch.bundle.tasks), added_later=launch.added_later,
+        added_later_text=launch.added_later_text,
         size_ratio=ratio(measurement_id(prefix, "size", name, "total_bytes"),
                          measurement_id(prefix, "size", separate, "total_bytes")),
         one_task=paired(bench, ("identical_compute", "one_task"), name),
