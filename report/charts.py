@@ -19,7 +19,7 @@ from palkit.report.model import MiB, BenchFile, Measurements, Subject
 from palkit.report.p50_chart import ROLE_COLOR, draw_p50, p50_rows
 from palkit.report.paper_reference import TARGETS
 from palkit.report.recommend import REFERENCE_CONFIGURATION, WITHIN_POINTS, ShipChoice
-from palkit.report.selection import accuracy_split, total_bytes
+from palkit.report.selection import accuracy_split, source_run, total_bytes
 from palkit.report.verdict_chart import cost_bars, draw_verdict, has_pairs, ratio_groups
 from palkit.ui.plots import pyplot, save
 
@@ -111,16 +111,15 @@ def accuracy_points(bench: BenchFile, m: Measurements) -> tuple[list[AccuracyPoi
         size = total_bytes(m, bench.prefix, name)
         subject = bench.subjects.get(name)
         if subject is not None and size is not None:
-            points.append(AccuracyPoint(_family(subject, runs) or name.split("/")[0],
+            points.append(AccuracyPoint(_family(bench, subject) or name.split("/")[0],
                                         subject.runtime, size / MiB, v))
     return points, lines
 
 
-def _family(subject: Subject, runs: dict[str, str]) -> str | None:
+def _family(bench: BenchFile, subject: Subject) -> str | None:
     """The name of the training run a subject's models came from."""
-    dirs = [Path(d).resolve() for d in subject.fp32_model_dirs.values()]
-    return next((Path(run).name for run in runs.values()
-                 if dirs and all(Path(run).resolve() in d.parents for d in dirs)), None)
+    run = source_run(bench, subject)
+    return Path(bench.accuracy[run].run or "").name if run is not None else None
 
 
 # The y axis shows at least this many points either side of the data: a gap of a tenth of a

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from palkit.bench.schema import measurement_id, p50_id
 from palkit.report.model import (OMIT_IF_NONE, BenchFile, Interval, JsonObject, Measurements, Note,
                                  NoteKind, to_json)
 from palkit.report.selection import (accuracy_split, pal_groups, plain_subjects, ratio,
-                                     reference_condition, size_reference, task_p50)
+                                     reference_condition, size_reference, source_run, task_p50)
 from palkit.report.verdict import Budgets, paired
 
 # target: (comparison, bound, what)
@@ -299,9 +298,8 @@ def _accuracy(h: _Reference, pal: str | None) -> None:
     if pal is not None and h.bench.subjects[pal].precision == "int8":
         v, mid = acc(pal)
         h.out.set("accuracy_avg_pal_int8", v, [mid])
-        pal_runs = {str(Path(d).parent.resolve())
-                    for d in h.bench.subjects[pal].fp32_model_dirs.values()}
-        same = [n for n, e in fp32.items() if e.run and str(Path(e.run).resolve()) in pal_runs]
+        own_run = source_run(h.bench, h.bench.subjects[pal])
+        same = [own_run] if own_run is not None else []
         if not same:
             h.note_on(NoteKind.MISSING, "accuracy_drop_int8_vs_fp32",
                       "the PAL bundle's own run was not among --run")

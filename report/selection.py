@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping
+from pathlib import Path
 
 from palkit.bench.schema import measurement_id, p50_id
 from palkit.report.model import BenchFile, Measurements, Subject
@@ -66,6 +67,16 @@ def size_reference(subjects: Mapping[str, Subject], pal: str) -> str | None:
                                             and o.runtime == subjects[pal].runtime
                                             and o.precision == "int8"]
     return ref[0] if ref else None
+
+
+def source_run(bench: BenchFile, subject: Subject) -> str | None:
+    """The accuracy entry of the fp32 --run the subject's models were trained in: the deepest
+    run folder holding all of its model folders; None when no --run does."""
+    dirs = [Path(d).resolve() for d in subject.fp32_model_dirs.values()]
+    found = [(len(Path(e.run).resolve().parts), name) for name, e in bench.accuracy.items()
+             if e.fp32_reference and e.run and dirs
+             and all(d.is_relative_to(Path(e.run).resolve()) for d in dirs)]
+    return max(found)[1] if found else None
 
 
 def accuracy_split(bench: BenchFile) -> str:

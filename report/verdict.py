@@ -10,9 +10,8 @@ the machine was steady enough to trust it.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -21,9 +20,10 @@ from palkit.bench.schema import measurement_id
 from palkit.core.stats import paired_bootstrap, rowwise_accuracy, rowwise_pearson, welch_interval
 from palkit.report.ingest import SeedStats, Study
 from palkit.report.model import (FLATTEN, INTERNAL, OMIT_IF_NONE, BenchFile, Interval,
-                                 Measurements, Note, NoteKind, PairedRatio, TaskPredictions,
-                                 TimedPair, TimingPlan)
+                                 Measurements, Note, NoteKind, PairedRatio, Subject,
+                                 TaskPredictions, TimedPair, TimingPlan)
 from palkit.report.recommend import LAUNCH, LaunchChoice
+from palkit.report.selection import source_run
 from palkit.trainer.tasks import BUILTIN_TASKS
 
 # A study's rows for the launch configuration and the separate models, by its configuration names
@@ -169,14 +169,10 @@ def paired_gap(a: Mapping[str, TaskPredictions],
                      sum(len(a[t].gold) for t in tasks))
 
 
-def _budget(bench: BenchFile, model_dirs: Iterable[str]) -> int | None:
-    """Optimizer steps of the --run whose folder holds these model folders (all its tasks)."""
-    for entry in bench.accuracy.values():
-        if entry.run:
-            run = Path(entry.run).resolve()
-            if any(Path(d).resolve().is_relative_to(run) for d in model_dirs):
-                return entry.optimizer_steps
-    return None
+def _budget(bench: BenchFile, subject: Subject) -> int | None:
+    """Optimizer steps of the --run the subject's models came from (all its tasks)."""
+    run = source_run(bench, subject)
+    return bench.accuracy[run].optimizer_steps if run is not None else None
 
 
 def _accuracy(bench: BenchFile, launch: LaunchChoice, study: Study | None) -> AccuracyGap | None:
@@ -193,8 +189,7 @@ def _accuracy(bench: BenchFile, launch: LaunchChoice, study: Study | None) -> Ac
     gap = paired_gap(examples(bundle.name), examples(separate.name))
     if gap is None:
         return None
-    budgets = Budgets(_budget(bench, bundle.fp32_model_dirs.values()),
-                      _budget(bench, separate.fp32_model_dirs.values()))
+    budgets = Budgets(_budget(bench, bundle), _budget(bench, separate))
     return AccuracyGap(split, gap, budgets, equal_compute(study))
 
 

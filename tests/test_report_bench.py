@@ -121,6 +121,24 @@ def _ingested(data: dict):
     return bench, m
 
 
+def test_a_bundle_comes_from_the_deepest_run_holding_all_its_models(tmp_path: Path):
+    """One rule for which --run a bundle's models came from (its budget, its fp32 reference, its
+    chart family): the deepest run folder that holds every model folder of the bundle."""
+    from palkit.report.selection import source_run
+
+    data = host_bench(tmp_path)
+    pals = data["accuracy"]["fp32:pals"]
+    data["accuracy"]["fp32:runs"] = {**pals, "run": str(tmp_path / "runs"), "optimizer_steps": 9}
+    bench, _ = _ingested(data)
+    assert source_run(bench, bench.subjects["pal/executorch"]) == "fp32:pals"   # not runs/
+    data["accuracy"].pop("fp32:pals")
+    bench, _ = _ingested(data)
+    assert source_run(bench, bench.subjects["pal/executorch"]) == "fp32:runs"
+    data["subjects"]["pal/executorch"]["fp32_model_dirs"] = {"sst": str(tmp_path / "elsewhere")}
+    bench, _ = _ingested(data)
+    assert source_run(bench, bench.subjects["pal/executorch"]) is None
+
+
 def test_unpaired_figure_rows_carry_the_targets(tmp_path: Path):
     from palkit.report.p50_chart import p50_rows
 
