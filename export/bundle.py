@@ -23,11 +23,12 @@ from palkit.core.fileio import (file_digest, remove_tree, replace_dir, sha256_fi
 from palkit.export.executorch_export import adapter_of, export_order
 from palkit.export.gate import Gate
 from palkit.export.options import QUANTS, TARGETS, ExportOptions
-from palkit.export.programs import PAD_OUTPUTS
+from palkit.export.programs import output_columns
 from palkit.export.verify import (BUILTIN_SENTENCES, encode_texts, gated_export, summary,
                                   verify_bundle)
 from palkit.quant.mixed import keep_in_float
 from palkit.runtime.bundle import load_bundle
+from palkit.runtime.kinds import KINDS
 from palkit.runtime.manifest import (IO, MANIFEST_FILE, RUNTIMES, VERIFY_FILE, AllTasksMethod,
                                      BundleError, ExecuTorchSection, FileEntry, Manifest,
                                      OnnxRuntimeSection, TaskEntry, TokenizerSettings, Trunk,
@@ -65,7 +66,9 @@ def task_entry(spec, trunk_sha: str, runtimes: list[str], adapter: dict[str, Any
                      labels=list(spec.labels) if spec.labels else None,
                      score_range=list(spec.score_range) if spec.score_range else None,
                      metric=spec.metric, num_outputs=spec.num_outputs, trunk_sha256=trunk_sha,
-                     files={r: paths[r] for r in runtimes}, spec=spec.to_dict(), adapter=adapter)
+                     files={r: paths[r] for r in runtimes}, spec=spec.to_dict(),
+                     decoding=KINDS[spec.kind].decoding,
+                     threshold=spec.threshold if spec.is_multi_label else None, adapter=adapter)
 
 
 # ---- export ----------------------------------------------------------------------------------
@@ -179,12 +182,13 @@ def write_executorch(model, names: list[str], build: Path, int8: bool, max_len: 
     folder.mkdir()
     several = all_tasks and len(names) > 1
     facts = lower_trunk_program(model, list(names) if several else None, folder, int8, max_len,
-                                calib, log=log)
+                                calib, output_columns(model), log=log)
     for name in names:
         method = method_name(model.task_pal(name), model)
         wanted = facts["methods"][method]["task_inputs"] if method != ONE_TASK_METHOD \
             else facts["task_inputs"]
-        if write_task_weights(model, name, folder / f"{name}.safetensors", int8) != wanted:
+        if write_task_weights(model, name, folder / f"{name}.safetensors", int8,
+                              output_columns(model)) != wanted:
             raise ExportError(f"task '{name}' has other weights than its method {method} takes; "
                               "please report this")
     return {"non_delegated_ops": facts["non_delegated_ops"], "task_inputs": facts["task_inputs"],
@@ -204,10 +208,11 @@ def write_onnx(model, names: list[str], build: Path, int8: bool, calib,
     log(f"onnxruntime: exporting trunk.onnx ({'int8' if int8 else 'fp32'}, "
         f"{graph_text(graph)})")
     (build / "onnx").mkdir()
-    info = export_trunk(model, build / "onnx" / "trunk.onnx", int8, calib[0], graph)
+    columns = output_columns(model)
+    info = export_trunk(model, build / "onnx" / "trunk.onnx", int8, calib[0], graph, columns)
     for i, name in enumerate(names, 1):
         log(f"onnxruntime: writing {name}.onnx_adapter [{i}/{len(names)}]")
-        write_adapter(model, name, build / "onnx" / f"{name}.onnx_adapter", int8, graph)
+        write_adapter(model, name, build / "onnx" / f"{name}.onnx_adapter", int8, graph, columns)
     return {"fusions": info["fusions"], "adapter_inputs": info["adapter_inputs"],
             "pal": graph.to_dict() if graph else None}
 
@@ -236,7 +241,7 @@ def build_manifest(build: Path, model, model_dir: Path, trunk_sha: str, tokenize
         runtimes["executorch"] = ExecuTorchSection(
             version=version("executorch"), torch=torch_version, backend="xnnpack",
             program="executorch/trunk.pte", trunk_data="executorch/trunk.ptd",
-            method=ONE_TASK_METHOD, task_inputs=et["task_inputs"], output_columns=PAD_OUTPUTS,
+            method=ONE_TASK_METHOD, task_inputs=et["task_inputs"], output_columns=output_columns(model),
             seq_len={"min": 2, "max": max_len, "dynamic": True},
             non_delegated_ops=et["non_delegated_ops"], all_tasks=et["all_tasks"],
             methods=et["methods"])
@@ -244,7 +249,7 @@ def build_manifest(build: Path, model, model_dir: Path, trunk_sha: str, tokenize
         ort = details["onnxruntime"]
         runtimes["onnxruntime"] = OnnxRuntimeSection(
             version=version("onnxruntime"), opset=OPSET, trunk_model="onnx/trunk.onnx",
-            output_columns=PAD_OUTPUTS, adapter_inputs=ort["adapter_inputs"],
+            output_columns=output_columns(model), adapter_inputs=ort["adapter_inputs"],
             fusions=ort["fusions"], pal=ort["pal"])
     schemes = {"executorch": xnnpack.SCHEME, "onnxruntime": onnx_int8.SCHEME}
     q_details = {r: schemes[r] for r in runtimes} if int8 else {}
@@ -349,6 +354,11 @@ def write_task_files(model, tokenizer, task: str, manifest: Manifest, folder: Pa
     folder.mkdir()
     int8 = manifest.int8
     new = {}
+    columns = min(r.output_columns for r in manifest.runtimes.values())
+    if model.tasks[task].num_outputs > columns:
+        raise ExportError(f"task '{task}' has {model.tasks[task].num_outputs} outputs and this "
+                          f"bundle's programs {columns} columns; `palkit export RUN "
+                          "--overwrite` exports the bundle with the task in it")
     if "executorch" in manifest.runtimes:
         from palkit.export.executorch_export import write_task_weights
         try:
@@ -358,7 +368,8 @@ def write_task_files(model, tokenizer, task: str, manifest: Manifest, folder: Pa
                               "(adding a task of a placement the bundle has needs none)") from None
         log(f"executorch: writing {task}.safetensors (no lowering: the program's {method} "
             "takes it as inputs)")
-        if write_task_weights(model, task, folder / f"{task}.safetensors", int8) != inputs:
+        if write_task_weights(model, task, folder / f"{task}.safetensors", int8,
+                              columns) != inputs:
             raise ExportError(f"task '{task}' has other weights than this bundle's program "
                               f"takes in {method} (an older palkit?); export a new bundle with "
                               "all its tasks")
@@ -367,8 +378,6 @@ def write_task_files(model, tokenizer, task: str, manifest: Manifest, folder: Pa
         from palkit.export.onnx_export import write_adapter
         from palkit.export.programs import adapter_tensors, fits_graph
         ort = manifest.runtimes["onnxruntime"]
-        if model.tasks[task].num_outputs > ort.output_columns:
-            raise ExportError(f"task '{task}' has more outputs than trunk.onnx provides")
         recorded = manifest.onnx_graph_pal()
         graph = PalConfig.from_dict(recorded) if recorded is not None else None
         pal = model.task_pal(task)
@@ -378,12 +387,13 @@ def write_task_files(model, tokenizer, task: str, manifest: Manifest, folder: Pa
                               "export RUN --overwrite` re-exports the bundle with a graph for "
                               "all its tasks")
         if ort.adapter_inputs is not None and \
-                sorted(adapter_tensors(model, task, int8, graph)) != sorted(ort.adapter_inputs):
+                sorted(adapter_tensors(model, task, int8, graph, columns)) != \
+                sorted(ort.adapter_inputs):
             raise ExportError("this bundle's trunk.onnx takes other adapter inputs than this "
                               "palkit writes (exported by an older palkit?); re-export the "
                               "bundle with all its tasks")
         log(f"onnxruntime: writing {task}.onnx_adapter (no export: trunk.onnx takes it)")
-        write_adapter(model, task, folder / f"{task}.onnx_adapter", int8, graph)
+        write_adapter(model, task, folder / f"{task}.onnx_adapter", int8, graph, columns)
         new[f"onnx/{task}.onnx_adapter"] = f"{task}.onnx_adapter"
     return new
 

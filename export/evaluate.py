@@ -31,8 +31,10 @@ def evaluate_bundle(bundle: str | Path, data_dir: Path, split: str,
     ("examples": {task: {"pred": [...], "gold": [...]}}), for paired comparisons."""
     import torch
 
+    from palkit.runtime.labels import label_set, word_tags
     from palkit.trainer.data import read_examples
-    from palkit.trainer.metrics import average_score, task_metrics
+    from palkit.trainer.metrics import (average_score, same_texts, sentence_accuracy,
+                                        sentence_key, task_metrics)
     from palkit.trainer.tasks import TaskSpec
 
     b = load_bundle(bundle, runtime=runtime, trust_key=trust_key)
@@ -42,17 +44,36 @@ def evaluate_bundle(bundle: str | Path, data_dir: Path, split: str,
     if not specs:
         raise BundleError(f"{b.folder}: no task in this bundle has a '{split}' split")
     metrics: dict[str, float] = {}
-    examples_kept: dict[str, dict[str, list[float]]] = {}
+    examples_kept: dict[str, dict[str, list]] = {}
+    named: dict[str, tuple[list, list]] = {}   # set and tagging tasks: predictions, gold
     for spec in track(specs, f"evaluating {b.folder.name} on {split} ({engine.runtime})"):
         examples = read_examples(spec, data_dir, split)[:max_examples]
-        preds = []
+        labels = list(spec.labels or ())
+        preds: list = []
         for ex in examples:
+            if spec.is_tagging:
+                words = engine.tokenizer.words(ex.texts[0], warn=False)
+                out, _, _ = engine.run_ids(spec.name, words.ids, words.mask, words.types)
+                preds.append(tuple(word_tags(out.tolist(), words.first_pieces, labels,
+                                             len(words.words))))
+                continue
             ids, mask, types = engine.tokenizer(*ex.texts, warn=False)
             out, _, _ = engine.run_ids(spec.name, ids, mask, types)
-            preds.append(float(out[0]) if spec.is_regression else float(out.argmax()))
+            preds.append(label_set(out.tolist(), labels, spec.threshold) if spec.is_multi_label
+                         else float(out[0]) if spec.is_regression else float(out.argmax()))
+        if spec.is_tagging or spec.is_multi_label:
+            gold: Any = [e.label for e in examples]
+            metrics.update(task_metrics(spec, preds, gold))
+            named[spec.name] = (preds, gold)
+            examples_kept[spec.name] = {"pred": [list(p) for p in preds],
+                                        "gold": [list(g) for g in gold]}
+            continue
         gold = torch.tensor([e.label for e in examples], dtype=torch.float32)
         metrics.update(task_metrics(spec, torch.tensor(preds), gold))
         examples_kept[spec.name] = {"pred": preds, "gold": gold.tolist()}
+    for group in same_texts([s for s in specs if s.name in named]):
+        metrics[sentence_key(group)] = sentence_accuracy(
+            group, [named[s.name][0] for s in group], [named[s.name][1] for s in group])
     metrics["avg"] = average_score(specs, metrics)
     return {"split": split, "tasks": [s.name for s in specs], "runtime": engine.runtime,
             "bundle": str(b.folder), "trunk_sha256": b.manifest.trunk.sha256,

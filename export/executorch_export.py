@@ -90,7 +90,7 @@ def adapter_of(pal: PalConfig | None) -> dict[str, Any]:
 
 
 def lower_trunk_program(model: PalBert, all_tasks: list[str] | None, out_dir: Path, int8: bool,
-                        max_len: int, calibration: list[tuple[torch.Tensor, ...]],
+                        max_len: int, calibration: list[tuple[torch.Tensor, ...]], columns: int,
                         log: Callable[[str], None] = say) -> dict[str, Any]:
     """Write out_dir/trunk.pte (a one-task method per placement among the model's tasks,
     method_name) and out_dir/trunk.ptd; when `all_tasks` lists several (grouped by placement,
@@ -101,11 +101,12 @@ def lower_trunk_program(model: PalBert, all_tasks: list[str] | None, out_dir: Pa
     placements = {method_name(model.task_pal(t), model): t for t in model.tasks}
     if ONE_TASK_METHOD not in placements:
         raise ValueError("no task has the model's own placement (load models with load_model)")
-    weights = {t: task_tensors(model, t) for t in {*placements.values(), *(all_tasks or [])}}
+    weights = {t: task_tensors(model, t, columns)
+               for t in {*placements.values(), *(all_tasks or [])}}
     methods, inputs = {}, {}
     for name in sorted(placements, key=lambda m: m != ONE_TASK_METHOD):
         task = placements[name]
-        program = TaskSlotProgram(model, [(model.task_pal(task), 1)])
+        program = TaskSlotProgram(model, [(model.task_pal(task), 1)], columns)
         inputs[name] = program.input_names()
         methods[name] = (program, [x + tuple(weights[task][k] for k in inputs[name])
                                    for x in calibration])
@@ -115,7 +116,7 @@ def lower_trunk_program(model: PalBert, all_tasks: list[str] | None, out_dir: Pa
         groups = model.placement_groups(all_tasks)
         if [t for g in groups for t in g] != list(all_tasks):
             raise ValueError(f"all-tasks order {all_tasks} is not grouped by placement")
-        program = TaskSlotProgram(model, [(model.task_pal(g[0]), len(g)) for g in groups])
+        program = TaskSlotProgram(model, [(model.task_pal(g[0]), len(g)) for g in groups], columns)
         # each input of a group: its tasks' slices stacked, in task order
         stacked = [torch.cat([weights[t][k] for t in group])
                    for g, group in enumerate(groups) for k in program.input_names(g)]
@@ -150,7 +151,8 @@ def export_order(model: PalBert, tasks: list[str]) -> list[str]:
     return [t for group in model.placement_groups(tasks) for t in group]
 
 
-def write_task_weights(model: PalBert, task: str, path: Path, int8: bool) -> list[str]:
+def write_task_weights(model: PalBert, task: str, path: Path, int8: bool,
+                       columns: int) -> list[str]:
     """The task's weights file (safetensors: readable without Python): the trunk program's task
     inputs for this task, by name. Returns the names in method order. In an int8 bundle each
     matrix (`….weight_t`, [1, in, out]) is stored int8 under its own name with one fp32 scale per
@@ -159,7 +161,7 @@ def write_task_weights(model: PalBert, task: str, path: Path, int8: bool) -> lis
     fp32, since XNNPACK packs int8 weights only for constants, not inputs."""
     from safetensors.torch import save_file
 
-    tensors = task_tensors(model, task)
+    tensors = task_tensors(model, task, columns)
     stored = dict(tensors)
     if int8:
         for name, w in tensors.items():

@@ -37,10 +37,15 @@ def output_kl(spec, ref: torch.Tensor, got: torch.Tensor) -> torch.Tensor:
     return p * (p / q).log() + (1 - p) * ((1 - p) / (1 - q)).log()
 
 
-def compare(spec, ref: torch.Tensor, got: torch.Tensor, gold: list[float] | None, source: str,
-            gate: Gate = Gate()) -> dict[str, Any]:
-    """One task's verification record (bundle outputs `got` against PyTorch's `ref`)."""
+def compare(spec, ref: torch.Tensor, got: torch.Tensor, gold: list | None, source: str,
+            gate: Gate = Gate(), firsts: list[list[int]] | None = None) -> dict[str, Any]:
+    """One task's verification record (bundle outputs `got` against PyTorch's `ref`); a
+    tagging task's outputs are [inputs, tokens, tags], read at each word's first piece
+    (`firsts`)."""
     from palkit.trainer.metrics import task_metrics
+
+    if spec.is_tagging or spec.is_multi_label:
+        return compare_named(spec, ref, got, gold, source, gate, firsts)
 
     n = len(ref)
     r: dict[str, Any] = {"examples": n, "source": source,
@@ -81,6 +86,73 @@ def compare(spec, ref: torch.Tensor, got: torch.Tensor, gold: list[float] | None
         r["flips"] = {"gained": int((right_got & ~right_ref).sum()),
                       "lost": int((right_ref & ~right_got).sum())}
     r["resolution"] = resolution(r["metric_change_interval"], n, spec.is_regression)
+    r["verdict"] = verdict(r, gate)
+    return r
+
+
+def compare_named(spec, ref: torch.Tensor, got: torch.Tensor, gold: list | None, source: str,
+                  gate: Gate, firsts: list[list[int]] | None) -> dict[str, Any]:
+    """compare() for a multi_label or token_tagging task: KL and agreement over its decisions
+    (each label's sigmoid; each word's tags), the metric (exact-set accuracy; span F1) and its
+    change with the paired bootstrap over texts."""
+    from palkit.runtime.labels import label_set, span_counts, word_tags
+    from palkit.trainer.metrics import task_metrics
+
+    n, labels = len(ref), list(spec.labels)
+    r: dict[str, Any] = {"examples": n, "source": source}
+    if spec.is_tagging:
+        assert firsts is not None
+        rows = [(i, p) for i, f in enumerate(firsts) for p in f]
+        ref_w = torch.stack([ref[i, p] for i, p in rows])
+        got_w = torch.stack([got[i, p] for i, p in rows])
+        kl = F.kl_div(F.log_softmax(got_w.double(), -1), F.log_softmax(ref_w.double(), -1),
+                      log_target=True, reduction="none").sum(-1)
+        equal = (ref_w.argmax(-1) == got_w.argmax(-1)).double().numpy()
+        words = [len(g) for g in gold] if gold is not None else [len(f) for f in firsts]
+        pred_ref = [tuple(word_tags(ref[i].tolist(), firsts[i], labels, words[i])) for i in range(n)]
+        pred_got = [tuple(word_tags(got[i].tolist(), firsts[i], labels, words[i])) for i in range(n)]
+        r["agreement_kind"] = "fraction of words with equal tags"
+    else:
+        p, q = (torch.sigmoid(x.double()).clamp(1e-7, 1 - 1e-7) for x in (ref, got))
+        kl = (p * (p / q).log() + (1 - p) * ((1 - p) / (1 - q)).log()).sum(-1)
+        pred_ref = [label_set(x.tolist(), labels, spec.threshold) for x in ref]
+        pred_got = [label_set(x.tolist(), labels, spec.threshold) for x in got]
+        equal = np.array([set(a) == set(b) for a, b in zip(pred_ref, pred_got)], dtype=float)
+        r["agreement_kind"] = "fraction of equal label sets"
+    r["max_abs_diff"] = float((ref - got).abs().max())
+    r["kl_mean"], r["kl_p99"] = float(kl.mean()), float(torch.quantile(kl, 0.99))
+    agreement = paired_bootstrap(lambda i: equal[i].mean(axis=-1), [len(equal)], gate.resamples,
+                                 gate.seed)
+    r["agreement"], r["agreement_interval"] = agreement.value, agreement.interval
+    if gold is None:
+        return r
+    m_ref, m_got = task_metrics(spec, pred_ref, gold), task_metrics(spec, pred_got, gold)
+    r["metrics_pytorch_fp32"], r["metrics_bundle"] = m_ref, m_got
+    r["metric_deltas"] = {k: m_got[k] - m_ref[k] for k in m_ref}
+    r["metric"] = f"{spec.name}_f1" if spec.is_tagging else f"{spec.name}_acc"
+    if spec.is_tagging:
+        counts = [np.array([[c.correct, c.predicted, c.gold] for c in
+                            (span_counts(g, p) for p, g in zip(preds, gold))], dtype=float)
+                  for preds in (pred_ref, pred_got)]
+
+        def points(c: np.ndarray, i: np.ndarray) -> np.ndarray:   # span F1 of each resample
+            s = c[i].sum(axis=-2)
+            return 100 * 2 * s[..., 0] / np.maximum(s[..., 1] + s[..., 2], 1)
+    else:
+        counts = [np.array([set(p) == set(g) for p, g in zip(preds, gold)], dtype=float)
+                  for preds in (pred_ref, pred_got)]
+
+        def points(c: np.ndarray, i: np.ndarray) -> np.ndarray:   # exact-set accuracy
+            return 100 * c[i].mean(axis=-1)
+    right_ref, right_got = counts
+    change = paired_bootstrap(lambda i: points(right_got, i) - points(right_ref, i), [n],
+                              gate.resamples, gate.seed)
+    r["metric_change"], r["metric_change_interval"] = change.value, change.interval
+    whole_ref = [p == g if spec.is_tagging else set(p) == set(g) for p, g in zip(pred_ref, gold)]
+    whole_got = [p == g if spec.is_tagging else set(p) == set(g) for p, g in zip(pred_got, gold)]
+    r["flips"] = {"gained": sum(b and not a for a, b in zip(whole_ref, whole_got)),
+                  "lost": sum(a and not b for a, b in zip(whole_ref, whole_got))}
+    r["resolution"] = resolution(r["metric_change_interval"], n, False)
     r["verdict"] = verdict(r, gate)
     return r
 

@@ -29,17 +29,18 @@ OPSET = 17
 
 
 def export_trunk(model: PalBert, path: Path, int8: bool, example: tuple[torch.Tensor, ...],
-                 graph: PalConfig | None) -> dict[str, Any]:
+                 graph: PalConfig | None, columns: int) -> dict[str, Any]:
     """Write trunk.onnx with PALs of placement `graph` (None: heads only); return the adapter
     input names and the fused kernels it holds."""
     import onnx
     from onnx import numpy_helper
 
-    wrapper = SwappableTrunk(model, int8_adapters=int8, pal=graph).eval()
+    wrapper = SwappableTrunk(model, int8_adapters=int8, pal=graph, columns=columns).eval()
     names = wrapper.adapter_input_names()
-    defaults = adapter_tensors(model, next(iter(model.tasks)), int8, graph)
+    defaults = adapter_tensors(model, next(iter(model.tasks)), int8, graph, columns)
     args = tuple(example) + tuple(defaults[n] for n in names)
-    dynamic = {n: {0: "batch", 1: "seq"} for n in TEXT_INPUTS}
+    dynamic = {**{n: {0: "batch", 1: "seq"} for n in TEXT_INPUTS},
+               "logits": {0: "batch", 1: "rows"}}
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
         raw, quant = Path(tmp) / "raw.onnx", Path(tmp) / "q.onnx"
         with warnings.catch_warnings(), torch.no_grad():
@@ -80,11 +81,11 @@ def residual_sums(graph) -> None:
 
 
 def write_adapter(model: PalBert, task: str, path: Path, int8: bool,
-                  graph: PalConfig | None) -> None:
+                  graph: PalConfig | None, columns: int) -> None:
     """The task's .onnx_adapter for a trunk.onnx of placement `graph`."""
     import onnxruntime as ort
 
-    tensors = adapter_tensors(model, task, int8, graph)
+    tensors = adapter_tensors(model, task, int8, graph, columns)
     fmt = ort.AdapterFormat()
     fmt.set_adapter_version(1)
     fmt.set_model_version(1)

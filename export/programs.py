@@ -1,9 +1,12 @@
 """The exported computations, as thin wrappers around the one PalBert (trainer/model.py).
 
 `TaskSlotProgram` (ExecuTorch) and `SwappableTrunk` (ONNX) take every task-specific matrix as an
-input, so one lowering or graph serves every task. The head is padded to `PAD_OUTPUTS` rows and a
-per-task output map (linear / sigmoid / offset vectors) turns raw outputs into logits or the
-score. What ONNX Runtime runs for these is in export/onnx_ops.py.
+input, so one lowering or graph serves every task. The head is padded to the bundle's output
+columns (`output_columns`) and a per-task output map (linear / sigmoid / offset vectors) turns raw
+outputs into logits or the score. A task's output is [1 + seq, columns]: row 0 is the head on
+the pooled [CLS] state (what a sentence task reads), row 1 + p the head on token p (what a
+tagging task reads); the head's extra rows cost a [seq, hidden] x [hidden, columns] multiply,
+well under 1% of the trunk's. What ONNX Runtime runs for these is in export/onnx_ops.py.
 """
 from __future__ import annotations
 
@@ -19,13 +22,20 @@ from palkit.quant.weights import quantize_rows
 from palkit.trainer.model import (PalBert, PalConfig, ProjectedAttention, TaskAdapter, TaskHead,
                                   check_same_width, regression_score)
 
-# Fixed width of the ONNX output: the trunk file must not depend on which tasks a bundle holds.
-PAD_OUTPUTS = 16
+# A bundle's output width is a multiple of this, wide enough for its widest task: 16 for
+# every task of up to 16 labels, so their programs do not depend on which tasks a bundle holds.
+COLUMN_STEP = 16
 SLOT = "task"  # the adapter/head name inside the swappable graph
 
 
+def output_columns(model: PalBert) -> int:
+    widest = max(spec.num_outputs for spec in model.tasks.values())
+    return COLUMN_STEP * max(1, -(-widest // COLUMN_STEP))
+
+
 def reference_outputs(model: PalBert, task: str, input_ids, attention_mask, token_type_ids):
-    """What a bundle must reproduce: PyTorch fp32 logits, or the regression score as [B, 1]."""
+    """What a bundle must reproduce: PyTorch fp32 logits [B, labels] (tag logits [B, S, tags]),
+    or the regression score as [B, 1]."""
     spec = model.tasks[task]
     with torch.no_grad():
         raw = model(input_ids, attention_mask, token_type_ids, task)
@@ -85,9 +95,9 @@ def given_suffixes(int8: bool) -> tuple[str, ...]:
     return ("bias", "weight_t.int8", "weight_t.scale") if int8 else ("bias", "weight_t")
 
 
-def slot_model(model: PalBert, placements: list[PalConfig | None]) -> PalBert:
+def slot_model(model: PalBert, placements: list[PalConfig | None], columns: int) -> PalBert:
     """An eval copy of `model` with one slot task per placement (slot_names): each with an
-    adapter of that placement (None: a head only) and a head PAD_OUTPUTS wide, the shapes every
+    adapter of that placement (None: a head only) and a head `columns` wide, the shapes every
     task of that placement gives its weights to at run time."""
     any_task = next(iter(model.tasks))
     m = copy.copy(model)
@@ -96,7 +106,7 @@ def slot_model(model: PalBert, placements: list[PalConfig | None]) -> PalBert:
     slots = slot_names(len(placements))
     m.adapters = nn.ModuleDict({s: TaskAdapter(cfg.hidden_size, pal, 0.0)
                                 for s, pal in zip(slots, placements) if pal is not None})
-    m.heads = nn.ModuleDict({s: TaskHead(cfg.hidden_size, PAD_OUTPUTS, 0.0) for s in slots})
+    m.heads = nn.ModuleDict({s: TaskHead(cfg.hidden_size, columns, 0.0) for s in slots})
     m.tasks = {s: model.tasks[any_task] for s in slots}
     return copy.deepcopy(m).eval()
 
@@ -150,13 +160,24 @@ def adapter_in_graph(adapter: TaskAdapter | None, graph: PalConfig,
     return out
 
 
+def head_rows(m: PalBert, slot: str, state: torch.Tensor, n: int) -> torch.Tensor:
+    """The slot's head on the pooled [CLS] state (row 0) and on every token (rows 1..S):
+    [n, 1 + S, columns]. BertPooler on the [CLS] row is kept 3-D ([B, 1, d]) so that the head
+    stays one batched multiply; a state of one row serves n tasks (a head-only group)."""
+    pooled = torch.tanh(m.trunk.pooler.dense(state[:, :1]))
+    rows = torch.cat([pooled, state], dim=1)
+    if rows.shape[0] != n:
+        rows = rows.repeat(n, 1, 1)
+    return m.heads[slot].out(rows)
+
+
 class SwappableTrunk(nn.Module):
     """The ONNX graph: `model`'s trunk with one task slot whose PALs have placement `pal` (None:
     a head only) and whose weights are graph inputs."""
 
-    def __init__(self, model: PalBert, int8_adapters: bool, pal: PalConfig | None):
+    def __init__(self, model: PalBert, int8_adapters: bool, pal: PalConfig | None, columns: int):
         super().__init__()
-        self.model = slot_model(model, [pal])
+        self.model = slot_model(model, [pal], columns)
         self.int8 = int8_adapters
         self.slots: list[tuple[str, GivenLinear]] = []  # (adapter tensor path, its module)
         for prefix, root in self.model.task_modules(SLOT).items():
@@ -178,7 +199,8 @@ class SwappableTrunk(nn.Module):
             given.given = tuple(next(it) for _ in given_suffixes(self.int8)[1:])
         linear, sigmoid, offset = next(it), next(it), next(it)
         with onnx_ops.fused_attention(attention_mask):
-            raw = self.model(input_ids, attention_mask, token_type_ids, SLOT)
+            state = self.model.encode(input_ids, attention_mask, token_type_ids, SLOT)
+        raw = head_rows(self.model, SLOT, state, input_ids.shape[0])
         return linear * raw + sigmoid * torch.sigmoid(raw) + offset
 
 
@@ -211,15 +233,15 @@ def task_linears(modules: dict[str, nn.Module]) -> list[tuple[str, nn.Module, st
 class TaskSlotProgram(nn.Module):
     """An ExecuTorch method: tasks on one input, each task-specific matrix a method input.
     `groups` lists (placement, task count): [(pal, 1)] is a one-task method. Inputs: the three
-    text inputs, then each group's `input_names(g)`, each [count, ...]; output [tasks,
-    PAD_OUTPUTS]: row t is task t's logits (or score, column 0) through the same output map as
-    the ONNX graph. The trunk runs once up to where a group's PALs begin (PalBert.branched)."""
+    text inputs, then each group's `input_names(g)`, each [count, ...]; output [tasks, 1 + S,
+    columns]: task t's rows (head_rows) through the same output map as the ONNX graph. The trunk
+    runs once up to where a group's PALs begin (PalBert.branched)."""
 
-    def __init__(self, model: PalBert, groups: list[tuple[PalConfig | None, int]]):
+    def __init__(self, model: PalBert, groups: list[tuple[PalConfig | None, int]], columns: int):
         super().__init__()
         self.counts = [n for _, n in groups]
         self.slots = slot_names(len(groups))
-        self.model = slot_model(model, [pal for pal, _ in groups])
+        self.model = slot_model(model, [pal for pal, _ in groups], columns)
         # a dict the forward fills, not tensor attributes: export refuses to see those assigned
         self.bound: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         self.paths: list[list[str]] = []
@@ -251,39 +273,45 @@ class TaskSlotProgram(nn.Module):
                                       for s, n in zip(self.slots, self.counts)])
         outs = []
         for slot, n, state, (linear, sigmoid, offset) in zip(self.slots, self.counts, states, maps):
-            # BertPooler on the [CLS] row kept 3-D ([B, 1, d]), so the head is a bmm too
-            pooled = torch.tanh(m.trunk.pooler.dense(state[:, :1]))
-            if pooled.shape[0] != n:
-                pooled = pooled.repeat(n, 1, 1)
-            raw = m.heads[slot].out(pooled)
-            outs.append((linear * raw + sigmoid * torch.sigmoid(raw) + offset)
-                        .reshape(n, PAD_OUTPUTS))
+            raw = head_rows(m, slot, state, n)
+            outs.append(linear * raw + sigmoid * torch.sigmoid(raw) + offset)
         return outs[0] if len(outs) == 1 else torch.cat(outs)
 
 
-def task_tensors(model: PalBert, task: str) -> dict[str, torch.Tensor]:
+def check_columns(model: PalBert, task: str, columns: int) -> None:
+    outputs = model.tasks[task].num_outputs
+    if outputs > columns:
+        raise ValueError(f"task '{task}' has {outputs} outputs and the bundle's programs "
+                         f"{columns} columns; export the bundle again with the task in it")
+
+
+def padded_head(path: str, w: torch.Tensor, b: torch.Tensor,
+                columns: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A head's [out, in] weight and bias padded with zero rows to `columns` outputs."""
+    if not path.startswith("head."):
+        return w, b
+    return (torch.cat([w, w.new_zeros(columns - w.shape[0], w.shape[1])]),
+            torch.cat([b, b.new_zeros(columns - b.shape[0])]))
+
+
+def task_tensors(model: PalBert, task: str, columns: int) -> dict[str, torch.Tensor]:
     """One task's inputs to TaskSlotProgram by name, as one task's slice (the task's weights
-    file): weight [1, in, out], bias [1, 1, out], output map [1, 1, PAD_OUTPUTS], fp32."""
-    spec = model.tasks[task]
-    if spec.num_outputs > PAD_OUTPUTS:
-        raise ValueError(f"task '{task}' has {spec.num_outputs} outputs; a bundle supports at "
-                         f"most {PAD_OUTPUTS}")
+    file): weight [1, in, out], bias [1, 1, out], output map [1, 1, columns], fp32."""
+    check_columns(model, task, columns)
     out: dict[str, torch.Tensor] = {}
     for path, _, _, module in task_linears(model.task_modules(task)):
-        w, b = module.weight.detach().float(), module.bias.detach().float()
-        if path.startswith("head."):
-            w = torch.cat([w, w.new_zeros(PAD_OUTPUTS - w.shape[0], w.shape[1])])
-            b = torch.cat([b, b.new_zeros(PAD_OUTPUTS - b.shape[0])])
+        w, b = padded_head(path, module.weight.detach().float(), module.bias.detach().float(),
+                           columns)
         out[f"{path}.weight_t"] = w.t().contiguous()[None]
         out[f"{path}.bias"] = b[None, None].contiguous()
-    out.update({k: v[None, None] for k, v in output_map(spec).items()})
+    out.update({k: v[None, None] for k, v in output_map(model.tasks[task], columns).items()})
     return out
 
 
-def output_map(spec) -> dict[str, torch.Tensor]:
-    """The per-task vectors that turn the padded raw outputs into logits (classification) or
-    the score mapped into score_range (regression, column 0)."""
-    linear, sigmoid, offset = (torch.zeros(PAD_OUTPUTS) for _ in range(3))
+def output_map(spec, columns: int) -> dict[str, torch.Tensor]:
+    """The per-task vectors that turn the padded raw outputs into logits (classification,
+    labels, tags) or the score mapped into score_range (regression, column 0)."""
+    linear, sigmoid, offset = (torch.zeros(columns) for _ in range(3))
     if spec.is_regression:
         low, high = spec.score_range  # type: ignore[misc]
         sigmoid[0], offset[0] = high - low, low
@@ -292,14 +320,11 @@ def output_map(spec) -> dict[str, torch.Tensor]:
     return {"output.linear": linear, "output.sigmoid": sigmoid, "output.offset": offset}
 
 
-def adapter_tensors(model: PalBert, task: str, int8: bool,
-                    graph: PalConfig | None) -> dict[str, torch.Tensor]:
+def adapter_tensors(model: PalBert, task: str, int8: bool, graph: PalConfig | None,
+                    columns: int) -> dict[str, torch.Tensor]:
     """One task's inputs to SwappableTrunk of placement `graph`, by input name (the
     .onnx_adapter contents)."""
-    spec = model.tasks[task]
-    if spec.num_outputs > PAD_OUTPUTS:
-        raise ValueError(f"task '{task}' has {spec.num_outputs} outputs; the ONNX export "
-                         f"supports at most {PAD_OUTPUTS}")
+    check_columns(model, task, columns)
     if not fits_graph(model.task_pal(task), graph):
         raise ValueError(f"task '{task}' has PALs {model.task_pal(task)}, which a graph of "
                          f"placement {graph} cannot run")
@@ -312,11 +337,8 @@ def adapter_tensors(model: PalBert, task: str, int8: bool,
         # the [out, in] weight and bias it runs (q/k/v stacked for an attention)
         parts = (module.query, module.key, module.value) \
             if isinstance(module, ProjectedAttention) else (module,)
-        w = torch.cat([p.weight.detach().float() for p in parts])
-        b = torch.cat([p.bias.detach().float() for p in parts])
-        if path.startswith("head."):
-            w = torch.cat([w, w.new_zeros(PAD_OUTPUTS - w.shape[0], w.shape[1])])
-            b = torch.cat([b, b.new_zeros(PAD_OUTPUTS - b.shape[0])])
+        w, b = padded_head(path, torch.cat([p.weight.detach().float() for p in parts]),
+                           torch.cat([p.bias.detach().float() for p in parts]), columns)
         if int8:
             # the adapter's matrices multiply as the trunk's do
             q, scale = quantize_rows(w, onnx_int8.RANGES)
@@ -324,5 +346,5 @@ def adapter_tensors(model: PalBert, task: str, int8: bool,
         else:
             values = (b, w.t())
         out.update({f"{path}.{s}": v.contiguous() for s, v in zip(given_suffixes(int8), values)})
-    out.update(output_map(spec))
+    out.update(output_map(model.tasks[task], columns))
     return out

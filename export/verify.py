@@ -58,19 +58,49 @@ def encode_texts(tokenizer, texts: list[tuple[str, ...]], max_len: int) -> list[
              torch.tensor([e["token_type_ids"]])) for e in encs]
 
 
-def verification_inputs(spec, tokenizer, max_len: int, data_dir: Path | None,
-                        n: int | None) -> tuple[list[Encoded], list[float] | None, str]:
-    """The task's dev examples (at most n), their gold labels and where they came from; or the
-    built-in sentences (no labels) when there is no dev file."""
+def encode_words(tokenizer, texts: list[str], max_len: int) -> tuple[list[Encoded], list[list[int]]]:
+    """Texts as a tagging task reads them (runtime/tokenizer.py's `words`), with each word's
+    first token position."""
+    from palkit.runtime.labels import first_pieces
+
+    encs = [tokenizer(t.split(), is_split_into_words=True, truncation=True, max_length=max_len,
+                      return_token_type_ids=True) for t in texts]
+    return ([(torch.tensor([e["input_ids"]]), torch.ones(1, len(e["input_ids"]), dtype=torch.long),
+              torch.tensor([e["token_type_ids"]])) for e in encs],
+            [first_pieces(e.word_ids()) for e in encs])
+
+
+Gold = list[float] | list[tuple[str, ...]]
+
+
+def verification_inputs(spec, tokenizer, max_len: int, data_dir: Path | None, n: int | None
+                        ) -> tuple[list[Encoded], Gold | None, str, list[list[int]] | None]:
+    """The task's dev examples (at most n), their gold labels, where they came from and (a
+    tagging task) each word's first token; or the built-in sentences (no labels) when there is
+    no dev file."""
     from palkit.trainer.data import read_examples
 
     if data_dir is not None and "dev" in spec.files and (data_dir / spec.files["dev"]).is_file():
         examples = read_examples(spec, data_dir, "dev", bad_rows="skip")[:n]
-        return (encode_texts(tokenizer, [e.texts for e in examples], max_len),
-                [e.label for e in examples], f"{len(examples)} dev examples from {data_dir}")
-    texts = [pair if spec.is_pair else pair[:1] for pair in BUILTIN_SENTENCES]
-    return (encode_texts(tokenizer, texts, max_len), None,
-            "built-in sentences (no dev data found)")
+        texts, gold = [e.texts for e in examples], [e.label for e in examples]
+        source = f"{len(examples)} dev examples from {data_dir}"
+    else:
+        texts = [pair if spec.is_pair else pair[:1] for pair in BUILTIN_SENTENCES]
+        gold, source = None, "built-in sentences (no dev data found)"
+    if spec.is_tagging:
+        encoded, firsts = encode_words(tokenizer, [t[0] for t in texts], max_len)
+        return encoded, gold, source, firsts
+    return encode_texts(tokenizer, texts, max_len), gold, source, None
+
+
+def stack_rows(rows: list[torch.Tensor]) -> torch.Tensor:
+    """One tensor of per-input outputs; a tagging task's [tokens, tags] rows zero-padded to the
+    longest input (compare reads only each word's first piece)."""
+    longest = max(r.shape[0] for r in rows)
+    if rows[0].dim() == 1 or all(r.shape[0] == longest for r in rows):
+        return torch.stack(rows)
+    return torch.stack([torch.cat([r, r.new_zeros(longest - r.shape[0], *r.shape[1:])])
+                        for r in rows])
 
 
 def reference_batched(model, task: str, encoded: list[Encoded], batch: int = 64) -> torch.Tensor:
@@ -86,8 +116,8 @@ def reference_batched(model, task: str, encoded: list[Encoded], batch: int = 64)
             n = encoded[i][0].shape[1]
             ids[row, :n], mask[row, :n], types[row, :n] = (x[0] for x in encoded[i])
         for row, value in zip(chunk, reference_outputs(model, task, ids, mask, types)):
-            out[row] = value
-    return torch.stack(out)  # type: ignore[arg-type]
+            out[row] = value[:encoded[row][0].shape[1]] if value.dim() == 2 else value
+    return stack_rows(out)  # type: ignore[arg-type]
 
 
 
@@ -106,7 +136,7 @@ def run_task(engine: Engine, task: str, encoded: list[Encoded],
             out, t, _ = engine.run_ids(task, ids.numpy(), mask.numpy(), types.numpy())
         got.append(torch.from_numpy(out))
         ms += t
-    return torch.stack(got), ms / max(1, len(encoded))
+    return stack_rows(got), ms / max(1, len(encoded))
 
 
 class Verifier:
@@ -139,9 +169,10 @@ class Verifier:
         section: dict[str, Any] = {"tasks": {}, "failures": [], "notes": [], "mean_ms": {}}
         outputs = {}
         for t in tasks:
-            encoded, gold, source = self.inputs[t]
+            encoded, gold, source, firsts = self.inputs[t]
             outputs[t], section["mean_ms"][t] = run_task(engine, t, encoded)
-            r = compare(self.model.tasks[t], self.refs[t], outputs[t], gold, source, self.gate)
+            r = compare(self.model.tasks[t], self.refs[t], outputs[t], gold, source, self.gate,
+                        firsts)
             section["tasks"][t] = r
             where = f"{runtime}/{t}"
             section["failures"] += [f for f in [failure(r, where, self.int8, self.gate)] if f]
@@ -165,12 +196,14 @@ class Verifier:
         PyTorch; int8 the same predictions as the task's int8 program."""
         tasks, failures = {}, []
         for t in program:
-            encoded, gold, source = self.inputs[t]
+            encoded, gold, source, firsts = self.inputs[t]
             n = min(len(encoded), ALL_TASKS_EXAMPLES)
             got, _ = run_task(engine, t, encoded[:n], whole=True)
-            r = compare(self.model.tasks[t], self.refs[t][:n], got, None, f"first {n} of {source}",
-                        self.gate)
-            own = single[t][:n]
+            ref, own = self.refs[t][:n], single[t][:n]
+            width = got.shape[1] if got.dim() == 3 else None  # tag rows: the first n's longest
+            ref, own = (ref[:, :width], own[:, :width]) if width else (ref, own)
+            r = compare(self.model.tasks[t], ref, got, None, f"first {n} of {source}", self.gate,
+                        firsts[:n] if firsts else None)
             r["max_abs_diff_vs_task_program"] = float((own - got).abs().max())
             where = f"{engine.runtime}/all-tasks program/{t}"
             if not self.int8:

@@ -70,7 +70,7 @@ MEANING = {
     "runtimes.executorch.method": "the method of the trunk's placement: text inputs, then "
                                   "task_inputs",
     "runtimes.executorch.task_inputs": "tensor names of a task's weights file, in input order",
-    "runtimes.executorch.output_columns": "width of the output; a task reads its first "
+    "runtimes.executorch.output_columns": "width of the output rows; a task reads its first "
                                           "num_outputs columns",
     "runtimes.executorch.seq_len": '{"min", "max", "dynamic"}: the input lengths a program takes',
     "runtimes.executorch.non_delegated_ops": "operators left outside XNNPACK, or null",
@@ -97,13 +97,20 @@ MEANING = {
     "io.inputs[].shape": '[1, "seq"]',
     "io.outputs[].name": "logits",
     "io.outputs[].dtype": "float32",
-    "io.outputs[].shape": '[1, "output_columns"]',
+    "io.outputs[].shape": '[1, "1+seq", "output_columns"]: row 0 the sentence, row 1 + p '
+                          "token p",
     "tasks": "the tasks, in export order",
     "tasks[].name": "the task's name: 1-64 letters, digits, _ or -",
     "tasks[].kind": f"one of {', '.join(TASK_KINDS)} (runtime/kinds.py)",
-    "tasks[].labels": "class names, output column i is labels[i]; null for regression",
+    "tasks[].labels": "class, label or tag names, output column i is labels[i]; null for "
+                      "regression",
     "tasks[].score_range": "[low, high] of a regression score; null for classification",
-    "tasks[].metric": "what the task is scored by: accuracy or pearson",
+    "tasks[].metric": "what the task is scored by: accuracy (exact set for multi_label), "
+                      "pearson or f1 (CoNLL spans)",
+    "tasks[].decoding": "argmax, score, sigmoid_threshold (labels reaching `threshold`, else "
+                        "the top one) or first_piece_bio_spans (a word's tag at its first "
+                        "piece; CoNLL spans)",
+    "tasks[].threshold": "multi_label: the sigmoid a label must reach; null otherwise",
     "tasks[].num_outputs": "the output columns the task uses",
     "tasks[].trunk_sha256": "must equal trunk.sha256",
     "tasks[].files": "runtime -> the task's own file",

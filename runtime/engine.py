@@ -90,9 +90,11 @@ class Engine:
             raise BundleError(f"task '{task}' ({info.kind}) needs two texts; give a second text")
         if not info.is_pair and pair is not None:
             raise BundleError(f"task '{task}' takes one text, got two")
-        ids, mask, types = self.tokenizer(text, pair)
+        words = self.tokenizer.words(text) if info.is_tagging else None
+        ids, mask, types = (words.ids, words.mask, words.types) if words else \
+            self.tokenizer(text, pair)
         out, ms, swap_ms = self.run_ids(task, ids, mask, types)
-        return make_prediction(info, out, ids.shape[1], ms, swap_ms)
+        return make_prediction(info, out, ids.shape[1], ms, swap_ms, words)
 
     def ready(self, tasks: list[str]) -> None:
         """Load what running `tasks` needs now, so that no later call's latency includes it."""
@@ -110,7 +112,11 @@ class Engine:
             raise InputError(f"{self.bundle.folder}: no task reads {texts.count} text(s)")
         if self.all_tasks_program() != chosen:
             return [self.predict(name, texts.first, texts.second) for name in chosen]
-        ids, mask, types = self.tokenizer(texts.first, texts.second)
+        # a tagging task needs the words; its tokens equal the plain text's
+        tagging = any(self.bundle.tasks[t].is_tagging for t in chosen)
+        words = self.tokenizer.words(texts.first) if tagging else None
+        ids, mask, types = (words.ids, words.mask, words.types) if words else \
+            self.tokenizer(texts.first, texts.second)
         outs, ms = self.run_all_ids(ids, mask, types)
-        return [make_prediction(self.bundle.tasks[t], outs[t], ids.shape[1], ms, 0.0)
+        return [make_prediction(self.bundle.tasks[t], outs[t], ids.shape[1], ms, 0.0, words)
                 for t in chosen]

@@ -24,17 +24,21 @@ from palkit.runtime.kinds import KINDS, TASK_KINDS
 
 FORMAT = "palkit-bundle"
 # 2: ExecuTorch tasks are weights files bound to one trunk program (1: a program per task)
-VERSION = 2
+# 3: multi_label and token_tagging tasks; outputs are [1 + seq, output_columns] rows (row 0 the
+#    pooled sentence, row 1 + p token p); tasks record threshold and decoding
+VERSION = 3
 MANIFEST_FILE = "manifest.json"
 VERIFY_FILE = "verify.json"       # what export measured (export/verify.py); not in the manifest
 RUNTIMES = ("executorch", "onnxruntime")
 # OnnxRuntimeSection.pal of a bundle written before that field: its graph has trunk.pal
 TRUNK_PAL = "trunk.pal"
-# The text inputs and the output every program and graph has (a task's result: the first
-# num_outputs columns); ExecuTorch's task weights follow as further inputs (task_inputs).
+# The text inputs and the output every program and graph has: a task's rows, [1 + seq,
+# output_columns] (row 0 the sentence, row 1 + p token p; a task reads its first num_outputs
+# columns); ExecuTorch's task weights follow as further inputs (task_inputs).
 TEXT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 IO = {"inputs": [{"name": n, "dtype": "int64", "shape": [1, "seq"]} for n in TEXT_INPUTS],
-      "outputs": [{"name": "logits", "dtype": "float32", "shape": [1, "output_columns"]}]}
+      "outputs": [{"name": "logits", "dtype": "float32",
+                   "shape": [1, "1+seq", "output_columns"]}]}
 
 
 class BundleError(PalkitError, ValueError):
@@ -58,6 +62,8 @@ class TaskEntry:
     trunk_sha256: str
     files: dict[str, str]           # runtime -> relative path of the task's file
     spec: dict[str, Any]            # the training TaskSpec (TaskSpec.from_dict reads it)
+    decoding: str                   # the kind's decoding rule (TaskKind.decoding)
+    threshold: float | None         # multi_label: a label is chosen when its sigmoid reaches it
     # {"kind": "head"|"pal", "layers": [...]} (adapter_record); absent: the trunk's placement
     adapter: dict[str, Any] | None = None
 
@@ -68,6 +74,19 @@ class TaskEntry:
     @property
     def is_regression(self) -> bool:
         return KINDS[self.kind].regression
+
+    @property
+    def is_multi_label(self) -> bool:
+        return KINDS[self.kind].multi_label
+
+    @property
+    def is_tagging(self) -> bool:
+        return KINDS[self.kind].per_token
+
+    def rows(self, out: Any) -> Any:
+        """The task's part of its output rows [1 + seq, columns]: [num_outputs] from the
+        sentence row, or (tagging) [seq, num_outputs], one row per token."""
+        return out[1:, :self.num_outputs] if self.is_tagging else out[0, :self.num_outputs]
 
 
 @dataclass(frozen=True)
@@ -352,6 +371,10 @@ def check_manifest(m: Manifest, where: str) -> None:
     for t in m.tasks:
         if t.kind not in TASK_KINDS:
             raise BundleError(f"{where}: task '{t.name}' has unknown kind '{t.kind}'")
+        if t.decoding != KINDS[t.kind].decoding:
+            raise BundleError(f"{where}: task '{t.name}' ({t.kind}) has decoding '{t.decoding}', "
+                              f"this palkit decodes it as '{KINDS[t.kind].decoding}'; re-export "
+                              "the bundle")
         if t.trunk_sha256 != m.trunk.sha256:
             raise BundleError(f"{where}: task '{t.name}' was built against trunk "
                               f"{str(t.trunk_sha256)[:12]}…, but this bundle's trunk is "

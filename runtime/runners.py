@@ -45,7 +45,8 @@ class TaskRunner(ABC):
     @abstractmethod
     def run(self, task: TaskEntry, ids: np.ndarray, mask: np.ndarray,
             types: np.ndarray) -> np.ndarray:
-        """The selected task's outputs for one input: logits, or [score] for regression."""
+        """The selected task's outputs for one input (TaskEntry.rows): logits, [score], or a
+        row of tag logits per token."""
 
     def load_all(self) -> list[str]:
         """Load the bundle's all-tasks program (if not yet); returns its tasks in output order."""
@@ -207,7 +208,7 @@ class ExecuTorchRunner(TaskRunner):
     def run(self, task, ids, mask, types):
         out = self.current_method((*_torch_inputs(ids, mask, types),
                                    *self.weights[self.current]))[0]
-        return out.numpy()[0, : task.num_outputs]
+        return task.rows(out.numpy()[0])
 
     def load_all(self) -> list[str]:
         spec = self.bundle.manifest.all_tasks("executorch")
@@ -236,7 +237,7 @@ class ExecuTorchRunner(TaskRunner):
     def run_all(self, ids, mask, types):
         tasks = self.load_all()
         out = self.all_method((*_torch_inputs(ids, mask, types), *self.all_weights))[0].numpy()
-        return {t: out[i, : self.bundle.tasks[t].num_outputs] for i, t in enumerate(tasks)}
+        return {t: self.bundle.tasks[t].rows(out[i]) for i, t in enumerate(tasks)}
 
 
 def read_task_weights(path: Path, names: list[str]) -> tuple[Any, ...]:
@@ -313,7 +314,7 @@ class OnnxRuntimeRunner(TaskRunner):
 
     def run(self, task, ids, mask, types):
         feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
-        return self.session.run(["logits"], feed, self.current)[0][0, : task.num_outputs]
+        return task.rows(self.session.run(["logits"], feed, self.current)[0][0])
 
 
 RUNNERS: dict[str, type[TaskRunner]] = {"executorch": ExecuTorchRunner,

@@ -7,11 +7,13 @@ bundle never imports transformers (about a second of start-up)."""
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from palkit.runtime.labels import first_pieces
 from palkit.runtime.manifest import BundleError, TokenizerSettings
 
 
@@ -40,6 +42,17 @@ def wordpiece(settings: TokenizerSettings, vocab: Path) -> Any:
     return tok
 
 
+@dataclass(frozen=True)
+class Words:
+    """A text's model inputs (each [1, seq] int64), its words and each word's first token
+    position (words past the maximum length have none)."""
+    ids: np.ndarray
+    mask: np.ndarray
+    types: np.ndarray
+    words: list[str]
+    first_pieces: list[int]
+
+
 class Tokenizer:
     def __init__(self, settings: TokenizerSettings, vocab: Path):
         self.max_length = int(settings.max_length)
@@ -53,8 +66,19 @@ class Tokenizer:
         for label, s in (("text", text), ("second text", pair)):
             if s is not None:
                 check_text(label, s)
-        full = len(self.full.encode(text, pair).ids)
-        enc = self.tok.encode(text, pair)
+        return self._arrays(self.full.encode(text, pair), self.tok.encode(text, pair), warn)
+
+    def words(self, text: str, warn: bool = True) -> "Words":
+        """One text as a tagging task reads it: its whitespace-separated words, tokenized as
+        given (the same pieces as the plain text gets), with each word's first piece."""
+        check_text("text", text)
+        words = text.split()
+        enc = self.tok.encode(words, is_pretokenized=True)
+        ids, mask, types = self._arrays(self.full.encode(words, is_pretokenized=True), enc, warn)
+        return Words(ids, mask, types, words, first_pieces(enc.word_ids))
+
+    def _arrays(self, full: Any, enc: Any, warn: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        full = len(full.ids)
         if len(enc.ids) > self.max_length:  # too short for [CLS] a [SEP] b [SEP]
             raise BundleError(f"max_length {self.max_length} cannot hold two texts; re-export "
                               "with --max-len 3 or more")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 
+from palkit.runtime.labels import span_counts, span_f1
 from palkit.trainer.tasks import TaskSpec
 
 
@@ -32,9 +33,60 @@ def binary_f1(pred: torch.Tensor, gold: torch.Tensor) -> float:
     return 2 * tp / (2 * tp + fp + fn) if tp else 0.0
 
 
-def task_metrics(spec: TaskSpec, predictions: torch.Tensor, gold: torch.Tensor) -> dict[str, float]:
-    """Predictions are class indices for classification, scores for regression."""
+# What a set or tagging task predicts per text: label names, or one tag per word.
+Named = list[tuple[str, ...]]
+
+
+def set_metrics(name: str, predictions: Named, gold: Named) -> dict[str, float]:
+    """Exact-set accuracy (JointBERT's intent accuracy) and micro F1 over (text, label) pairs."""
+    exact = sum(set(p) == set(g) for p, g in zip(predictions, gold))
+    tp = sum(len(set(p) & set(g)) for p, g in zip(predictions, gold))
+    n_pred = sum(len(set(p)) for p in predictions)
+    n_gold = sum(len(set(g)) for g in gold)
+    return {f"{name}_acc": exact / len(gold),
+            f"{name}_micro_f1": 2 * tp / (n_pred + n_gold) if n_pred + n_gold else 0.0}
+
+
+def tagging_metrics(name: str, predictions: Named, gold: Named) -> dict[str, float]:
+    """Span precision, recall and F1 as the CoNLL evaluation computes them (runtime/labels.py)."""
+    precision, recall, f1 = span_f1([span_counts(g, p) for p, g in zip(predictions, gold)])
+    return {f"{name}_f1": f1, f"{name}_precision": precision, f"{name}_recall": recall}
+
+
+def sentence_accuracy(specs: list[TaskSpec], predictions: list[Named], gold: list[Named]) -> float:
+    """The share of texts that every one of `specs` (set or tagging tasks on the same texts)
+    gets wholly right, each label set and every tag: JointBERT's sentence accuracy for an
+    intent and its slots."""
+    def right(spec: TaskSpec, p: tuple[str, ...], g: tuple[str, ...]) -> bool:
+        return p == g if spec.is_tagging else set(p) == set(g)
+
+    rows = range(len(gold[0]))
+    return sum(all(right(s, p[i], g[i]) for s, p, g in zip(specs, predictions, gold))
+               for i in rows) / len(rows)
+
+
+def same_texts(specs: list[TaskSpec]) -> list[list[TaskSpec]]:
+    """Groups of two or more tasks that read the same files and text column (an utterance's
+    intent and slots): their texts are one, row by row."""
+    groups: dict[tuple, list[TaskSpec]] = {}
+    for s in specs:
+        groups.setdefault((tuple(sorted(s.files.items())), s.text_columns), []).append(s)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def sentence_key(group: list[TaskSpec]) -> str:
+    return "+".join(s.name for s in group) + "_sentence_acc"
+
+
+def task_metrics(spec: TaskSpec, predictions: torch.Tensor | Named,
+                 gold: torch.Tensor | Named) -> dict[str, float]:
+    """Predictions are class indices for classification, scores for regression, label names for
+    multi_label and word tags for token_tagging (gold as the split's `gold`)."""
     n = spec.name
+    if spec.is_multi_label:
+        return set_metrics(n, predictions, gold)  # type: ignore[arg-type]
+    if spec.is_tagging:
+        return tagging_metrics(n, predictions, gold)  # type: ignore[arg-type]
     if spec.is_regression:
         return {f"{n}_pearson": pearson(predictions, gold), f"{n}_spearman": spearman(predictions, gold)}
     out = {f"{n}_acc": float((predictions == gold.long()).float().mean())}
@@ -47,6 +99,8 @@ def primary_score(spec: TaskSpec, metrics: dict[str, float]) -> float:
     """Accuracy, or (Pearson + 1) / 2 so that correlations share the 0..1 scale."""
     if spec.is_regression:
         return (metrics[f"{spec.name}_pearson"] + 1) / 2
+    if spec.is_tagging:
+        return metrics[f"{spec.name}_f1"]
     return metrics[f"{spec.name}_acc"]
 
 

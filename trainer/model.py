@@ -145,7 +145,8 @@ class TaskAdapter(nn.Module):
 
 
 class TaskHead(nn.Module):
-    """Dropout and a linear map from the pooled [CLS] state to the task's outputs."""
+    """Dropout and a linear map to the task's outputs: from the pooled [CLS] state, or for a
+    tagging task from every token's state (one row of tag scores per token)."""
 
     def __init__(self, hidden_size: int, num_outputs: int, dropout: float):
         super().__init__()
@@ -300,17 +301,24 @@ class PalBert(nn.Module):
         return [states.get(b, h) for b in range(len(branches))]
 
     def head(self, task: str, h: torch.Tensor) -> torch.Tensor:
+        if self.tasks[task].is_tagging:
+            return self.heads[task](h)
         return self.heads[task](self.trunk.pooler(h))
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                token_type_ids: torch.Tensor, task: str) -> torch.Tensor:
-        """Raw outputs of one task: class logits, or the regression logit (see regression_score).
-        Only the task's own PALs run."""
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+               token_type_ids: torch.Tensor, task: str) -> torch.Tensor:
+        """The last layer's states [B, S, d] for `task`: only the task's own PALs run."""
         mask = additive_mask(attention_mask, self.trunk.embeddings.word_embeddings.weight.dtype)
         h = self.embed(input_ids, token_type_ids)
         for i in range(len(self.trunk.encoder.layer)):
             h = self.layer(i, h, mask, task)
-        return self.head(task, h)
+        return h
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                token_type_ids: torch.Tensor, task: str) -> torch.Tensor:
+        """Raw outputs of one task: class or label logits [B, labels], the regression logit
+        [B, 1] (see regression_score), or tag logits [B, S, tags]."""
+        return self.head(task, self.encode(input_ids, attention_mask, token_type_ids, task))
 
     def forward_all(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                     token_type_ids: torch.Tensor) -> dict[str, torch.Tensor]:

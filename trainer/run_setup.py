@@ -12,7 +12,7 @@ import torch
 from palkit.core.options import resolve_data_dir
 from palkit.trainer.checkpoint import TRUNK_WEIGHTS, load_trunk
 from palkit.trainer.config import TrainConfig
-from palkit.trainer.data import EncodedSplit, TrainingSplit, encode, read_examples
+from palkit.trainer.data import EncodedSplit, Example, TrainingSplit, encode, read_examples
 from palkit.trainer.model import PalBert, PalConfig, default_pal_size
 from palkit.trainer.placement import pal_layer_indices
 from palkit.trainer.tasks import TaskSpec
@@ -44,6 +44,31 @@ def fresh_model(cfg: TrainConfig, specs: list[TaskSpec],
 
 
 @dataclass
+class TaskExamples:
+    """Every task's train and dev examples as read, and the tasks with their label sets (a set
+    or tagging task given none takes its train split's)."""
+    specs: list[TaskSpec]
+    train: dict[str, list[Example]]
+    dev: dict[str, list[Example]]
+
+
+def read_task_examples(cfg: TrainConfig, specs: list[TaskSpec]) -> TaskExamples:
+    if cfg.data_source == "hub":
+        from palkit.trainer.hub import read_hub_examples as read
+    else:
+        data_dir = resolve_data_dir(cfg.data_dir)
+        read = lambda spec, split: read_examples(spec, data_dir, split, cfg.bad_rows)  # noqa: E731
+    train = {s.name: read(s, "train")[:cfg.max_train_examples] for s in specs}
+    dev = {s.name: read(s, "dev")[:cfg.max_eval_examples] for s in specs}
+    return TaskExamples([s.with_labels(labels_seen(train[s.name])) for s in specs], train, dev)
+
+
+def labels_seen(examples: list[Example]) -> set[str]:
+    """The label names or tags a split's examples carry (multi_label and token_tagging)."""
+    return {name for e in examples if isinstance(e.label, tuple) for name in e.label}
+
+
+@dataclass
 class TaskData:
     """Every task's train and dev split, encoded; the train splits also held on the device."""
     train: dict[str, EncodedSplit]
@@ -52,20 +77,12 @@ class TaskData:
     pad_id: int
 
 
-def load_task_data(cfg: TrainConfig, specs: list[TaskSpec], tokenizer: Any, device: torch.device,
-                   pad_multiple: int) -> TaskData:
-    if cfg.data_source == "hub":
-        from palkit.trainer.hub import read_hub_examples as read
-    else:
-        data_dir = resolve_data_dir(cfg.data_dir)
-        read = lambda spec, split: read_examples(spec, data_dir, split, cfg.bad_rows)  # noqa: E731
-    train: dict[str, EncodedSplit] = {}
-    dev: dict[str, EncodedSplit] = {}
-    for spec in specs:
-        train_examples = read(spec, "train")[:cfg.max_train_examples]
-        dev_examples = read(spec, "dev")[:cfg.max_eval_examples]
-        train[spec.name] = encode(train_examples, tokenizer, cfg.max_len)
-        dev[spec.name] = encode(dev_examples, tokenizer, cfg.max_len)
+def encode_task_data(cfg: TrainConfig, examples: TaskExamples, tokenizer: Any,
+                     device: torch.device, pad_multiple: int) -> TaskData:
+    train = {s.name: encode(s, examples.train[s.name], tokenizer, cfg.max_len)
+             for s in examples.specs}
+    dev = {s.name: encode(s, examples.dev[s.name], tokenizer, cfg.max_len)
+           for s in examples.specs}
     pad_id = tokenizer.pad_token_id
     # The widest batch a step can ask for: max_len, rounded up for a compiled model.
     columns = -(-cfg.max_len // pad_multiple) * pad_multiple

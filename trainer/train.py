@@ -36,12 +36,13 @@ from palkit.trainer.checkpoint import (TRUNK_WEIGHTS, Checkpoint, TrainingState,
                                        runs_beside, save_best, save_checkpoint, tidy_run,
                                        upgrade_legacy_run, write_run_config)
 from palkit.trainer.config import TrainConfig, resolve_step
+from palkit.trainer.data import IGNORED
 from palkit.trainer.devices import loss_sync_interval, setup_distributed
 from palkit.trainer.distill import Teachers, distill_loss, teacher_weight
 from palkit.trainer.evaluate import evaluate_model
 from palkit.trainer.model import regression_score
 from palkit.trainer.phases import Phase, PhaseContext, plan_phases, trainable_parameters
-from palkit.trainer.run_setup import fresh_model, load_task_data
+from palkit.trainer.run_setup import encode_task_data, fresh_model, read_task_examples
 from palkit.trainer.sampling import (LengthBuckets, TaskStream, epoch_task_schedule, sampling_alpha,
                                      task_probabilities)
 from palkit.trainer.step import Graphs, PhaseOptimizers, TrainStep, lr_at, width_for
@@ -82,6 +83,10 @@ def train(cfg: TrainConfig, resume: bool = False) -> Path:
 
 def task_loss(spec: TaskSpec, raw: torch.Tensor, labels: torch.Tensor, sts_loss: str) -> torch.Tensor:
     raw = raw.float()
+    if spec.is_tagging:   # only each word's first piece carries a tag; the rest are IGNORED
+        return F.cross_entropy(raw.flatten(0, 1), labels.flatten().long(), ignore_index=IGNORED)
+    if spec.is_multi_label:
+        return F.binary_cross_entropy_with_logits(raw, labels)
     if not spec.is_regression:
         return F.cross_entropy(raw, labels.long())
     if sts_loss == "bce":
@@ -112,7 +117,11 @@ class Run:
         if fallback:
             self.log(fallback)
         self.out = Path(cfg.out)
-        self.specs = resolve_tasks(cfg.tasks, list(cfg.custom_tasks))
+        examples = read_task_examples(cfg, resolve_tasks(cfg.tasks, list(cfg.custom_tasks)))
+        self.specs = examples.specs
+        if cfg.distill_from and any(s.is_tagging or s.is_multi_label for s in self.specs):
+            raise TrainingError("--distill-from teaches one-label, pair and score tasks; train "
+                                "multi_label and token_tagging tasks without it")
         self.phases = plan_phases(cfg, self.specs)
         self.state = TrainingState()
         self.optimizer_state: dict[str, torch.Tensor] = {}
@@ -135,7 +144,7 @@ class Run:
                 cfg, self.specs, self.dist.device)
         self.teachers = (Teachers(Path(cfg.distill_from), [s.name for s in self.specs],
                                   self.tokenizer, self.dist.device) if cfg.distill_from else None)
-        data = load_task_data(cfg, self.specs, self.tokenizer, self.dist.device, self.pad_multiple)
+        data = encode_task_data(cfg, examples, self.tokenizer, self.dist.device, self.pad_multiple)
         self.train_data, self.dev_data, self.pad_id = data.train, data.dev, data.pad_id
         self.train_splits = data.held
         self.pad_widths = cfg.pad_widths()
