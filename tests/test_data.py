@@ -89,7 +89,7 @@ def test_data_dir_flag_env_and_clear_error(tmp_path: Path, monkeypatch):
 
 def test_pairs_are_one_sequence_and_batches_pad_dynamically(tiny_bert: Path, tiny_data: Path):
     tok = AutoTokenizer.from_pretrained(str(tiny_bert))
-    split = encode(read_examples(STS, tiny_data, "train"), tok, max_len=32)
+    split = encode(STS, read_examples(STS, tiny_data, "train"), tok, max_len=32)
     ids = split.input_ids[0]
     assert ids[0] == tok.cls_token_id and ids.count(tok.sep_token_id) == 2
     assert set(split.token_type_ids[0]) == {0, 1}
@@ -101,7 +101,7 @@ def test_pairs_are_one_sequence_and_batches_pad_dynamically(tiny_bert: Path, tin
 
 def test_truncation_respects_max_len(tiny_bert: Path, tiny_data: Path):
     tok = AutoTokenizer.from_pretrained(str(tiny_bert))
-    split = encode(read_examples(STS, tiny_data, "train"), tok, max_len=8)
+    split = encode(STS, read_examples(STS, tiny_data, "train"), tok, max_len=8)
     assert max(len(x) for x in split.input_ids) == 8
 
 

@@ -24,7 +24,7 @@ from palkit.runtime.bundle import load_bundle
 from palkit.runtime.contract import manifest_keys
 from palkit.runtime.engine import Engine
 from palkit.runtime.inputs import Texts
-from palkit.runtime.manifest import BundleError, read_manifest
+from palkit.runtime.manifest import VERSION, BundleError, read_manifest
 from palkit.runtime.runners import executorch_lib
 from palkit.trainer.checkpoint import load_model, resolve_model_dir, sha256_file
 from testing_utils import REPO
@@ -171,7 +171,7 @@ def test_int8_bundle_reports_agreement(android_int8):
 def test_manifest_contents(onnx_fp32, tiny_pal_run):
     m = json.loads((onnx_fp32 / "manifest.json").read_text())
     trunk_sha = sha256_file(resolve_model_dir(tiny_pal_run) / "trunk" / "model.safetensors")
-    assert (m["format"], m["version"]) == ("palkit-bundle", 2)
+    assert (m["format"], m["version"]) == ("palkit-bundle", VERSION)
     assert m["trunk"]["sha256"] == trunk_sha
     assert m["tokenizer"]["vocab_file"] == "vocab.txt" and m["tokenizer"]["lowercase"] is True
     assert m["runtimes"]["onnxruntime"]["trunk_model"] == "onnx/trunk.onnx"
@@ -319,7 +319,7 @@ def test_refuses_a_format_1_bundle_saying_what_to_do(copy_of):
     with pytest.raises(BundleError) as e:
         load_bundle(copy_of)
     assert "format version 1 is not supported" in one_line(e)
-    assert "reads version 2" in one_line(e) and "palkit export" in one_line(e)
+    assert f"reads version {VERSION}" in one_line(e) and "palkit export" in one_line(e)
 
 
 def test_refuses_escaping_path(copy_of):

@@ -509,7 +509,7 @@ def planted(tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[
     model, tokenizer, _ = load_model(resolve_model_dir(run))
     plant_outliers(model)
     save_model(model, tokenizer, root / "model")
-    encoded, _, _ = verification_inputs(model.tasks["sst"], tokenizer, 128, data, None)
+    encoded, _, _, _ = verification_inputs(model.tasks["sst"], tokenizer, 128, data, None)
     labels = reference_batched(model, "sst", encoded).argmax(-1).tolist()
     dev = data / model.tasks["sst"].files["dev"]
     with open(dev) as f:
@@ -564,7 +564,7 @@ def test_planted_outliers_fail_the_gate_and_the_fallback_fixes_them(planted, tmp
         assert stored[f"model.trunk.embeddings.{table}.weight"] == onnx.TensorProto.FLOAT
     model, tokenizer, _ = load_model(model_dir)
     engine = Engine(load_bundle(plain), "onnxruntime")
-    encoded, _, _ = verification_inputs(model.tasks["sst"], tokenizer, 128, data, 32)
+    encoded, _, _, _ = verification_inputs(model.tasks["sst"], tokenizer, 128, data, 32)
     ref = reference_batched(model, "sst", encoded)
     got = torch.stack([torch.from_numpy(engine.run_ids("sst", *(x.numpy() for x in e))[0])
                        for e in encoded])

@@ -23,7 +23,7 @@ def task(name: str, kind: str = "single_classification") -> TaskEntry:
                      metric="accuracy", num_outputs=2, trunk_sha256=SHA,
                      files={"executorch": f"executorch/{name}.safetensors",
                             "onnxruntime": f"onnx/{name}.onnx_adapter"},
-                     spec={"name": name})
+                     spec={"name": name}, decoding="argmax", threshold=None)
 
 
 def manifest(all_tasks: bool = True) -> Manifest:
@@ -87,7 +87,7 @@ def edited(tmp_path: Path, fn) -> Path:
 
 @pytest.mark.parametrize("edit, message", [
     (lambda m: m.update(format="other"), "not a palkit bundle manifest"),
-    (lambda m: m.update(version=3), "bundle format version 3 is not supported"),
+    (lambda m: m.update(version=VERSION + 1), f"bundle format version {VERSION + 1} is not supported"),
     # a bundle of format 1 (a program per ExecuTorch task): named, and what to do
     (lambda m: m.update(version=1), r"format version 1 is not supported .*re-export it"),
     (lambda m: m["tokenizer"].pop("max_length"), r"'tokenizer' lacks \['max_length'\]"),

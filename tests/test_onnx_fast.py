@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from palkit.export.onnx_export import export_trunk, write_adapter
-from palkit.export.programs import graph_pal, reference_outputs
+from palkit.export.programs import graph_pal, output_columns, reference_outputs
 from palkit.trainer.checkpoint import load_model, resolve_model_dir
 
 FP32_TOL = 1e-5   # fp32 graph vs PyTorch, absolute (outputs here are O(0.01..5))
@@ -38,14 +38,16 @@ def export(model, folder: Path, int8: bool, tasks: list[str]):
     folder.mkdir()
     ids, mask, types = inputs(model.trunk.config.vocab_size, seed=1)
     graph = graph_pal([model.task_pal(t) for t in tasks])
-    export_trunk(model, folder / "trunk.onnx", int8, (ids[:1], mask[:1], types[:1]), graph)
+    export_trunk(model, folder / "trunk.onnx", int8, (ids[:1], mask[:1], types[:1]), graph,
+                 output_columns(model))
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     session = ort.InferenceSession(str(folder / "trunk.onnx"), opts,
                                    providers=["CPUExecutionProvider"])
     runs, adapters = {}, []
     for task in tasks:
-        write_adapter(model, task, folder / f"{task}.onnx_adapter", int8, graph)
+        write_adapter(model, task, folder / f"{task}.onnx_adapter", int8, graph,
+                      output_columns(model))
         adapter = ort.LoraAdapter()
         adapter.Load(str(folder / f"{task}.onnx_adapter"))
         adapters.append(adapter)  # must outlive the run options that name it
@@ -63,7 +65,7 @@ def worst_difference(model, session, runs, order: list[str]) -> dict[str, float]
     worst: dict[str, tuple[float, float]] = {}
     for task in order:  # swapped back and forth within one session
         ref = reference_outputs(model, task, ids, mask, types).numpy()
-        got = session.run(["logits"], feed, runs[task])[0][:, : ref.shape[1]]
+        got = session.run(["logits"], feed, runs[task])[0][:, 0, : ref.shape[1]]  # the sentence row
         worst[task] = (float(np.abs(got - ref).max()), float(np.abs(ref).max()))
     return worst
 

@@ -18,7 +18,7 @@ from palkit.export.bundle import ExportError, add_adapter, export_run
 from palkit.export.gate import Gate
 from palkit.export.options import ExportOptions
 from palkit.export.programs import (adapter_in_graph, adapter_tensors, fits_graph, graph_pal,
-                                    reference_outputs)
+                                    output_columns, reference_outputs)
 from palkit.quant.weights import quantize_rows
 from palkit.runtime.bundle import load_bundle
 from palkit.runtime.engine import Engine
@@ -106,7 +106,7 @@ def test_zero_pals_add_exactly_nothing(model):
     q, scale = quantize_rows(torch.zeros(4, 8))
     assert torch.equal(q, torch.zeros(4, 8, dtype=torch.int8))
     assert torch.isfinite(scale).all() and (scale > 0).all()
-    tensors = adapter_tensors(model, "cfimdb", True, graph)
+    tensors = adapter_tensors(model, "cfimdb", True, graph, output_columns(model))
     assert all(torch.isfinite(t.float()).all() for t in tensors.values())
     assert not tensors["pal.decoders.1.weight_t.int8"].any()
 

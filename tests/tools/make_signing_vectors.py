@@ -48,7 +48,8 @@ def golden_manifest(folder: Path) -> Manifest:
                                                     None, None)},
         tasks=[TaskEntry("sst", "single_classification", ["negative", "positive"], None,
                          "accuracy", 2, trunk_sha, {"executorch": "executorch/sst-program.bin",
-                                                    "onnxruntime": "onnx/sst-adapter.bin"}, {})],
+                                                    "onnxruntime": "onnx/sst-adapter.bin"}, {},
+                         "argmax", None)],
         files={rel: FileEntry(*file_digest(folder / rel)) for rel in GOLDEN_FILES}, io=IO)
 
 

@@ -2,6 +2,7 @@ package io.palkit.core;
 
 import io.palkit.core.bundle.Bundle;
 import io.palkit.core.bundle.BundleException;
+import io.palkit.core.bundle.Manifest;
 import java.io.File;
 import java.nio.file.Files;
 import java.util.Map;
@@ -15,14 +16,14 @@ public final class BundleRefusalTest {
 
     public static void testUnknownVersion() throws Exception {
         TestBundle fixture = new TestBundle();
-        fixture.manifest.put("version", 3L);
-        refused(fixture, "unsupported bundle version 3");
+        fixture.manifest.put("version", Manifest.VERSION + 1);
+        refused(fixture, "unsupported bundle version " + (Manifest.VERSION + 1));
     }
 
     public static void testFormatOneBundleIsRefusedSayingWhatToDo() throws Exception {
         TestBundle fixture = new TestBundle();
         fixture.manifest.put("version", 1L);
-        refused(fixture, "unsupported bundle version 1; this app reads version 2 (re-export");
+        refused(fixture, "unsupported bundle version 1; this app reads version " + Manifest.VERSION + " (re-export");
     }
 
     public static void testUnknownFormat() throws Exception {

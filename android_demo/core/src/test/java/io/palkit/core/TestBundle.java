@@ -34,7 +34,7 @@ final class TestBundle {
         tasks.add(task("sst", "single_classification", Arrays.asList("negative", "positive"), null, 2));
         tasks.add(task("stsb", "pair_regression", null, Arrays.asList(0L, 5L), 1));
         manifest.put("format", "palkit-bundle");
-        manifest.put("version", 2L);
+        manifest.put("version", 3L);
         manifest.put("palkit_version", "0.1.0");
         manifest.put("trunk", map("sha256", TRUNK_SHA, "base_model", "all-MiniLM-L6-v2",
                 "hidden_size", 384L, "num_layers", 6L));
@@ -67,7 +67,8 @@ final class TestBundle {
         addFile(pte, name + " weights");
         addFile(adapter, name + " adapter");
         return map("name", name, "kind", kind, "labels", labels, "score_range", range,
-                "metric", "accuracy", "num_outputs", outputs, "trunk_sha256", TRUNK_SHA,
+                "metric", "accuracy", "num_outputs", outputs, "decoding",
+                "pair_regression".equals(kind) ? "score" : "argmax", "trunk_sha256", TRUNK_SHA,
                 "files", map("executorch", pte, "onnxruntime", adapter));
     }
 

@@ -8,7 +8,7 @@ import java.util.Map;
 public final class Manifest {
     public static final String FORMAT = "palkit-bundle";
     /** 2: an ExecuTorch task is a weights file bound to the one program (1: a program per task). */
-    public static final long VERSION = 2;
+    public static final long VERSION = 3;
 
     public final String trunkSha256;
     /** What --base-model named; null for the trunk palkit embeds by default. */

@@ -193,6 +193,12 @@ public final class ManifestParser {
                     + " names for " + numOutputs + " outputs");
         }
         double[] scoreRange = kind == TaskKind.PAIR_REGRESSION ? readRange(t) : null;
+        if (!kind.decoding.equals(t.string("decoding"))) {
+            throw new BundleException("manifest: " + t.where("decoding") + " is '"
+                    + t.string("decoding") + "'; this app decodes " + kind.key + " as '"
+                    + kind.decoding + "'; re-export the bundle");
+        }
+        double threshold = kind == TaskKind.MULTI_LABEL ? readThreshold(t) : Double.NaN;
         Map<RuntimeKind, String> files = new EnumMap<>(RuntimeKind.class);
         JsonFields fileMap = t.object("files");
         for (RuntimeKind runtime : RuntimeKind.values()) {
@@ -205,8 +211,18 @@ public final class ManifestParser {
         Method method = et == null ? new Method(null, Collections.<String>emptyList())
                 : methodFor(name, adapter, et, trunkLayers);
         return new TaskSpec(name, kind, Collections.unmodifiableList(labels), scoreRange,
-                numOutputs, t.string("trunk_sha256"), Collections.unmodifiableMap(files), adapter,
+                numOutputs, threshold, t.string("trunk_sha256"), Collections.unmodifiableMap(files), adapter,
                 method.name, method.taskInputs);
+    }
+
+    private static double readThreshold(JsonFields t) throws BundleException {
+        Object value = t.raw("threshold");
+        double threshold = value instanceof Number ? ((Number) value).doubleValue() : Double.NaN;
+        if (!(threshold > 0 && threshold < 1)) {
+            throw new BundleException("manifest: " + t.where("threshold")
+                    + " must be a number between 0 and 1");
+        }
+        return threshold;
     }
 
     private static double[] readRange(JsonFields t) throws BundleException {

@@ -7,11 +7,13 @@ import java.util.Map;
 public final class TaskSpec {
     public final String name;
     public final TaskKind kind;
-    /** Class names for classification tasks; empty for regression. */
+    /** Class, label or tag names (output column i is labels[i]); empty for regression. */
     public final List<String> labels;
     /** [low, high] for regression tasks, else null. */
     public final double[] scoreRange;
     public final int numOutputs;
+    /** multi_label: a label is chosen when its sigmoid reaches this; NaN for other kinds. */
+    public final double threshold;
     public final String trunkSha256;
     /** Bundle-relative adapter/program path per runtime. */
     public final Map<RuntimeKind, String> files;
@@ -26,13 +28,14 @@ public final class TaskSpec {
     public final List<String> executorchTaskInputs;
 
     TaskSpec(String name, TaskKind kind, List<String> labels, double[] scoreRange, int numOutputs,
-            String trunkSha256, Map<RuntimeKind, String> files, List<Integer> adapterLayers,
+            double threshold, String trunkSha256, Map<RuntimeKind, String> files, List<Integer> adapterLayers,
             String executorchMethod, List<String> executorchTaskInputs) {
         this.name = name;
         this.kind = kind;
         this.labels = labels;
         this.scoreRange = scoreRange;
         this.numOutputs = numOutputs;
+        this.threshold = threshold;
         this.trunkSha256 = trunkSha256;
         this.files = files;
         this.adapterLayers = adapterLayers;
