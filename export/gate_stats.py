@@ -102,7 +102,7 @@ def compare_named(spec, ref: torch.Tensor, got: torch.Tensor, gold: list | None,
     r: dict[str, Any] = {"examples": n, "source": source}
     if spec.is_tagging:
         assert firsts is not None
-        rows = [(i, p) for i, f in enumerate(firsts) for p in f]
+        rows = [(i, p) for i, f in enumerate(firsts) for p in f if p >= 0]
         ref_w = torch.stack([ref[i, p] for i, p in rows])
         got_w = torch.stack([got[i, p] for i, p in rows])
         kl = F.kl_div(F.log_softmax(got_w.double(), -1), F.log_softmax(ref_w.double(), -1),

@@ -64,20 +64,22 @@ def span_f1(counts: Sequence[SpanCounts]) -> tuple[float, float, float]:
 
 
 def first_pieces(word_ids: Sequence[int | None]) -> list[int]:
-    """The token position of each word's first piece, in word order, from a tokenizer's word
-    index per token (None for [CLS]/[SEP]); words cut off by the maximum length have none."""
+    """Each word's first token position, from a tokenizer's word index per token (None for
+    [CLS]/[SEP]): entry w for word w, -1 for a word with no piece (one the normalizer empties);
+    words cut off by the maximum length are not listed."""
     firsts: list[int] = []
     for position, word in enumerate(word_ids):
-        if word is not None and word == len(firsts):
-            firsts.append(position)
+        if word is not None and word >= len(firsts):
+            firsts += [-1] * (word - len(firsts)) + [position]
     return firsts
 
 
 def word_tags(tag_scores: Sequence[Sequence[float]], firsts: Sequence[int], labels: Sequence[str],
               words: int) -> list[str]:
-    """Each word's tag: the best tag at its first piece's row; a word with no piece (past the
-    maximum length) gets 'O'."""
-    tags = [labels[max(range(len(labels)), key=lambda j: tag_scores[p][j])] for p in firsts]
+    """Each word's tag: the best tag at its first piece's row; a word with no piece (emptied by
+    the normalizer, or past the maximum length) gets 'O'."""
+    tags = ["O" if p < 0 else labels[max(range(len(labels)), key=lambda j: tag_scores[p][j])]
+            for p in firsts]
     return tags + ["O"] * (words - len(tags))
 
 

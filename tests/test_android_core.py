@@ -23,6 +23,7 @@ CORE = ANDROID_DEMO / "core"
 GOLDEN = CORE / "src/test/resources/tokenizer_golden.json"
 CHAR_TABLES = CORE / "src/main/java/io/palkit/core/tokenizer/BertCharTables.java"
 SIGNING = CORE / "src/test/resources/signing"  # tests/tools/make_signing_vectors.py's
+DECODING = CORE / "src/test/resources/decoding/atis.json"  # tests/tools/make_decoding_golden.py's
 TOKENIZER_GOLDEN = REPO / "tests/tools/make_tokenizer_golden.py"
 CHAR_TABLES_TOOL = ANDROID_DEMO / "tools/make_char_tables.py"
 
@@ -45,7 +46,7 @@ def _java(classes: Path, main: str, *args: str) -> subprocess.CompletedProcess:
     vocab = _load_tool(TOKENIZER_GOLDEN).model_dir() / "vocab.txt"
     return subprocess.run(
         [jdk_tool("java"), "-Xmx512m", f"-Dpalkit.golden={GOLDEN}", f"-Dpalkit.vocab={vocab}",
-         f"-Dpalkit.signing={SIGNING}", "-cp", str(classes), main, *args],
+         f"-Dpalkit.signing={SIGNING}", f"-Dpalkit.decoding={DECODING}", "-cp", str(classes), main, *args],
         capture_output=True, text=True, timeout=HANG_GUARD_S)
 
 

@@ -148,7 +148,32 @@ def make_tiny_data(root: Path, n: int = 48, seed: int = 0) -> Path:
     for split, k in (("train", n), ("dev", n // 2)):
         _write_tsv(root / "cfimdb" / f"ids-cfimdb-{split}.csv", ["sentence", "sentiment"],
                    imdb_rows(k))
+    for split, k in (("train", n), ("dev", n // 2), ("test", n // 2)):
+        write_tiny_atis(root / "atis" / f"atis-{split}.tsv", k, rng)
     return root
+
+
+ATIS_CITIES = ("boston", "denver", "new york", "dallas")
+
+
+def write_tiny_atis(path: Path, k: int, rng: random.Random) -> None:
+    """A learnable toy of ATIS's layout (unquoted TSV: id, words, slots, intent): a fare, a
+    flight or both; the cities' BIO spans (two-word "new york" takes an I- tag)."""
+    rows = []
+    for i in range(k):
+        origin, destination = rng.sample(ATIS_CITIES, 2)
+        intent = rng.choice(["atis_flight", "atis_airfare", "atis_flight;atis_airfare"])
+        ask = {"atis_flight": ["flights"], "atis_airfare": ["fares"]}.get(intent, ["flights", "and", "fares"])
+        words, tags = ["show", *ask, "from"], ["O"] * (len(ask) + 2)
+        for city, slot in ((origin, "fromloc"), (destination, "toloc")):
+            parts = city.split()
+            words += parts
+            tags += [f"B-{slot}"] + [f"I-{slot}"] * (len(parts) - 1)
+            if slot == "fromloc":
+                words, tags = words + ["to"], tags + ["O"]
+        rows.append(f"{i}\t{' '.join(words)}\t{' '.join(tags)}\t{intent}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("id\twords\tslots\tintent\n" + "\n".join(rows) + "\n")
 
 
 def poison_loss_at_call(monkeypatch: pytest.MonkeyPatch, call: int) -> None:

@@ -56,6 +56,7 @@ def read_examples(task: TaskSpec, data_dir: Path, split: str,
         if missing:
             raise DataError(f"{path}:1: missing column(s) {missing}; header has {list(columns)}")
         while True:
+            first_line = reader.line_num + 1
             try:
                 row = next(reader, None)
             except csv.Error as e:   # e.g. an unclosed quote ran a field past the size limit
@@ -66,6 +67,10 @@ def read_examples(task: TaskSpec, data_dir: Path, split: str,
             if not row:
                 continue
             try:
+                if reader.line_num > first_line:   # a quote opened a field that ran on
+                    raise DataError(f"{path}:{first_line}: a field opened by '\"' runs over "
+                                    f"lines {first_line}-{reader.line_num}; a task whose text "
+                                    "holds quotes sets \"quoting\": \"none\"")
                 examples.append(_parse_row(task, row, columns, len(header), f"{path}:{reader.line_num}"))
             except DataError as e:
                 if bad_rows != "skip":
@@ -190,12 +195,13 @@ def _encode_tagged(task: TaskSpec, examples: list[Example], tokenizer,
     gold = [e.label for e in examples]
     index = {tag: i for i, tag in enumerate(task.labels or ())}
     labels = torch.full((len(examples), max_len), IGNORED, dtype=torch.float32)
-    first_pieces, cut, cut_rows = [], 0, 0
+    firsts_of, cut, cut_rows = [], 0, 0
     for row, tags in enumerate(gold):
         firsts = first_pieces(enc.word_ids(row))
-        first_pieces.append(firsts)
+        firsts_of.append(firsts)
         for position, tag in zip(firsts, tags):
-            labels[row, position] = index.get(tag, IGNORED)
+            if position >= 0:
+                labels[row, position] = index.get(tag, IGNORED)
         if len(firsts) < len(tags):
             cut, cut_rows = cut + len(tags) - len(firsts), cut_rows + 1
     if cut:
@@ -204,7 +210,7 @@ def _encode_tagged(task: TaskSpec, examples: list[Example], tokenizer,
               file=sys.stderr)
     _say_unseen(task, gold, index)
     return EncodedSplit(enc["input_ids"], enc["token_type_ids"], labels, gold=gold,
-                        first_pieces=first_pieces)
+                        first_pieces=firsts_of)
 
 
 def _say_unseen(task: TaskSpec, gold: list[tuple[str, ...]], index: dict[str, int]) -> None:
@@ -217,8 +223,9 @@ def _say_unseen(task: TaskSpec, gold: list[tuple[str, ...]], index: dict[str, in
     if unseen:
         shown = ", ".join(f"{n} x{c}" for n, c in sorted(unseen.items())[:5])
         more = f" and {len(unseen) - 5} more" if len(unseen) > 5 else ""
-        print(f"note: task '{task.name}': {sum(unseen.values())} gold labels the train split "
-              f"never had ({shown}{more}); they are scored as errors", file=sys.stderr)
+        n = sum(unseen.values())
+        print(f"note: task '{task.name}': {n} gold label{'s' if n > 1 else ''} the train split "
+              f"never had ({shown}{more}); scored as errors", file=sys.stderr)
 
 
 def collate(split: EncodedSplit, indices: list[int], pad_id: int,

@@ -3,6 +3,7 @@ package io.palkit.demo
 import io.palkit.core.bench.BenchReport
 import io.palkit.core.bundle.Bundle
 import io.palkit.core.bundle.RuntimeKind
+import io.palkit.core.bundle.TaskKind
 import io.palkit.core.tokenizer.BertTokenizer
 import io.palkit.demo.bench.Benchmark
 import io.palkit.demo.runtime.RuntimeVersions
@@ -39,11 +40,21 @@ class BundleSession private constructor(val bundle: Bundle, val tokenizer: BertT
     suspend fun predictAll(runtime: RuntimeKind, first: String, second: String): List<Prediction> =
         withContext(runtimeThread) {
             val runner = runner(runtime)
+            // a tagging task reads the text's words (the same pieces the plain text gets)
+            val words = if (bundle.manifest.tasks.any { it.kind == TaskKind.TOKEN_TAGGING }) {
+                tokenizer.encodeWords(first)
+            } else {
+                null
+            }
             bundle.manifest.tasks.map { task ->
-                val input = if (task.kind.isPair) tokenizer.encodePair(first, second) else tokenizer.encode(first)
+                val input = when {
+                    task.kind.isPair -> tokenizer.encodePair(first, second)
+                    task.kind == TaskKind.TOKEN_TAGGING -> words!!.encoding
+                    else -> tokenizer.encode(first)
+                }
                 val start = System.nanoTime()
-                val logits = runner.run(task, input)
-                interpret(task, logits, (System.nanoTime() - start) / 1e6)
+                val rows = runner.run(task, input)
+                interpret(task, rows, input.length(), words, (System.nanoTime() - start) / 1e6)
             }
         }
 

@@ -11,12 +11,13 @@ import java.util.Comparator;
  * listed classes, prints one line per test, exits non-zero on any failure.
  *
  * <p>System properties: palkit.golden (tokenizer_golden.json), palkit.vocab (MiniLM vocab.txt),
- * palkit.signing (the signature golden vectors' folder).
+ * palkit.signing (the signature golden vectors' folder), palkit.decoding (the ATIS decoding
+ * golden file).
  */
 public final class TestMain {
     private static final Class<?>[] TEST_CLASSES = {
         JsonTest.class, TokenizerGoldenTest.class, ManifestTest.class, BundleRefusalTest.class,
-        BenchReportTest.class, SignatureGoldenTest.class,
+        BenchReportTest.class, SignatureGoldenTest.class, DecodingGoldenTest.class,
     };
 
     public static void main(String[] args) {

@@ -4,7 +4,6 @@ import io.palkit.core.bundle.Bundle;
 import io.palkit.core.bundle.RuntimeKind;
 import io.palkit.core.bundle.TaskSpec;
 import io.palkit.core.tokenizer.Encoding;
-import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.Map;
 
@@ -41,12 +40,12 @@ public final class ExecuTorchTasks implements AutoCloseable {
                 task.executorchTaskInputs));
     }
 
-    /** The task's logits (or score) for one unpadded example, binding its weights on first use. */
+    /** The task's output rows for one unpadded example (io.palkit.core.decode.TaskRows reads
+     *  them), binding its weights on first use. */
     public float[] run(TaskSpec task, Encoding input) {
         load(task);
-        float[] row = program.forward(task.executorchMethod, weights.get(task.name),
+        return program.forward(task.executorchMethod, weights.get(task.name),
                 input.inputIds, input.attentionMask, input.tokenTypeIds);
-        return Arrays.copyOf(row, task.numOutputs);
     }
 
     @Override

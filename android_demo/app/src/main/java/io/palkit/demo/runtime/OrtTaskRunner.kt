@@ -40,9 +40,11 @@ class OrtTaskRunner(private val bundle: Bundle, threads: Int) : TaskRunner {
             OrtSession.RunOptions().use { options ->
                 options.addActiveLoraAdapter(adapters.getValue(task.name))
                 session.run(tensors, options).use { result ->
-                    // trunk.onnx pads every head to the same width; only num_outputs are real.
+                    // [1, 1 + seq, columns]: flattened as the ExecuTorch program returns it
                     @Suppress("UNCHECKED_CAST")
-                    return (result.get(0).value as Array<FloatArray>)[0].copyOf(task.numOutputs)
+                    val rows = (result.get(0).value as Array<Array<FloatArray>>)[0]
+                    val columns = rows[0].size
+                    return FloatArray(rows.size * columns) { rows[it / columns][it % columns] }
                 }
             }
         } finally {

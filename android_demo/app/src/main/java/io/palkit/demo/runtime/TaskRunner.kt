@@ -15,7 +15,8 @@ interface TaskRunner : AutoCloseable {
     /** Makes the task's adapter/program resident; cheap when it already is. */
     fun loadTask(task: TaskSpec)
 
-    /** The task's logits for one unpadded example. */
+    /** The task's output rows for one unpadded example, [1 + seq, columns] flattened
+     *  (io.palkit.core.decode.TaskRows reads a task's values from them). */
     fun run(task: TaskSpec, input: Encoding): FloatArray
 
     companion object {

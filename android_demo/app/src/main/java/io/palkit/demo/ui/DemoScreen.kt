@@ -21,7 +21,14 @@ import androidx.compose.runtime.rememberCoroutineScope
 import androidx.compose.runtime.setValue
 import androidx.compose.ui.Alignment
 import androidx.compose.ui.Modifier
+import androidx.compose.ui.graphics.Color
+import androidx.compose.ui.text.AnnotatedString
+import androidx.compose.ui.text.SpanStyle
+import androidx.compose.ui.text.buildAnnotatedString
+import androidx.compose.ui.text.font.FontWeight
+import androidx.compose.ui.text.withStyle
 import androidx.compose.ui.unit.dp
+import androidx.compose.ui.unit.sp
 import io.palkit.core.bundle.RuntimeKind
 import io.palkit.demo.BundleSession
 import io.palkit.demo.Prediction
@@ -87,9 +94,29 @@ private fun PredictionCard(p: Prediction) {
     Card(Modifier.fillMaxWidth()) {
         Column(Modifier.padding(12.dp)) {
             Text("${p.task.name}: ${p.summary}", style = MaterialTheme.typography.titleMedium)
+            if (p.spans.isNotEmpty()) Text(highlighted(p))
             Text(p.details, style = MaterialTheme.typography.bodySmall)
             Text("%.1f ms".format(p.latencyMs), style = MaterialTheme.typography.bodySmall)
         }
+    }
+}
+
+/** The typed text's words with each span highlighted and followed by its type. */
+private fun highlighted(p: Prediction): AnnotatedString = buildAnnotatedString {
+    val spanAt = p.spans.associateBy { it.start }
+    var w = 0
+    while (w < p.words.size) {
+        if (w > 0) append(" ")
+        val span = spanAt[w]
+        if (span == null) {
+            append(p.words[w++])
+            continue
+        }
+        withStyle(SpanStyle(background = Color(0x553F88F5), fontWeight = FontWeight.SemiBold)) {
+            append(p.words.subList(span.start, span.end).joinToString(" "))
+        }
+        withStyle(SpanStyle(color = Color.Gray, fontSize = 11.sp)) { append(" ${span.type}") }
+        w = span.end
     }
 }
 

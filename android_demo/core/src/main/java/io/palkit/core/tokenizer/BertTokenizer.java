@@ -2,6 +2,7 @@ package io.palkit.core.tokenizer;
 
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.Collections;
 import java.util.List;
 
 /**
@@ -66,6 +67,43 @@ public final class BertTokenizer {
         truncate(a, lengths[0]);
         truncate(b, lengths[1]);
         return assemble(a, b);
+    }
+
+    /**
+     * One text's whitespace-separated words, each tokenized as given (HF's is_split_into_words:
+     * the same pieces the plain text gets), wrapped as [CLS] words [SEP] and cut at max_length;
+     * with each word's first token position.
+     */
+    public Words encodeWords(String text) {
+        List<String> words = splitWhitespace(text);
+        List<Integer> ids = new ArrayList<>();
+        int budget = budget(config.maxLength, 2);
+        int[] firsts = new int[words.size()];
+        for (int w = 0; w < words.size(); w++) {
+            int before = ids.size();
+            ids.addAll(tokenize(words.get(w)));
+            // position 1 + before: [CLS] comes first
+            firsts[w] = ids.size() > before && before < budget ? 1 + before : -1;
+        }
+        truncate(ids, budget);
+        return new Words(assemble(ids, null), Collections.unmodifiableList(words), firsts);
+    }
+
+    /** Python's str.split(): runs of whitespace (Unicode spaces included) separate words. */
+    static List<String> splitWhitespace(String text) {
+        List<String> words = new ArrayList<>();
+        int start = -1;
+        for (int i = 0; i <= text.length(); i++) {
+            boolean space = i == text.length() || Character.isWhitespace(text.charAt(i))
+                    || Character.isSpaceChar(text.charAt(i));
+            if (space && start >= 0) {
+                words.add(text.substring(start, i));
+                start = -1;
+            } else if (!space && start < 0) {
+                start = i;
+            }
+        }
+        return words;
     }
 
     private static int budget(int maxLength, int specialTokens) {
