@@ -221,6 +221,10 @@ def worker_logits(launcher: tuple[str, ...], env: dict[str, str], bundle: Path, 
 def dev_sample(spec, tokenizer, max_len: int, data_dir: Path,
                n: int | None) -> tuple[list[Encoded], list[float], str]:
     """The task's dev examples (a stratified sample of n), encoded, their labels and source."""
+    if spec.is_tagging or spec.is_multi_label:
+        raise ArchCheckError(f"task '{spec.name}' is {spec.kind}: verify-arch checks one-label, "
+                             "pair and score tasks so far; check this bundle on this host with "
+                             "`palkit evaluate BUNDLE` (each runtime)")
     if "dev" not in spec.files:
         raise ArchCheckError(f"task '{spec.name}' has no dev split to check on; export a bundle "
                              "without it, or add one to its task file")

@@ -9,7 +9,9 @@ from rich.table import Table
 _stdout = Console(highlight=False)
 
 # metric key suffix -> column heading; Pearson/Spearman are shown ×100 like accuracies
-METRICS = {"acc": "accuracy", "f1": "F1", "pearson": "Pearson", "spearman": "Spearman"}
+METRICS = {"acc": "accuracy", "f1": "F1", "precision": "precision", "recall": "recall",
+           "micro_f1": "micro F1", "pearson": "Pearson", "spearman": "Spearman"}
+SENTENCE = "_sentence_acc"  # trainer/metrics.py's sentence_key
 
 
 def points(value: float | None) -> str:
@@ -29,10 +31,22 @@ def metrics_table(result: dict[str, Any], title: str) -> None:
     table.add_column("average", justify="right")
     for t in tasks:
         table.add_row(t, *(points(result.get(f"{t}_{m}")) for m in present), "")
+    sentences = [k for k in result if k.endswith(SENTENCE)]
+    for key in sentences:
+        table.add_row("sentence accuracy", points(result[key]) if "acc" in present else "",
+                      *[""] * (len(present) - ("acc" in present)), "")
     table.add_section()
     table.add_row("all tasks", *[""] * len(present), points(result["avg"]))
     _stdout.print(table)
-    _stdout.print("average: mean of the accuracies and (Pearson+1)/2, in points", style="dim")
+    notes = ["average: mean of the accuracies, span F1s and (Pearson+1)/2, in points"]
+    for key in sentences:
+        notes.append(f"sentence accuracy: {' and '.join(key[:-len(SENTENCE)].split('+'))} both "
+                     "wholly right on a text (every label, every tag)")
+    if sentences:
+        notes.append("a multi_label task's accuracy is exact-set accuracy; a tagging task's F1, "
+                     "precision and recall are over CoNLL spans")
+    for note in notes:
+        _stdout.print(note, style="dim")
 
 
 def predictions_table(rows: list[dict[str, str]], note: str) -> None:
