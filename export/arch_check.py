@@ -40,7 +40,8 @@ from palkit.core.host import ARM_PARTS, CPU_MODELS, NATIVE, cpu_int8, cpu_model,
 from palkit.core.stats import CONFIDENCE
 from palkit.export.gate import Gate
 from palkit.export.gate_stats import compare, failure
-from palkit.export.verify import Encoded, encode_texts, reference_batched, run_task
+from palkit.export.verify import (Encoded, encode_texts, encode_words, reference_batched,
+                                  run_task, stack_rows)
 from palkit.runtime.bundle import load_bundle
 from palkit.runtime.engine import Engine
 from palkit.trainer.checkpoint import load_model, resolve_model_dir
@@ -69,7 +70,7 @@ def default_cpu(arch: str) -> str:
     return os.environ.get(host.QEMU_CPU_ENV) or host.QEMU_CPU
 
 
-def stratified_sample(gold: list[float], n: int | None, regression: bool,
+def stratified_sample(gold: list[Any], n: int | None, regression: bool,
                       seed: int = SEED) -> list[int]:
     """Sorted indices of n of the examples (all when n is None or not smaller), each label (or
     each of STRATA score bins) keeping its share of the split, largest remainders rounded up."""
@@ -80,7 +81,7 @@ def stratified_sample(gold: list[float], n: int | None, regression: bool,
         key = {i: r * STRATA // len(gold) for r, i in enumerate(rank)}
     else:
         key = {i: gold[i] for i in range(len(gold))}
-    groups: dict[float, list[int]] = {}
+    groups: dict[Any, list[int]] = {}
     for i in range(len(gold)):
         groups.setdefault(key[i], []).append(i)
     share = {k: n * len(g) / len(gold) for k, g in groups.items()}
@@ -109,7 +110,7 @@ def native_logits(build, bundle: Path, task: str, encoded: list[Encoded],
         last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
         raise ArchCheckError(f"{bundle}: the app's native path on {build.arch} failed on "
                              f"{task}: {last}")
-    return torch.tensor(json.loads(done.stdout), dtype=torch.float32)
+    return stack_rows([torch.tensor(r, dtype=torch.float32) for r in json.loads(done.stdout)])
 
 
 @functools.lru_cache(maxsize=None)
@@ -215,16 +216,14 @@ def worker_logits(launcher: tuple[str, ...], env: dict[str, str], bundle: Path, 
         last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
         cpu = launcher[launcher.index("-cpu") + 1] if "-cpu" in launcher else "this CPU"
         raise ArchCheckError(f"{bundle}: {runtime} on {cpu} failed on {task}: {last}")
-    return torch.tensor(json.loads(done.stdout), dtype=torch.float32)
+    return stack_rows([torch.tensor(r, dtype=torch.float32) for r in json.loads(done.stdout)])
 
 
-def dev_sample(spec, tokenizer, max_len: int, data_dir: Path,
-               n: int | None) -> tuple[list[Encoded], list[float], str]:
-    """The task's dev examples (a stratified sample of n), encoded, their labels and source."""
-    if spec.is_tagging or spec.is_multi_label:
-        raise ArchCheckError(f"task '{spec.name}' is {spec.kind}: verify-arch checks one-label, "
-                             "pair and score tasks so far; check this bundle on this host with "
-                             "`palkit evaluate BUNDLE` (each runtime)")
+def dev_sample(spec, tokenizer, max_len: int, data_dir: Path, n: int | None
+               ) -> tuple[list[Encoded], list, str, list[list[int]] | None]:
+    """The task's dev examples (a stratified sample of n: by label, label set, or score bin; a
+    tagging task's at random), encoded, their labels, source and (tagging) each word's first
+    token."""
     if "dev" not in spec.files:
         raise ArchCheckError(f"task '{spec.name}' has no dev split to check on; export a bundle "
                              "without it, or add one to its task file")
@@ -232,11 +231,17 @@ def dev_sample(spec, tokenizer, max_len: int, data_dir: Path,
         raise ArchCheckError(f"task '{spec.name}': {data_dir / spec.files['dev']} not found; "
                              "give --data-dir the folder holding every task's dev split")
     examples = read_examples(spec, data_dir, "dev", bad_rows="skip")
-    chosen = stratified_sample([e.label for e in examples], n, spec.is_regression)
+    strata = [() if spec.is_tagging else tuple(sorted(e.label)) if spec.is_multi_label
+              else e.label for e in examples]
+    chosen = stratified_sample(strata, n, spec.is_regression)
     which = (f"all {len(examples)}" if len(chosen) == len(examples) else
              f"{len(chosen)} of {len(examples)} (stratified, seed {SEED})")
-    return (encode_texts(tokenizer, [examples[i].texts for i in chosen], max_len),
-            [examples[i].label for i in chosen], f"{which} dev examples from {data_dir}")
+    gold, source = [examples[i].label for i in chosen], f"{which} dev examples from {data_dir}"
+    if spec.is_tagging:
+        encoded, firsts = encode_words(tokenizer, [examples[i].texts[0] for i in chosen], max_len)
+        return encoded, gold, source, firsts
+    return (encode_texts(tokenizer, [examples[i].texts for i in chosen], max_len), gold, source,
+            None)
 
 
 def missing_tools(runtime: str, arch: str, cpu: str) -> str | None:
@@ -319,20 +324,21 @@ def check_architecture(bundle: Path, run: Path, data_dir: Path, arch: str, cpu: 
     samples = {t: dev_sample(model.tasks[t], tokenizer, max_len, data_dir, max_examples)
                for t in loaded.tasks}  # every task's data checked before minutes of running
     runners = {rt: runner(rt, bundle, arch, cpu, trust_key) for rt in runtimes}
-    fp32 = {t: reference_batched(model, t, encoded) for t, (encoded, _, _) in samples.items()}
+    fp32 = {t: reference_batched(model, t, encoded) for t, (encoded, _, _, _) in samples.items()}
     records, failures = {}, []
     for rt, (run_on_cpu, launcher) in runners.items():
         engine, tasks = Engine(loaded, rt), {}
-        for name, (encoded, gold, source) in samples.items():
+        for name, (encoded, gold, source, firsts) in samples.items():
             t0 = time.time()
             other = run_on_cpu(name, encoded)
             log(f"{rt}/{name}: {len(encoded)} examples on {arch} {cpu} in {time.time() - t0:.0f} s")
             host, _ = run_task(engine, name, encoded)
             spec = model.tasks[name]  # the CPU against the host's int8 and fp32; the host vs fp32
             tasks[name] = {"examples": len(encoded), "source": source,
-                           "vs_host_int8": compare(spec, host, other, None, source, gate),
-                           "vs_fp32": compare(spec, fp32[name], other, gold, source, gate),
-                           "host_int8_vs_fp32": compare(spec, fp32[name], host, gold, source, gate)}
+                           "vs_host_int8": compare(spec, host, other, None, source, gate, firsts),
+                           "vs_fp32": compare(spec, fp32[name], other, gold, source, gate, firsts),
+                           "host_int8_vs_fp32": compare(spec, fp32[name], host, gold, source,
+                                                        gate, firsts)}
         lost = [f for t, r in tasks.items()
                 if (f := failure(r["vs_fp32"], f"{arch}/{cpu}/{rt}/{t}", True, gate))]
         records[rt] = {"path": RUNTIME_PATHS[rt], "launcher": shlex.join(launcher),

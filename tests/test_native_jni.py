@@ -50,6 +50,7 @@ def other_trunk(tiny_pal_run, tmp_path_factory) -> Path:
     (weights moved)."""
     from palkit.export.bundle import calibration_inputs, default_max_len
     from palkit.export.executorch_export import lower_trunk_program, write_task_weights
+    from palkit.export.programs import output_columns
     from palkit.trainer.checkpoint import load_model, resolve_model_dir
 
     model, tokenizer, _ = load_model(resolve_model_dir(tiny_pal_run), ["sst"])
@@ -59,8 +60,9 @@ def other_trunk(tiny_pal_run, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("other-trunk")
     max_len = default_max_len(model)
     lower_trunk_program(model, None, out, False, max_len,
-                        calibration_inputs(model, max_len, tokenizer), log=lambda *a: None)
-    write_task_weights(model, "sst", out / "sst.safetensors", False)
+                        calibration_inputs(model, max_len, tokenizer), output_columns(model),
+                        log=lambda *a: None)
+    write_task_weights(model, "sst", out / "sst.safetensors", False, output_columns(model))
     return out
 
 

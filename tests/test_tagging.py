@@ -16,7 +16,8 @@ from seqeval.metrics import f1_score, precision_score, recall_score
 from transformers import AutoTokenizer
 
 from palkit.core.errors import ConfigError, DataError
-from palkit.runtime.labels import bio_spans, first_pieces, label_set, span_counts, span_f1
+from palkit.runtime.labels import (bio_spans, first_pieces, label_set, span_counts, span_f1,
+                                   word_tags)
 from palkit.trainer.data import IGNORED, collate, encode, read_examples
 from palkit.trainer.metrics import sentence_accuracy, set_metrics, tagging_metrics
 from palkit.trainer.run_setup import labels_seen
@@ -218,3 +219,34 @@ def test_the_bundle_computes_what_pytorch_does_and_predicts_spans(atis_run: Path
         scored = evaluate_bundle(out, tiny_data, "test", runtime=runtime)
         for key in ("atis_intent_acc", "atis_slots_f1", "atis_intent+atis_slots_sentence_acc"):
             assert scored[key] == pytest.approx(reference[key], abs=1e-9), (runtime, key)
+
+
+# ---- the app's golden file --------------------------------------------------------------------
+
+DECODING_GOLDEN = Path(__file__).resolve().parents[1] / \
+    "android_demo/core/src/test/resources/decoding/atis.json"
+
+
+def test_the_apps_decoding_golden_is_what_palkit_decodes():
+    """The file DecodingGoldenTest.java holds the app to (a real ATIS bundle's outputs): its
+    words, pieces, label sets, tags and spans are what runtime/ makes of its rows today."""
+    from palkit.runtime.manifest import TokenizerSettings
+    from palkit.runtime.tokenizer import Tokenizer
+    from palkit.trainer.run_setup import default_base_model
+
+    golden = json.loads(DECODING_GOLDEN.read_text())
+    settings = TokenizerSettings("vocab.txt", True, True, golden["max_length"], "[CLS]", "[SEP]",
+                                 "[PAD]", "[UNK]", "[MASK]", 100)
+    tokenizer = Tokenizer(settings, Path(default_base_model()) / "vocab.txt")
+    set_labels, threshold = golden["set_task"]["labels"], golden["set_task"]["threshold"]
+    tag_labels = golden["tag_task"]["labels"]
+    assert len(golden["cases"]) >= 10 and any(c["spans"] for c in golden["cases"])
+    for c in golden["cases"]:
+        words = tokenizer.words(c["text"], warn=False)
+        firsts = words.first_pieces + [-1] * (len(words.words) - len(words.first_pieces))
+        assert (words.words, words.ids[0].tolist(), firsts) == \
+            (c["words"], c["input_ids"], c["first_pieces"]), c["text"]
+        tags = word_tags(c["token_rows"], words.first_pieces, tag_labels, len(words.words))
+        assert tags == c["tags"]
+        assert [[s.type, s.start, s.end] for s in bio_spans(tags)] == c["spans"]
+        assert list(label_set(c["set_logits"], set_labels, threshold)) == c["labels"]

@@ -18,7 +18,7 @@ from safetensors.torch import load_file, save_file
 
 from palkit.runtime.runners import load_executorch_program, read_task_weights
 from palkit.runtime.manifest import BundleError
-from palkit.export.programs import task_tensors
+from palkit.export.programs import output_columns, task_tensors
 from palkit.runtime.bundle import load_bundle
 from palkit.runtime.engine import Engine
 from palkit.quant.weights import quantize_rows
@@ -66,7 +66,7 @@ def test_int8_task_file_holds_int8_matrices_and_one_scale_per_column(int8_bundle
     assert load_bundle(int8_bundle).manifest.int8
     for task in TASKS:
         stored = load_file(str(int8_bundle / "executorch" / f"{task}.safetensors"))
-        want = task_tensors(model, task)
+        want = task_tensors(model, task, output_columns(model))
         names = matrices(want)
         assert any(n.startswith("pal.") for n in names) and "head.out.weight_t" in names
         assert sorted(stored) == sorted([*want, *(f"{n}.scale" for n in names)])
@@ -110,7 +110,7 @@ def test_python_runtime_runs_exactly_the_dequantized_weights(int8_bundle, model)
         ids, mask, types = engine.tokenizer(TEXT, PAIR if spec.is_pair else None)
         got, _, _ = engine.run_ids(task, ids, mask, types)
         _, names = bundle.manifest.executorch_method(task)
-        weights = task_tensors(model, task)
+        weights = task_tensors(model, task, output_columns(model))
         text = tuple(torch.from_numpy(x) for x in (ids, mask, types))
 
         def run(tensors: dict[str, torch.Tensor]) -> np.ndarray:

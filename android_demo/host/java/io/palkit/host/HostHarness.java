@@ -5,7 +5,9 @@ import io.palkit.core.bundle.Bundle;
 import io.palkit.core.bundle.BundleException;
 import io.palkit.core.bundle.BundleSignature;
 import io.palkit.core.bundle.BundleSignatureException;
+import io.palkit.core.bundle.TaskKind;
 import io.palkit.core.bundle.TaskSpec;
+import io.palkit.core.decode.TaskRows;
 import io.palkit.core.json.Json;
 import io.palkit.core.json.JsonException;
 import io.palkit.core.tokenizer.BertTokenizer;
@@ -123,7 +125,7 @@ public final class HostHarness {
                 row.put("task", task.name);
                 row.put("input_ids", longs(input.inputIds));
                 row.put("token_type_ids", longs(input.tokenTypeIds));
-                row.put("logits", floats(tasks.run(task, input)));
+                row.put("logits", values(task, tasks.run(task, input), input.length()));
                 out.add(row);
             }
         }
@@ -143,7 +145,8 @@ public final class HostHarness {
                 Map<?, ?> json = (Map<?, ?>) Json.parse(line);
                 Encoding input = new Encoding(toLongs(json.get("input_ids")),
                         toLongs(json.get("token_type_ids")));
-                out.add(floats(tasks.run(task(bundle, (String) json.get("task")), input)));
+                TaskSpec task = task(bundle, (String) json.get("task"));
+                out.add(values(task, tasks.run(task, input), input.length()));
             }
         }
         return out;
@@ -157,7 +160,9 @@ public final class HostHarness {
         try (ExecuTorchProgram program = new ExecuTorchProgram(args[1], args[2], "forward", 1)) {
             long weights = ExecuTorchProgram.bind(args[3], names);
             try {
-                return Map.of("logits", floats(program.forward(weights, ids, ones, new long[ids.length])));
+                float[] rows = program.forward(weights, ids, ones, new long[ids.length]);
+                // row 0, the sentence row, of [1 + tokens, columns]
+                return Map.of("logits", floats(Arrays.copyOf(rows, rows.length / (1 + ids.length))));
             } finally {
                 ExecuTorchProgram.release(weights);
             }
@@ -269,6 +274,19 @@ public final class HostHarness {
         List<Object> out = new ArrayList<>();
         for (long v : values) {
             out.add(v);
+        }
+        return out;
+    }
+
+    /** The task's values from its output rows, as palkit's TaskEntry.rows gives them: the
+     *  sentence row's, or a tagging task's row per token. */
+    private static List<Object> values(TaskSpec task, float[] rows, int tokens) {
+        if (task.kind != TaskKind.TOKEN_TAGGING) {
+            return floats(TaskRows.sentence(rows, task.numOutputs));
+        }
+        List<Object> out = new ArrayList<>();
+        for (float[] row : TaskRows.tokens(rows, tokens, task.numOutputs)) {
+            out.add(floats(row));
         }
         return out;
     }
