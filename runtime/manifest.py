@@ -297,9 +297,9 @@ def manifest_from_dict(m: Any, where: str) -> Manifest:
         raise BundleError(f"{where}: not a palkit bundle manifest (format {found!r})")
     if m.get("version") != VERSION:
         raise BundleError(f"{where}: bundle format version {m.get('version')!r} is not "
-                          f"supported (this palkit reads version {VERSION}, where an ExecuTorch "
-                          "task is a weights file); re-export it: `palkit export RUN --out "
-                          "BUNDLE --overwrite`")
+                          f"supported (this palkit reads version {VERSION}; CHANGELOG.md says "
+                          "what changed); re-export it: `palkit export RUN --out BUNDLE "
+                          "--overwrite`")
     body = _keys(Manifest, {k: v for k, v in m.items() if k not in ("format", "version")},
                  where, "manifest")
     built = Manifest(
