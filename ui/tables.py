@@ -33,14 +33,14 @@ def metrics_table(result: dict[str, Any], title: str) -> None:
         table.add_row(t, *(points(result.get(f"{t}_{m}")) for m in present), "")
     sentences = [k for k in result if k.endswith(SENTENCE)]
     for key in sentences:
-        table.add_row("sentence accuracy", points(result[key]) if "acc" in present else "",
+        table.add_row("sentence", points(result[key]) if "acc" in present else "",
                       *[""] * (len(present) - ("acc" in present)), "")
     table.add_section()
     table.add_row("all tasks", *[""] * len(present), points(result["avg"]))
     _stdout.print(table)
     notes = ["average: mean of the accuracies, span F1s and (Pearson+1)/2, in points"]
     for key in sentences:
-        notes.append(f"sentence accuracy: {' and '.join(key[:-len(SENTENCE)].split('+'))} both "
+        notes.append(f"sentence: {' and '.join(key[:-len(SENTENCE)].split('+'))} both "
                      "wholly right on a text (every label, every tag)")
     if sentences:
         notes.append("a multi_label task's accuracy is exact-set accuracy; a tagging task's F1, "

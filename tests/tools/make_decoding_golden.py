@@ -17,17 +17,18 @@ import csv
 import json
 from pathlib import Path
 
-from palkit.core.fileio import write_json
+from palkit.core.fileio import write_text
 from palkit.runtime.bundle import load_bundle
 from palkit.runtime.engine import Engine
 from palkit.runtime.labels import bio_spans, label_set, word_tags
 
-# Utterances from the ATIS test split (every 40th), then edge cases: an I- tag's span rule, a
-# text cut at max length, punctuation inside words, non-breaking spaces between words.
+# Utterances from the ATIS test split (every 45th), then edge cases: punctuation inside a word,
+# non-breaking and double spaces between words, a text cut at max length (long words: many
+# pieces each).
 EXTRA = ["show me flights from boston to denver tomorrow morning",
          "flights from pittsburgh,to baltimore on thursday",
          "list\u00a0flights from new\u00a0york to  miami",
-         " ".join(["boston"] * 150)]
+         " ".join(["antidisestablishmentarianism"] * 30)]
 
 
 def cases(engine: Engine, set_task: str, tag_task: str, texts: list[str]) -> list[dict]:
@@ -37,8 +38,11 @@ def cases(engine: Engine, set_task: str, tag_task: str, texts: list[str]) -> lis
         words = engine.tokenizer.words(text, warn=False)
         set_rows, _, _ = engine.run_ids(set_task, words.ids, words.mask, words.types)
         tag_rows, _, _ = engine.run_ids(tag_task, words.ids, words.mask, words.types)
-        logits = [round(float(x), 4) for x in set_rows]
-        rows = [[round(float(x), 4) for x in row] for row in tag_rows]
+        logits = [round(float(x), 3) for x in set_rows]
+        # only the rows a word's tag is read from (first pieces); the others are never read
+        read = set(words.first_pieces)
+        rows = [[round(float(x), 3) for x in row] if p in read else []
+                for p, row in enumerate(tag_rows)]
         tags = word_tags(rows, words.first_pieces, t.labels, len(words.words))
         out.append({"text": text, "words": words.words, "input_ids": words.ids[0].tolist(),
                     "first_pieces": words.first_pieces + [-1] * (len(words.words)
@@ -61,14 +65,15 @@ def main() -> None:
     kinds = {t.kind: t.name for t in engine.bundle.manifest.tasks}
     with open(args.data, newline="") as f:
         rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
-    texts = [r["words"] for r in rows[::40]] + EXTRA
+    texts = [r["words"] for r in rows[::45]] + EXTRA
     s, t = engine.bundle.task(kinds["multi_label"]), engine.bundle.task(kinds["token_tagging"])
-    write_json(args.out, {
+    # compact: one line (indented, every number would take a line of its own)
+    write_text(args.out, json.dumps({
         "bundle_trunk_sha256": engine.bundle.manifest.trunk.sha256,
         "max_length": engine.tokenizer.max_length,
         "set_task": {"labels": s.labels, "threshold": s.threshold},
         "tag_task": {"labels": t.labels},
-        "cases": cases(engine, s.name, t.name, texts)})
+        "cases": cases(engine, s.name, t.name, texts)}, separators=(",", ":")) + "\n")
 
 
 if __name__ == "__main__":
