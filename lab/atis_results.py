@@ -1,13 +1,15 @@
 """An assistant's intent and slots on ATIS's test split, every configuration side by side:
 
     python -m lab.atis_results --joint RUNS/atis --joint-bundle BUNDLES/atis \
+        [--joint RUNS/atis-pals --joint-bundle BUNDLES/atis-pals] \
         --separate RUNS/atis-separate --separate-bundles BUNDLES/atis-separate \
         --data-dir ../shared/data --out results/atis
 
-For each configuration (`<training>/<runtime>/<precision>`: the joint run as PyTorch fp32 and its
-int8 bundle on each runtime; the two separate models likewise) the test split's
+For each configuration (`<mode>/<runtime>/<precision>`: each joint run, named by its mode
+(shared, pals), as PyTorch fp32 and its int8 bundle on each runtime; the two separate models
+likewise) the test split's
 `intent_accuracy` (exact intent set), `slot_f1` (CoNLL span F1) and `sentence_accuracy` (the
-whole intent set and every slot right), in points; then the joint model minus the separate
+whole intent set and every slot right), in points; then each joint model minus the separate
 models on each metric with its paired bootstrap interval over utterances (core/stats.py), per
 precision and runtime; and JointBERT's published figures, labelled as such. Writes OUT.json and
 OUT.md.
@@ -107,52 +109,61 @@ def difference(name: str, joint: dict[str, np.ndarray],
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--joint", type=Path, required=True, help="the joint run (intent and slots)")
-    ap.add_argument("--joint-bundle", type=Path, required=True)
+    ap.add_argument("--joint", type=Path, action="append", required=True,
+                    help="a joint run of intent and slots (repeatable)")
+    ap.add_argument("--joint-bundle", type=Path, action="append", required=True,
+                    help="its int8 bundle (one per --joint, in order)")
     ap.add_argument("--separate", type=Path, required=True, help="a --mode separate run")
     ap.add_argument("--separate-bundles", type=Path, required=True,
-                    help="its export: one bundle per task")
+                    help="its int8 export: one bundle per task")
     ap.add_argument("--data-dir", type=Path, required=True)
     ap.add_argument("--split", default="test")
     ap.add_argument("--out", type=Path, required=True, help="OUT.json and OUT.md")
     args = ap.parse_args()
+    if len(args.joint) != len(args.joint_bundle):
+        ap.error("give one --joint-bundle per --joint")
 
     from palkit.trainer.data import read_examples
     from palkit.trainer.tasks import BUILTIN_TASKS
     gold = {t: [e.label for e in read_examples(BUILTIN_TASKS[t], args.data_dir, args.split)]
             for t in (INTENT, SLOTS)}
+    configs = {json.loads((run / "config.json").read_text())["mode"]: (run, bundle)
+               for run, bundle in zip(args.joint, args.joint_bundle)}
     separate_bundles = sorted(p for p in args.separate_bundles.iterdir() if p.is_dir())
-    sources = {"joint/pytorch/fp32": lambda: pytorch_predictions(args.joint, args.data_dir, args.split),
-               "separate/pytorch/fp32": lambda: pytorch_predictions(args.separate, args.data_dir,
-                                                                    args.split)}
+    sources: dict[str, Any] = {}
+    for mode, (run, bundle) in configs.items():
+        sources[f"{mode}/pytorch/fp32"] = lambda r=run: pytorch_predictions(r, args.data_dir,
+                                                                           args.split)
+        for runtime in ("executorch", "onnxruntime"):
+            sources[f"{mode}/{runtime}/int8"] = lambda b=bundle, r=runtime: bundle_predictions(
+                [b], args.data_dir, args.split, r)
+    sources["separate/pytorch/fp32"] = lambda: pytorch_predictions(args.separate, args.data_dir,
+                                                                   args.split)
     for runtime in ("executorch", "onnxruntime"):
-        sources[f"joint/{runtime}/int8"] = lambda r=runtime: bundle_predictions(
-            [args.joint_bundle], args.data_dir, args.split, r)
         sources[f"separate/{runtime}/int8"] = lambda r=runtime: bundle_predictions(
             separate_bundles, args.data_dir, args.split, r)
     units = {name: per_utterance(get(), gold) for name, get in sources.items()}
     rows = [row(name, u) for name, u in units.items()]
-    differences = [difference(f"joint - separate ({kind})", units[f"joint/{kind}"],
-                              units[f"separate/{kind}"])
-                   for kind in ("pytorch/fp32", "executorch/int8", "onnxruntime/int8")]
-    differences += [difference(f"int8 - fp32 (joint, {r})", units[f"joint/{r}/int8"],
-                               units["joint/pytorch/fp32"])
-                    for r in ("executorch", "onnxruntime")]
-    joint_cfg = json.loads((args.joint / "config.json").read_text())
-    sep_cfg = json.loads((args.separate / "config.json").read_text())
+    kinds = ("pytorch/fp32", "executorch/int8", "onnxruntime/int8")
+    differences = [difference(f"{mode} - separate ({kind})", units[f"{mode}/{kind}"],
+                              units[f"separate/{kind}"]) for mode in configs for kind in kinds]
+    differences += [difference(f"int8 - fp32 ({mode}, {r})", units[f"{mode}/{r}/int8"],
+                               units[f"{mode}/pytorch/fp32"])
+                    for mode in configs for r in ("executorch", "onnxruntime")]
+    fields = ("preset", "mode", "tasks", "epochs", "steps_per_epoch", "batch_size", "lr",
+              "max_len")
+    budgets = {mode: {k: json.loads((run / "config.json").read_text()).get(k) for k in fields}
+               for mode, (run, _) in configs.items()}
+    budgets["separate"] = {k: json.loads((args.separate / "config.json").read_text()).get(k)
+                           for k in fields}
     record = {
         "command": "python -m lab.atis_results " + " ".join(
-            f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
+            f"--{k.replace('_', '-')} {w}" for k, v in vars(args).items()
+            for w in (v if isinstance(v, list) else [v])),
         "machine": f"{cpu_model()}; int8: {int8_features()}",
         "date": datetime.date.today().isoformat(),
         "split": f"{args.split} ({len(gold[INTENT])} utterances, {args.data_dir}/atis)",
-        "budget": {"joint": {k: joint_cfg.get(k) for k in ("preset", "mode", "tasks", "epochs",
-                                                              "steps_per_epoch", "batch_size",
-                                                              "lr", "max_len")},
-                   "separate": {k: sep_cfg.get(k) for k in ("preset", "mode", "tasks", "epochs",
-                                                               "steps_per_epoch", "batch_size",
-                                                               "lr", "max_len")}},
-        "confidence": CONFIDENCE,
+        "budget": budgets, "confidence": CONFIDENCE,
         "configurations": rows, "differences": differences, "published": PUBLISHED}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
@@ -176,9 +187,9 @@ def markdown(r: dict[str, Any]) -> str:
         cells = " | ".join(f"{d[m]['difference']:+.2f} [{d[m]['interval'][0]:+.2f}, "
                            f"{d[m]['interval'][1]:+.2f}]" for m in METRICS)
         lines.append(f"| {d['comparison']} | {cells} |")
-    b = r["budget"]
-    lines += ["", "Budgets: joint " + json.dumps(b["joint"]) + "; separate "
-              + json.dumps(b["separate"]) + "."]
+    lines += ["", "Budgets (each separate model trains `epochs` x `steps_per_epoch` steps, so "
+              "both together train what a joint run does):", ""]
+    lines += [f"- {name}: {json.dumps(b)}" for name, b in r["budget"].items()]
     return "\n".join(lines) + "\n"
 
 

@@ -250,3 +250,25 @@ def test_the_apps_decoding_golden_is_what_palkit_decodes():
         assert tags == c["tags"]
         assert [[s.type, s.start, s.end] for s in bio_spans(tags)] == c["spans"]
         assert list(label_set(c["set_logits"], set_labels, threshold)) == c["labels"]
+
+
+def test_the_atis_records_resampled_metrics_are_the_trainers():
+    """lab/atis_results.py sums each metric per utterance so that a bootstrap can resample them;
+    on the whole sample they are trainer/metrics.py's."""
+    import numpy as np
+
+    from lab.atis_results import metric_points, per_utterance
+    rng = random.Random(0)
+    tags = ["O", "B-a", "I-a", "B-b"]
+    gold_tags = [tuple(rng.choice(tags) for _ in range(rng.randint(1, 6))) for _ in range(40)]
+    pred_tags = [tuple(t if rng.random() < 0.8 else rng.choice(tags) for t in g) for g in gold_tags]
+    intents = [("x",), ("y",), ("x", "y")]
+    gold_set = [rng.choice(intents) for _ in range(40)]
+    pred_set = [g if rng.random() < 0.8 else rng.choice(intents) for g in gold_set]
+    u = per_utterance({"atis_intent": pred_set, "atis_slots": pred_tags},
+                      {"atis_intent": gold_set, "atis_slots": gold_tags})
+    got = {k: float(v[0]) for k, v in metric_points(u, np.arange(40)[None]).items()}
+    assert got["intent_accuracy"] == pytest.approx(100 * set_metrics("t", pred_set, gold_set)["t_acc"])
+    assert got["slot_f1"] == pytest.approx(100 * tagging_metrics("s", pred_tags, gold_tags)["s_f1"])
+    assert got["sentence_accuracy"] == pytest.approx(100 * sentence_accuracy(
+        [INTENT, SLOTS], [pred_set, pred_tags], [gold_set, gold_tags]))
