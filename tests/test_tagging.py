@@ -272,3 +272,23 @@ def test_the_atis_records_resampled_metrics_are_the_trainers():
     assert got["slot_f1"] == pytest.approx(100 * tagging_metrics("s", pred_tags, gold_tags)["s_f1"])
     assert got["sentence_accuracy"] == pytest.approx(100 * sentence_accuracy(
         [INTENT, SLOTS], [pred_set, pred_tags], [gold_set, gold_tags]))
+
+
+def test_mixed_kinds_train_in_one_run_and_a_tagging_task_is_added_later(tmp_path: Path,
+                                                                      tiny_bert: Path,
+                                                                      tiny_data: Path):
+    """One run mixes a one-label and a set task in its batch schedule; the slots are then
+    added to its frozen trunk as top-1 PALs, and scored with the intents (sentence accuracy)."""
+    from palkit import cli
+    from palkit.trainer.scoring import score_run
+    from palkit.trainer.train import train
+    from testing_utils import tiny_config
+    run = train(tiny_config(tiny_bert, tiny_data, tmp_path / "run", mode="shared",
+                            tasks=("sst", "atis_intent"), epochs=1, steps_per_epoch=6))
+    assert {"sst_acc", "atis_intent_acc"} <= set(score_run(run, tiny_data, "dev", None, None))
+    assert cli.main(["add-task", str(run), "--task", "atis_slots", "--data-dir", str(tiny_data),
+                     "--adapter", "pal", "--pal-layers", "top-1", "--epochs", "1",
+                     "--steps-per-epoch", "4"]) == 0
+    scored = score_run(run, tiny_data, "dev", None, None)
+    assert sorted(scored["tasks"]) == ["atis_intent", "atis_slots", "sst"]
+    assert "atis_slots_f1" in scored and "atis_intent+atis_slots_sentence_acc" in scored
