@@ -5,8 +5,8 @@ input, so one lowering or graph serves every task. The head is padded to the bun
 columns (`output_columns`) and a per-task output map (linear / sigmoid / offset vectors) turns raw
 outputs into logits or the score. A task's output is [1 + seq, columns]: row 0 is the head on
 the pooled [CLS] state (what a sentence task reads), row 1 + p the head on token p (what a
-tagging task reads); the head's extra rows cost a [seq, hidden] x [hidden, columns] multiply,
-well under 1% of the trunk's. What ONNX Runtime runs for these is in export/onnx_ops.py.
+tagging task reads); the token rows cost a [seq, hidden] x [hidden, columns] multiply, well
+under 1% of the trunk's. What ONNX Runtime runs for these is in export/onnx_ops.py.
 """
 from __future__ import annotations
 
@@ -160,15 +160,16 @@ def adapter_in_graph(adapter: TaskAdapter | None, graph: PalConfig,
     return out
 
 
-def head_rows(m: PalBert, slot: str, state: torch.Tensor, n: int) -> torch.Tensor:
-    """The slot's head on the pooled [CLS] state (row 0) and on every token (rows 1..S):
-    [n, 1 + S, columns]. BertPooler on the [CLS] row is kept 3-D ([B, 1, d]) so that the head
-    stays one batched multiply; a state of one row serves n tasks (a head-only group)."""
-    pooled = torch.tanh(m.trunk.pooler.dense(state[:, :1]))
-    rows = torch.cat([pooled, state], dim=1)
-    if rows.shape[0] != n:
-        rows = rows.repeat(n, 1, 1)
-    return m.heads[slot].out(rows)
+def head_rows(m: PalBert, slot: str, pooled: torch.Tensor, state: torch.Tensor,
+              n: int) -> torch.Tensor:
+    """The slot's head on the pooled [CLS] state `pooled` ([B, 1, d]: row 0) and on every token
+    of `state` (rows 1..S): [n, 1 + S, columns]; a state of one row serves n tasks (a head-only
+    group). The two multiplies stay apart: one over both would quantize the pooled row's int8
+    activations with the token states' wider range."""
+    if state.shape[0] != n:
+        pooled, state = pooled.repeat(n, 1, 1), state.repeat(n, 1, 1)
+    head = m.heads[slot].out
+    return torch.cat([head(pooled), head(state)], dim=1)
 
 
 class SwappableTrunk(nn.Module):
@@ -200,7 +201,9 @@ class SwappableTrunk(nn.Module):
         linear, sigmoid, offset = next(it), next(it), next(it)
         with onnx_ops.fused_attention(attention_mask):
             state = self.model.encode(input_ids, attention_mask, token_type_ids, SLOT)
-        raw = head_rows(self.model, SLOT, state, input_ids.shape[0])
+        # BertPooler as PalBert runs it (a 2-D Gemm, which the int8 pass leaves in float)
+        pooled = self.model.trunk.pooler(state)[:, None]
+        raw = head_rows(self.model, SLOT, pooled, state, input_ids.shape[0])
         return linear * raw + sigmoid * torch.sigmoid(raw) + offset
 
 
@@ -273,7 +276,9 @@ class TaskSlotProgram(nn.Module):
                                       for s, n in zip(self.slots, self.counts)])
         outs = []
         for slot, n, state, (linear, sigmoid, offset) in zip(self.slots, self.counts, states, maps):
-            raw = head_rows(m, slot, state, n)
+            # BertPooler on the [CLS] row kept 3-D, so that it stays in the XNNPACK delegate
+            pooled = torch.tanh(m.trunk.pooler.dense(state[:, :1]))
+            raw = head_rows(m, slot, pooled, state, n)
             outs.append(linear * raw + sigmoid * torch.sigmoid(raw) + offset)
         return outs[0] if len(outs) == 1 else torch.cat(outs)
 

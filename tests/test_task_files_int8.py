@@ -114,7 +114,7 @@ def test_python_runtime_runs_exactly_the_dequantized_weights(int8_bundle, model)
         text = tuple(torch.from_numpy(x) for x in (ids, mask, types))
 
         def run(tensors: dict[str, torch.Tensor]) -> np.ndarray:
-            return forward((*text, *(tensors[n] for n in names)))[0].numpy()[0, :spec.num_outputs]
+            return forward((*text, *(tensors[n] for n in names)))[0].numpy()[0, 0, :spec.num_outputs]  # the sentence row
 
         deq = {n: dequantized(w) if n in matrices(weights) else w for n, w in weights.items()}
         np.testing.assert_array_equal(got, run(deq))
@@ -269,7 +269,7 @@ def test_verify_arch_records_the_int8_check_on_another_cpu_in_verify_json(
         engine = Engine(load_bundle(bundle), runtime)
         for name, r in checked["tasks"].items():
             spec = model.tasks[name]
-            encoded, gold, source = dev_sample(spec, tokenizer, max_len, tiny_data, 10)
+            encoded, gold, source, _ = dev_sample(spec, tokenizer, max_len, tiny_data, 10)
             assert r["examples"] == len(encoded) == 10 and r["source"] == source
             other = (native_logits(build, bundle, name, encoded) if runtime == "executorch" else
                      worker_logits(*python, bundle, runtime, name, encoded)).numpy()
