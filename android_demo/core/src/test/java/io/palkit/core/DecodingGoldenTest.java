@@ -41,7 +41,7 @@ public final class DecodingGoldenTest {
             String what = "'" + c.get("text") + "'";
             Words words = tokenizer.encodeWords((String) c.get("text"));
             Check.equal(c.get("words"), words.words, "words of " + what);
-            Check.equal(longs(c.get("input_ids")), words.encoding.inputIds, "input_ids of " + what);
+            Check.equal(TokenizerGoldenTest.longs(c.get("input_ids")), words.encoding.inputIds, "input_ids of " + what);
             Check.equal(c.get("first_pieces"), boxed(words.firstPieces), "first pieces of " + what);
             List<String> tags = Decoding.wordTags(rows(c.get("token_rows")), words.firstPieces,
                     tagLabels, words.words.size());
@@ -83,15 +83,6 @@ public final class DecodingGoldenTest {
         List<Long> out = new ArrayList<>();
         for (int v : values) {
             out.add((long) v);
-        }
-        return out;
-    }
-
-    private static long[] longs(Object list) {
-        List<?> items = (List<?>) list;
-        long[] out = new long[items.size()];
-        for (int i = 0; i < out.length; i++) {
-            out[i] = (Long) items.get(i);
         }
         return out;
     }

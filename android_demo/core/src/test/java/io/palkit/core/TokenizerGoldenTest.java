@@ -65,7 +65,7 @@ public final class TokenizerGoldenTest {
         return value;
     }
 
-    private static long[] longs(Object list) {
+    static long[] longs(Object list) {
         List<?> items = (List<?>) list;
         long[] out = new long[items.size()];
         for (int i = 0; i < out.length; i++) {
