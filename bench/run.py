@@ -28,11 +28,11 @@ from palkit.bench.schema import (SCHEMA, VERSION, BenchError, BenchFileError, la
 from palkit.bench.subjects import Subject, discover
 from palkit.core.errors import PalkitError
 from palkit.core.fileio import write_text
-from palkit.runtime.manifest import MANIFEST_FILE
+from palkit.runtime.manifest import MANIFEST_FILE, read_manifest
 from palkit.runtime.signing import resolve_trust_key, verify_bundle_signature
 from palkit.trainer.checkpoint import read_metrics, read_run_config, separate_models
-from palkit.trainer.metrics import average_score
-from palkit.trainer.tasks import BUILTIN_TASKS
+from palkit.trainer.metrics import average_score, sentence_metrics
+from palkit.trainer.tasks import BUILTIN_TASKS, TaskSpec
 from palkit.ui.progress import say, track
 
 LOAD_REPEATS = 3     # load/swap/memory worker processes per subject
@@ -241,15 +241,25 @@ def bundle_accuracy(s: Subject, data_dir: Path, split: str, max_examples: int | 
                     notes: list[str]) -> dict[str, Any]:
     """A subject's tasks scored from its bundle(s) as its runtime runs them, and their average
     over the tasks that have `split` (CFIMDB has no test split), said in a note when not all;
-    each task's predictions and gold labels kept under "examples"."""
+    each task's predictions and gold labels kept under "examples". Set and tagging tasks on the
+    same texts from separate bundles (an intent model and a slot model) are also scored
+    together (sentence accuracy)."""
     from palkit.export.evaluate import evaluate_bundle  # looked up per call: tests replace it
 
     merged: dict[str, Any] = {"examples": {}}
+    named: list[TaskSpec] = []
     for b in sorted({src["bundle"] for src in s.tasks.values()}):
         r = evaluate_bundle(Path(b), data_dir, split, max_examples, s.runtime, s.trust_key,
                             keep_predictions=True)
         merged.update({k: v for k, v in r.items() if isinstance(v, (int, float)) and k != "avg"})
         merged["examples"].update(r["examples"])  # for the report's paired accuracy gap
+        # set and tagging tasks predict label names or tags per text (lists)
+        listed = {t for t, e in r["examples"].items() if e["pred"] and isinstance(e["pred"][0], list)}
+        if listed:
+            named += [TaskSpec.from_dict(t.spec) for t in read_manifest(b).tasks if t.name in listed]
+    merged.update(sentence_metrics(named, {t.name: (merged["examples"][t.name]["pred"],
+                                                    merged["examples"][t.name]["gold"])
+                                           for t in named}))
     if not all(t in BUILTIN_TASKS for t in s.tasks):
         return merged
     scored = [t for t in s.tasks if any(k.startswith(f"{t}_") for k in merged)]

@@ -65,17 +65,17 @@ def model_info(model_dir: Path) -> ModelInfo:
 
 
 def bundle_sizes(bundle: Path, m: Manifest, runtime: str) -> dict[str, Any]:
-    """Bytes of the trunk, each task's file, the all-tasks program (ExecuTorch: its own file
-    over the trunk's data) and the vocabulary, as the manifest lists them."""
+    """Bytes of the trunk, each task's file, the all-tasks program (its own file over the
+    trunk's weights) and the vocabulary, as the manifest lists them."""
     adapters = {t.name: m.files[t.files[runtime]].bytes for t in m.tasks}
     program = m.all_tasks(runtime)
-    all_tasks = [program.program] if program is not None else []
+    all_tasks = [program.file] if program is not None else []
     out: dict[str, Any] = {
         "trunk_bytes": sum(m.files[rel].bytes for rel in m.runtimes[runtime].runtime_files
                            if rel not in all_tasks),
         "adapter_bytes": adapters, "vocab_bytes": m.files[m.tokenizer.vocab_file].bytes}
     if program is not None:
-        out["all_tasks_program_bytes"] = m.files[program.program].bytes
+        out["all_tasks_program_bytes"] = m.files[program.file].bytes
     out["total_bytes"] = (out["trunk_bytes"] + sum(adapters.values())
                           + out.get("all_tasks_program_bytes", 0))
     return out

@@ -29,7 +29,8 @@ from palkit.export.verify import (BUILTIN_SENTENCES, encode_texts, gated_export,
 from palkit.quant.mixed import keep_in_float
 from palkit.runtime.bundle import load_bundle
 from palkit.runtime.kinds import KINDS
-from palkit.runtime.manifest import (IO, MANIFEST_FILE, RUNTIMES, VERIFY_FILE, AllTasksMethod,
+from palkit.runtime.manifest import (IO, MANIFEST_FILE, RUNTIMES, VERIFY_FILE, AllTasksGraph,
+                                     AllTasksMethod,
                                      BundleError, ExecuTorchSection, FileEntry, Manifest,
                                      OnnxRuntimeSection, TaskEntry, TokenizerSettings, Trunk,
                                      adapter_text, write_manifest)
@@ -40,6 +41,9 @@ from palkit.trainer.model import PalConfig
 from palkit.ui.progress import say
 
 Log = Callable[[str], None]
+ONNX_TRUNK = "onnx/trunk.onnx"
+ONNX_ALL_TASKS = "onnx/all_tasks.onnx"
+ONNX_DATA = "onnx/trunk.onnx.data"  # both graphs' weights, once (onnx_export.save_sharing_weights)
 
 
 class ExportError(PalkitError, RuntimeError):
@@ -144,7 +148,8 @@ def export_bundle(model_dir: Path, out: Path, opts: ExportOptions, log: Log = sa
                                                     opts.all_tasks, log)
             else:
                 remove_tree(build / "onnx")
-                details[runtime] = write_onnx(kept, names, build, int8, calib, log)
+                details[runtime] = write_onnx(kept, names, build, int8, calib, opts.all_tasks,
+                                              log)
             details[runtime]["float_layers"] = float_layers
             write_manifest(build, build_manifest(build, model, model_dir, trunk_sha, tokenizer,
                                                  max_len, int8, details, names))
@@ -197,24 +202,34 @@ def write_executorch(model, names: list[str], build: Path, int8: bool, max_len: 
                                         list(names)) if several else None}
 
 
-def write_onnx(model, names: list[str], build: Path, int8: bool, calib,
+def write_onnx(model, names: list[str], build: Path, int8: bool, calib, all_tasks: bool,
                log: Log) -> dict[str, Any]:
-    """onnx/trunk.onnx (every task's graph: PALs in the union of the tasks' placements) and
-    one .onnx_adapter per task."""
-    from palkit.export.onnx_export import export_trunk, write_adapter
+    """onnx/trunk.onnx (one task per run: PALs in the union of the tasks' placements), for
+    several tasks onnx/all_tasks.onnx (all of them on one input), their weights once in
+    onnx/trunk.onnx.data, and one .onnx_adapter per task."""
+    from palkit.export.onnx_export import (export_all_tasks, export_trunk,
+                                           save_sharing_weights, write_adapter)
     from palkit.export.programs import graph_pal
 
     graph = graph_pal([model.task_pal(n) for n in names])
-    log(f"onnxruntime: exporting trunk.onnx ({'int8' if int8 else 'fp32'}, "
-        f"{graph_text(graph)})")
+    kind = "int8" if int8 else "fp32"
+    log(f"onnxruntime: exporting trunk.onnx ({kind}, {graph_text(graph)})")
     (build / "onnx").mkdir()
     columns = output_columns(model)
-    info = export_trunk(model, build / "onnx" / "trunk.onnx", int8, calib[0], graph, columns)
+    trunk, info = export_trunk(model, int8, calib[0], graph, columns)
+    graphs = {build / ONNX_TRUNK: trunk}
+    several = all_tasks and len(names) > 1
+    if several:
+        log(f"onnxruntime: exporting all_tasks.onnx ({kind}, {len(names)} tasks on one input)")
+        graphs[build / ONNX_ALL_TASKS] = export_all_tasks(model, names, int8, calib[0], graph,
+                                                          columns)
+    save_sharing_weights(graphs, build / ONNX_DATA)
     for i, name in enumerate(names, 1):
         log(f"onnxruntime: writing {name}.onnx_adapter [{i}/{len(names)}]")
         write_adapter(model, name, build / "onnx" / f"{name}.onnx_adapter", int8, graph, columns)
     return {"fusions": info["fusions"], "adapter_inputs": info["adapter_inputs"],
-            "pal": graph.to_dict() if graph else None}
+            "pal": graph.to_dict() if graph else None,
+            "all_tasks": AllTasksGraph(ONNX_ALL_TASKS, list(names)) if several else None}
 
 
 def graph_text(graph) -> str:
@@ -248,9 +263,10 @@ def build_manifest(build: Path, model, model_dir: Path, trunk_sha: str, tokenize
     if "onnxruntime" in details:
         ort = details["onnxruntime"]
         runtimes["onnxruntime"] = OnnxRuntimeSection(
-            version=version("onnxruntime"), opset=OPSET, trunk_model="onnx/trunk.onnx",
+            version=version("onnxruntime"), opset=OPSET, trunk_model=ONNX_TRUNK,
             output_columns=output_columns(model), adapter_inputs=ort["adapter_inputs"],
-            fusions=ort["fusions"], pal=ort["pal"])
+            fusions=ort["fusions"], pal=ort["pal"], trunk_data=ONNX_DATA,
+            all_tasks=ort["all_tasks"])
     schemes = {"executorch": xnnpack.SCHEME, "onnxruntime": onnx_int8.SCHEME}
     q_details = {r: schemes[r] for r in runtimes} if int8 else {}
     kept = {r: details[r]["float_layers"] for r in runtimes} if int8 else {}
@@ -403,11 +419,12 @@ def manifest_with_task(m: Manifest, spec, run_sha: str, new: dict[str, str],
     """The manifest with `spec`'s entry and its `new` files (in `folder`), new or replaced. The
     all-tasks method keeps its tasks: it takes their weights as inputs, so a replaced task's new
     weights apply to it (a replaced task must keep its placement: its method's inputs)."""
-    if spec.name in m.task_names and m.adapter(spec.name) != adapter and \
-            m.all_tasks("executorch") and spec.name in m.all_tasks("executorch").tasks:
+    in_program = [r for r in m.runtime_names
+                  if m.all_tasks(r) and spec.name in m.all_tasks(r).tasks]  # type: ignore[union-attr]
+    if spec.name in m.task_names and m.adapter(spec.name) != adapter and in_program:
         raise ExportError(f"task '{spec.name}' had {adapter_text(m.adapter(spec.name))} in this "
-                          f"bundle's all-tasks method, now {adapter_text(adapter)}; re-export "
-                          "the bundle with all its tasks")
+                          f"bundle's all-tasks program ({in_program[0]}), now "
+                          f"{adapter_text(adapter)}; re-export the bundle with all its tasks")
     tasks = [t for t in m.tasks if t.name != spec.name]
     tasks.append(task_entry(spec, run_sha, m.runtime_names, adapter))
     files = {**m.files, **{rel: FileEntry(*file_digest(folder / name))  # type: ignore[operator]

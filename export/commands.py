@@ -87,8 +87,9 @@ def export(
     replace: Annotated[bool, typer.Option(help="with --adapter: overwrite a task")] = False,
     data_dir: DataDirOption = None,
     all_tasks: Annotated[bool, typer.Option(
-        help="ExecuTorch, several tasks: also write all_tasks.pte (forward_all: every task "
-        "on one input in one call; about a minute more of export)")] = DEFAULTS.all_tasks,
+        help="several tasks: also write the all-tasks program (ExecuTorch all_tasks.pte, ONNX "
+        "all_tasks.onnx: every task on one input in one call, the trunk run once; about a "
+        "minute more of export)")] = DEFAULTS.all_tasks,
     max_drop: MaxDropOption = DEFAULTS.gate.max_drop,
     strict_gate: StrictGateOption = DEFAULTS.gate.strict,
     min_agreement: MinAgreementOption = DEFAULTS.gate.min_agreement,

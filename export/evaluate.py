@@ -33,8 +33,7 @@ def evaluate_bundle(bundle: str | Path, data_dir: Path, split: str,
 
     from palkit.runtime.labels import label_set, word_tags
     from palkit.trainer.data import read_examples
-    from palkit.trainer.metrics import (average_score, same_texts, sentence_accuracy,
-                                        sentence_key, task_metrics)
+    from palkit.trainer.metrics import average_score, sentence_metrics, task_metrics
     from palkit.trainer.tasks import TaskSpec
 
     b = load_bundle(bundle, runtime=runtime, trust_key=trust_key)
@@ -71,9 +70,7 @@ def evaluate_bundle(bundle: str | Path, data_dir: Path, split: str,
         gold = torch.tensor([e.label for e in examples], dtype=torch.float32)
         metrics.update(task_metrics(spec, torch.tensor(preds), gold))
         examples_kept[spec.name] = {"pred": preds, "gold": gold.tolist()}
-    for group in same_texts([s for s in specs if s.name in named]):
-        metrics[sentence_key(group)] = sentence_accuracy(
-            group, [named[s.name][0] for s in group], [named[s.name][1] for s in group])
+    metrics.update(sentence_metrics(specs, named))
     metrics["avg"] = average_score(specs, metrics)
     return {"split": split, "tasks": [s.name for s in specs], "runtime": engine.runtime,
             "bundle": str(b.folder), "trunk_sha256": b.manifest.trunk.sha256,

@@ -1,16 +1,19 @@
-"""ONNX Runtime export: one `trunk.onnx` for all tasks plus one `.onnx_adapter` per task.
+"""ONNX Runtime export: `trunk.onnx` (one task per run: its `.onnx_adapter` chooses which) and,
+for several tasks, `all_tasks.onnx` (every task on one input, the trunk run once), both reading
+their weights from one shared `trunk.onnx.data`.
 
-The graph is SwappableTrunk (export/programs.py) exported with the legacy TorchScript exporter,
+Each graph is SwappableTrunk (export/programs.py) exported with the legacy TorchScript exporter,
 its attention and the task's int8 matrix multiplies already written as ONNX Runtime's fused
 kernels (export/onnx_ops.py), optionally int8 by quant/onnx_int8.py.
 onnxruntime.transformers' optimize_model is not used: what it fused here (Gelu, BiasGelu) ONNX
 Runtime fuses itself when a session starts, and its other fusions are either done already or
 slower (see residual_sums). Adapter tensors are graph inputs during all of that, so nothing
-folds them; at the end each gets a same-named zero initializer, which makes it an overridable
-initializer that `RunOptions.add_active_adapter` replaces per run.
+folds them; at the end each of trunk.onnx's gets a same-named zero initializer, which makes it an
+overridable initializer that `RunOptions.add_active_adapter` replaces per run.
 """
 from __future__ import annotations
 
+import hashlib
 import tempfile
 import warnings
 from collections import Counter
@@ -26,46 +29,105 @@ from palkit.runtime.manifest import TEXT_INPUTS
 from palkit.trainer.model import PalBert, PalConfig
 
 OPSET = 17
+SHARED_MIN_BYTES = 1024  # smaller tensors (scalars, shapes) stay inside their graph
+WEIGHT_ALIGN = 64        # each shared tensor starts on a cache line
 
 
-def export_trunk(model: PalBert, path: Path, int8: bool, example: tuple[torch.Tensor, ...],
-                 graph: PalConfig | None, columns: int) -> dict[str, Any]:
-    """Write trunk.onnx with PALs of placement `graph` (None: heads only); return the adapter
+def export_trunk(model: PalBert, int8: bool, example: tuple[torch.Tensor, ...],
+                 graph: PalConfig | None, columns: int) -> tuple[Any, dict[str, Any]]:
+    """trunk.onnx with PALs of placement `graph` (None: heads only), every task input an
+    overridable initializer (zeros: an .onnx_adapter sets them); returns the graph, its adapter
     input names and the fused kernels it holds."""
-    import onnx
     from onnx import numpy_helper
 
-    wrapper = SwappableTrunk(model, int8_adapters=int8, pal=graph, columns=columns).eval()
+    wrapper = SwappableTrunk(model, int8_adapters=int8, pals=[graph], columns=columns)
     names = wrapper.adapter_input_names()
     defaults = adapter_tensors(model, next(iter(model.tasks)), int8, graph, columns)
-    args = tuple(example) + tuple(defaults[n] for n in names)
+    proto = trace_graph(model, wrapper, {n: defaults[n] for n in names}, example, int8)
+    for n in names:
+        zero = np.zeros_like(defaults[n].numpy())
+        proto.graph.initializer.append(numpy_helper.from_array(zero, n))
+    fused = Counter(n.op_type for n in proto.graph.node if n.domain == onnx_ops.MS)
+    return proto, {"adapter_inputs": names, "fusions": dict(sorted(fused.items()))}
+
+
+def export_all_tasks(model: PalBert, tasks: list[str], int8: bool,
+                     example: tuple[torch.Tensor, ...], graph: PalConfig | None,
+                     columns: int) -> Any:
+    """all_tasks.onnx: every task of `tasks` on one input, the trunk run once up to where the
+    PALs begin. A head-only task reads the plain trunk; a PAL task its PALs in `graph`'s
+    placement (trunk.onnx's). Its inputs are each task's .onnx_adapter tensors named
+    `task/name` (plain inputs: the runner feeds them from the adapter files)."""
+    pals = [None if model.task_pal(t) is None else graph for t in tasks]
+    wrapper = SwappableTrunk(model, int8_adapters=int8, pals=pals, columns=columns)
+    inputs = {}
+    for slot, task in enumerate(tasks):
+        tensors = adapter_tensors(model, task, int8, graph, columns)
+        inputs.update({all_tasks_input(task, n): tensors[n]
+                       for n in wrapper.adapter_input_names(slot)})
+    return trace_graph(model, wrapper, inputs, example, int8)
+
+
+def all_tasks_input(task: str, name: str) -> str:
+    """The all-tasks graph's input for a task's .onnx_adapter tensor `name`."""
+    return f"{task}/{name}"
+
+
+def trace_graph(model: PalBert, wrapper: SwappableTrunk, inputs: dict[str, torch.Tensor],
+                example: tuple[torch.Tensor, ...], int8: bool) -> Any:
+    """`wrapper` exported with the text inputs and `inputs` (task tensors by input name),
+    int8 when asked (task inputs keep their own int8), residual sums written."""
+    import onnx
+
     dynamic = {**{n: {0: "batch", 1: "seq"} for n in TEXT_INPUTS},
-               "logits": {0: "batch", 1: "rows"}}
-    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+               "logits": {0: "rows", 1: "positions"}}
+    with tempfile.TemporaryDirectory() as tmp:
         raw, quant = Path(tmp) / "raw.onnx", Path(tmp) / "q.onnx"
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")
-            torch.onnx.export(wrapper, args, str(raw), input_names=[*TEXT_INPUTS, *names],
-                              output_names=["logits"], dynamic_axes=dynamic, opset_version=OPSET,
+            torch.onnx.export(wrapper.eval(), tuple(example) + tuple(inputs.values()), str(raw),
+                              input_names=[*TEXT_INPUTS, *inputs], output_names=["logits"],
+                              dynamic_axes=dynamic, opset_version=OPSET,
                               custom_opsets={onnx_ops.MS: 1}, dynamo=False,
                               do_constant_folding=True)
         if int8:
             from palkit.quant.mixed import float_weights
             from palkit.quant.onnx_int8 import quantize_trunk
-            quantize_trunk(raw, quant, set(names), float_weights(model))
-        graph = onnx.load(str(quant if int8 else raw))
-    residual_sums(graph)
-    present = {i.name for i in graph.graph.input}
-    missing = [n for n in names if n not in present]
+            quantize_trunk(raw, quant, set(inputs), float_weights(model))
+        proto = onnx.load(str(quant if int8 else raw))
+    residual_sums(proto)
+    present = {i.name for i in proto.graph.input}
+    missing = [n for n in inputs if n not in present]
     if missing:
-        raise RuntimeError(f"ONNX export lost adapter inputs {missing[:3]}")
-    for n in names:
-        zero = np.zeros_like(defaults[n].numpy())
-        graph.graph.initializer.append(numpy_helper.from_array(zero, n))
-    graph.producer_name, graph.producer_version = "palkit", "1"
-    onnx.save(graph, str(path))
-    fused = Counter(n.op_type for n in graph.graph.node if n.domain == onnx_ops.MS)
-    return {"adapter_inputs": names, "fusions": dict(sorted(fused.items()))}
+        raise RuntimeError(f"ONNX export lost task inputs {missing[:3]}")
+    proto.producer_name, proto.producer_version = "palkit", "1"
+    return proto
+
+
+def save_sharing_weights(graphs: dict[Path, Any], data: Path) -> None:
+    """Save each graph with its weights in one external data file `data` beside them, each
+    distinct tensor written once: trunk.onnx and all_tasks.onnx hold the same trunk, so the
+    second graph adds only its own nodes to the bundle. Tensors under SHARED_MIN_BYTES stay in
+    their graph."""
+    import onnx
+    from onnx.external_data_helper import set_external_data
+
+    placed: dict[bytes, tuple[int, int]] = {}
+    with open(data, "wb") as f:
+        for path, proto in graphs.items():
+            for tensor in proto.graph.initializer:
+                raw = tensor.raw_data
+                if len(raw) < SHARED_MIN_BYTES:
+                    continue
+                key = hashlib.sha256(raw).digest()
+                if key not in placed:
+                    f.write(b"\0" * (-f.tell() % WEIGHT_ALIGN))
+                    placed[key] = (f.tell(), len(raw))
+                    f.write(raw)
+                set_external_data(tensor, data.name, *placed[key])
+                tensor.ClearField("raw_data")
+                tensor.data_location = onnx.TensorProto.EXTERNAL
+            onnx.save(proto, str(path))
 
 
 def residual_sums(graph) -> None:

@@ -22,6 +22,6 @@ class ExportOptions:
     onnx: bool = True                    # with target android: also the ONNX Runtime files
     data_dir: Path | None = None         # dev data for verification; None: built-in sentences
     gate: Gate = Gate()                  # the int8 check (export/gate.py)
-    all_tasks: bool = True               # ExecuTorch, several tasks: the forward_all method
+    all_tasks: bool = True               # several tasks: the all-tasks program and graph
     overwrite: bool = False              # replace an existing bundle at `out`
     sign_key: Path | None = None         # sign each bundle (model.sig) before publishing it

@@ -172,39 +172,64 @@ def head_rows(m: PalBert, slot: str, pooled: torch.Tensor, state: torch.Tensor,
     return torch.cat([head(pooled), head(state)], dim=1)
 
 
+OUTPUT_MAP = ("output.linear", "output.sigmoid", "output.offset")
+
+
 class SwappableTrunk(nn.Module):
-    """The ONNX graph: `model`'s trunk with one task slot whose PALs have placement `pal` (None:
-    a head only) and whose weights are graph inputs."""
+    """An ONNX graph: `model`'s trunk with one task slot per placement in `pals` (None: a head
+    only), every slot's weights graph inputs. One slot is trunk.onnx (its inputs are what an
+    .onnx_adapter overrides); several are the all-tasks graph: the trunk runs once up to where a
+    slot's PALs begin (PalBert.branched), output [slots, 1 + S, columns] for one input."""
 
-    def __init__(self, model: PalBert, int8_adapters: bool, pal: PalConfig | None, columns: int):
+    def __init__(self, model: PalBert, int8_adapters: bool, pals: list[PalConfig | None],
+                 columns: int):
         super().__init__()
-        self.model = slot_model(model, [pal], columns)
+        self.model = slot_model(model, pals, columns)
         self.int8 = int8_adapters
-        self.slots: list[tuple[str, GivenLinear]] = []  # (adapter tensor path, its module)
-        for prefix, root in self.model.task_modules(SLOT).items():
-            for path, name, child in given_modules({prefix: root}):
-                attention = isinstance(child, ProjectedAttention)
-                given = GivenAttention(child.heads, child.query.out_features) if attention \
-                    else GivenLinear()
-                root.set_submodule(name, given)
-                self.slots.append((path, given.qkv if attention else given))
+        self.names = slot_names(len(pals))
+        # per slot: (adapter tensor path, its module)
+        self.slots: list[list[tuple[str, GivenLinear]]] = []
+        for slot in self.names:
+            givens = []
+            for prefix, root in self.model.task_modules(slot).items():
+                for path, name, child in given_modules({prefix: root}):
+                    attention = isinstance(child, ProjectedAttention)
+                    given = GivenAttention(child.heads, child.query.out_features) if attention \
+                        else GivenLinear()
+                    root.set_submodule(name, given)
+                    givens.append((path, given.qkv if attention else given))
+            self.slots.append(givens)
 
-    def adapter_input_names(self) -> list[str]:
-        names = [f"{path}.{s}" for path, _ in self.slots for s in given_suffixes(self.int8)]
-        return names + ["output.linear", "output.sigmoid", "output.offset"]
+    def adapter_input_names(self, slot: int = 0) -> list[str]:
+        """The slot's task inputs in forward order, named as in an .onnx_adapter."""
+        names = [f"{path}.{s}" for path, _ in self.slots[slot] for s in given_suffixes(self.int8)]
+        return names + list(OUTPUT_MAP)
 
     def forward(self, input_ids, attention_mask, token_type_ids, *tensors):
         it = iter(tensors)
-        for _, given in self.slots:
-            given.bias = next(it)
-            given.given = tuple(next(it) for _ in given_suffixes(self.int8)[1:])
-        linear, sigmoid, offset = next(it), next(it), next(it)
+        maps = []
+        for givens in self.slots:
+            for _, given in givens:
+                given.bias = next(it)
+                given.given = tuple(next(it) for _ in given_suffixes(self.int8)[1:])
+            maps.append((next(it), next(it), next(it)))
+        m = self.model
         with onnx_ops.fused_attention(attention_mask):
-            state = self.model.encode(input_ids, attention_mask, token_type_ids, SLOT)
-        # BertPooler as PalBert runs it (a 2-D Gemm, which the int8 pass leaves in float)
-        pooled = self.model.trunk.pooler(state)[:, None]
-        raw = head_rows(self.model, SLOT, pooled, state, input_ids.shape[0])
-        return linear * raw + sigmoid * torch.sigmoid(raw) + offset
+            if len(self.names) == 1:
+                states = [m.encode(input_ids, attention_mask, token_type_ids, self.names[0])]
+            else:
+                mask = model_code.additive_mask(attention_mask,
+                                                m.trunk.embeddings.word_embeddings.weight.dtype)
+                h = m.embed(input_ids, token_type_ids)
+                states = m.branched(h, mask, [(m.first_adapted_layer(s), s, 1)
+                                              for s in self.names])
+        outs = []
+        for slot, state, (linear, sigmoid, offset) in zip(self.names, states, maps):
+            # BertPooler as PalBert runs it (a 2-D Gemm, which the int8 pass leaves in float)
+            pooled = m.trunk.pooler(state)[:, None]
+            raw = head_rows(m, slot, pooled, state, input_ids.shape[0])
+            outs.append(linear * raw + sigmoid * torch.sigmoid(raw) + offset)
+        return outs[0] if len(outs) == 1 else torch.cat(outs)
 
 
 class BmmLinear(nn.Module):
@@ -259,7 +284,7 @@ class TaskSlotProgram(nn.Module):
         """The group's task inputs in method order: each matrix's weight ([in, out]) and bias,
         then the output map."""
         names = [f"{path}.{s}" for path in self.paths[group] for s in ("weight_t", "bias")]
-        return names + ["output.linear", "output.sigmoid", "output.offset"]
+        return names + list(OUTPUT_MAP)
 
     def forward(self, input_ids, attention_mask, token_type_ids, *tensors):
         it = iter(tensors)
@@ -322,7 +347,7 @@ def output_map(spec, columns: int) -> dict[str, torch.Tensor]:
         sigmoid[0], offset[0] = high - low, low
     else:
         linear[: spec.num_outputs] = 1.0
-    return {"output.linear": linear, "output.sigmoid": sigmoid, "output.offset": offset}
+    return dict(zip(OUTPUT_MAP, (linear, sigmoid, offset)))
 
 
 def adapter_tensors(model: PalBert, task: str, int8: bool, graph: PalConfig | None,

@@ -26,15 +26,15 @@ import numpy as np
 
 from palkit.core.host import cpu_model, int8_features
 from palkit.core.stats import CONFIDENCE, paired_bootstrap
+from palkit.report.published import JOINTBERT_ATIS
 from palkit.runtime.labels import span_counts
 
 INTENT, SLOTS = "atis_intent", "atis_slots"
 METRICS = ("intent_accuracy", "slot_f1", "sentence_accuracy")
-# Chen et al. 2019 (arXiv:1902.10909), Table 2, ATIS: BERT-base fp32, the full 893-utterance test
-# set (ours: every other utterance of it, ../shared/data/atis/README)
-PUBLISHED = {"configuration": "JointBERT (published)", "intent_accuracy": 97.5, "slot_f1": 96.1,
-             "sentence_accuracy": 88.2,
-             "note": "published: BERT-base (110M parameters), fp32, the full 893-utterance test set"}
+PUBLISHED = {"configuration": JOINTBERT_ATIS.name,
+             **{m: JOINTBERT_ATIS.scores[k] for m, k in zip(METRICS, (
+                 f"{INTENT}_acc", f"{SLOTS}_f1", f"{INTENT}+{SLOTS}_sentence_acc"))},
+             "note": JOINTBERT_ATIS.note}
 
 Named = list[tuple[str, ...]]
 

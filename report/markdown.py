@@ -6,12 +6,16 @@ from typing import TYPE_CHECKING
 
 from palkit.export.arch_records import architecture_table, cpu_record
 from palkit.report.model import MiB, BenchFile, DeviceFile, JsonValue, NoteKind
+from palkit.report.published import JOINTBERT_ATIS
 from palkit.report.recommend import LAUNCH
 from palkit.report.selection import ratio
 from palkit.report.verdict import calibration_rows, timing_plan_line, verdict_rows
+from palkit.trainer.metrics import SENTENCE_SUFFIX
 
 if TYPE_CHECKING:
     from palkit.report.build import Report
+
+PUBLISHED = (JOINTBERT_ATIS,)
 
 
 def fmt(v: JsonValue, digits: int = 2) -> str:
@@ -28,7 +32,8 @@ def render_markdown(report: Report) -> str:
     for host in report.hosts:
         label = host.machine.label
         lines += (_sizes(host, label) + _latency(host, label) + _load(host, label)
-                  + _ceiling(report, host, label) + _accuracy(host) + _architectures(host))
+                  + _ceiling(report, host, label) + _accuracy(host) + _texts_together(host)
+                  + _architectures(host))
     if report.pairwise:
         lines += _pairwise(report)
     for device in report.devices:
@@ -207,6 +212,41 @@ def _accuracy(bench: BenchFile) -> list[str]:
             lines.append(f"| {name} | {split} | {fmt(avg * 100 if avg is not None else None)} "
                          f"| {detail} |")
     return lines
+
+
+def _texts_together(bench: BenchFile) -> list[str]:
+    """Tasks scored together on the same texts (an assistant's intent and slots): each task's
+    own metric (a set task's exact-set accuracy, a tagging task's span F1) and the share of
+    texts with every one right, per model and split; published figures for the same tasks."""
+    groups = list(dict.fromkeys(k for entry in bench.accuracy.values()
+                                for scores in entry.splits.values()
+                                for k in scores.metrics if k.endswith(SENTENCE_SUFFIX)))
+    lines: list[str] = []
+    for key in groups:
+        tasks = key[: -len(SENTENCE_SUFFIX)].split("+")
+        columns = [own_metric(t, bench) for t in tasks]
+        lines += ["", f"## {' and '.join(tasks)} on the same texts (points)", "",
+                  "| model | split | " + " | ".join(columns) + " | all right (sentence) |",
+                  "|---|---|" + "---:|" * (len(columns) + 1)]
+        for name, entry in bench.accuracy.items():
+            for split, scores in entry.splits.items():
+                if key in scores.metrics:
+                    values = [scores.metrics.get(c) for c in [*columns, key]]
+                    lines.append(f"| {name} | {split} | " + " | ".join(
+                        fmt(v * 100 if v is not None else None, 1) for v in values) + " |")
+        for ref in PUBLISHED:
+            if key in ref.scores:
+                lines.append(f"| {ref.name} | test | " + " | ".join(
+                    fmt(ref.scores.get(c), 1) for c in [*columns, key]) + " |")
+                lines += ["", f"{ref.name}: {ref.note}."]
+    return lines
+
+
+def own_metric(task: str, bench: BenchFile) -> str:
+    """A set task's exact-set accuracy key, or a tagging task's span F1 key, as scored."""
+    keys = {k for entry in bench.accuracy.values() for scores in entry.splits.values()
+            for k in scores.metrics}
+    return f"{task}_acc" if f"{task}_acc" in keys else f"{task}_f1"
 
 
 def _architectures(bench: BenchFile) -> list[str]:

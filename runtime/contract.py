@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, fields
 
 from palkit.runtime.kinds import TASK_KINDS
-from palkit.runtime.manifest import (FORMAT, IO, VERSION, AllTasksMethod, ExecuTorchSection,
+from palkit.runtime.manifest import (FORMAT, IO, VERSION, AllTasksGraph, AllTasksMethod,
+                                     ExecuTorchSection,
                                      FileEntry, Manifest, OnnxRuntimeSection, TaskEntry,
                                      TokenizerSettings, Trunk)
 
@@ -22,7 +23,8 @@ from palkit.runtime.manifest import (FORMAT, IO, VERSION, AllTasksMethod, ExecuT
 SECTIONS: dict[str, type] = {
     "": Manifest, "trunk": Trunk, "tokenizer": TokenizerSettings,
     "runtimes.executorch": ExecuTorchSection, "runtimes.executorch.all_tasks": AllTasksMethod,
-    "runtimes.onnxruntime": OnnxRuntimeSection, "tasks[]": TaskEntry, "files.<path>": FileEntry,
+    "runtimes.onnxruntime": OnnxRuntimeSection, "runtimes.onnxruntime.all_tasks": AllTasksGraph,
+    "tasks[]": TaskEntry, "files.<path>": FileEntry,
 }
 # What a container holds, each item with its type and whether it is always there (a runtime's
 # section only in a bundle exported for that runtime; its own keys are required with it).
@@ -83,12 +85,20 @@ MEANING = {
     "runtimes.onnxruntime": "the ONNX Runtime graph",
     "runtimes.onnxruntime.version": "the onnxruntime the graph was checked with",
     "runtimes.onnxruntime.opset": "the graph's ONNX opset",
-    "runtimes.onnxruntime.trunk_model": "the one graph every task runs through",
+    "runtimes.onnxruntime.trunk_model": "the graph one task runs through (its adapter file "
+                                        "chosen per run)",
     "runtimes.onnxruntime.output_columns": "width of the output, as for ExecuTorch",
     "runtimes.onnxruntime.adapter_inputs": "the overridable initializers an adapter file sets",
     "runtimes.onnxruntime.fusions": "fused operators the graph holds, by name, or null",
     "runtimes.onnxruntime.pal": "the graph's PAL placement (null: heads only); absent: "
                                 "trunk.pal",
+    "runtimes.onnxruntime.trunk_data": "the weights trunk_model and all_tasks.model read (ONNX "
+                                       "external data, each tensor once); absent: trunk_model "
+                                       "holds its own",
+    "runtimes.onnxruntime.all_tasks": "the graph running several tasks on one input",
+    "runtimes.onnxruntime.all_tasks.model": "its own graph over the same trunk_data; each "
+                                            "task's adapter tensors are inputs named task/name",
+    "runtimes.onnxruntime.all_tasks.tasks": "the tasks it runs, in output-row order",
     "io": "the inputs and output every program and graph has",
     "io.inputs": "the text inputs, in this order",
     "io.outputs": "the one output",

@@ -65,8 +65,8 @@ class Engine:
         tasks = self.all_tasks_program()
         if tasks is None:
             raise BundleError(f"{self.bundle.folder}: no all-tasks program for {self.runtime} "
-                              "(ExecuTorch bundles of several tasks have one); run the tasks "
-                              "one by one")
+                              "(bundles of several tasks exported with --all-tasks have one); "
+                              "run the tasks one by one")
         return tasks
 
     def all_tasks_program(self) -> list[str] | None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from palkit.core.errors import PalkitError
 from palkit.core.fileio import write_json
-from palkit.runtime.kinds import KINDS, TASK_KINDS
+from palkit.runtime.kinds import KINDS
 
 FORMAT = "palkit-bundle"
 # 2: ExecuTorch tasks are weights files bound to one trunk program (1: a program per task)
@@ -95,6 +95,20 @@ class AllTasksMethod:
     method: str          # the method running `tasks`, stacked in this order
     tasks: list[str]
 
+    @property
+    def file(self) -> str:
+        return self.program
+
+
+@dataclass(frozen=True)
+class AllTasksGraph:
+    model: str           # the graph running `tasks` on one input, over the same trunk_data
+    tasks: list[str]
+
+    @property
+    def file(self) -> str:
+        return self.model
+
 
 @dataclass(frozen=True)
 class ExecuTorchSection:
@@ -117,7 +131,7 @@ class ExecuTorchSection:
 
     @property
     def runtime_files(self) -> list[str]:
-        all_tasks = [self.all_tasks.program] if self.all_tasks is not None else []
+        all_tasks = [self.all_tasks.file] if self.all_tasks is not None else []
         return [self.program, self.trunk_data, *all_tasks]
 
 
@@ -132,12 +146,18 @@ class OnnxRuntimeSection:
     # the graph's PAL placement (a PalConfig dict; None: heads only), the union of the tasks'
     # when they differ; TRUNK_PAL (not written) in bundles from before this field
     pal: dict[str, Any] | None | str = TRUNK_PAL
+    # the weights trunk_model and all_tasks read (external data, each tensor once); None in
+    # bundles whose trunk_model holds its own
+    trunk_data: str | None = None
+    all_tasks: AllTasksGraph | None = None  # written only when present
 
     trunk_key = "trunk_model"
 
     @property
     def runtime_files(self) -> list[str]:
-        return [self.trunk_model]
+        data = [self.trunk_data] if self.trunk_data is not None else []
+        all_tasks = [self.all_tasks.file] if self.all_tasks is not None else []
+        return [self.trunk_model, *data, *all_tasks]
 
 
 @dataclass(frozen=True)
@@ -222,8 +242,7 @@ class Manifest:
         assert isinstance(section, OnnxRuntimeSection)
         return self.trunk.pal if section.pal == TRUNK_PAL else section.pal  # type: ignore
 
-    def all_tasks(self, runtime: str) -> AllTasksMethod | None:
-        # Only ExecuTorch bundles have an all-tasks method.
+    def all_tasks(self, runtime: str) -> AllTasksMethod | AllTasksGraph | None:
         return getattr(self.runtimes.get(runtime), "all_tasks", None)
 
     def trunk_file(self, runtime: str) -> str:
@@ -247,7 +266,7 @@ class Manifest:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         for section in d["runtimes"].values():
-            for key in ("all_tasks", "methods"):
+            for key in ("all_tasks", "methods", "trunk_data"):
                 if key in section and section[key] is None:
                     del section[key]
             if section.get("pal") == TRUNK_PAL:
@@ -313,6 +332,7 @@ def manifest_from_dict(m: Any, where: str) -> Manifest:
         files={rel: _build(FileEntry, e, where, f"files.{rel}")
                for rel, e in _object(body["files"], where, "files").items()},
         io=_object(body["io"], where, "io"))
+    from palkit.runtime.manifest_rules import check_manifest  # the rules read these classes
     check_manifest(built, where)
     return built
 
@@ -339,112 +359,15 @@ def _build_runtimes(raw: Any, where: str) -> dict[str, ExecuTorchSection | OnnxR
                                      "runtimes.executorch.all_tasks")
         out["executorch"] = _build(ExecuTorchSection, et, where, "runtimes.executorch")
     if "onnxruntime" in raw:
-        ort = _object(raw["onnxruntime"], where, "runtimes.onnxruntime")
+        ort = dict(_object(raw["onnxruntime"], where, "runtimes.onnxruntime"))
+        if ort.get("all_tasks") is not None:
+            ort["all_tasks"] = _build(AllTasksGraph, ort["all_tasks"], where,
+                                      "runtimes.onnxruntime.all_tasks")
         if isinstance(ort.get("pal"), str):  # only an absent pal means trunk.pal
             raise BundleError(f"{where}: runtimes.onnxruntime.pal is a string; re-export the "
                               "bundle")
         out["onnxruntime"] = _build(OnnxRuntimeSection, ort, where, "runtimes.onnxruntime")
     return out
-
-
-def check_path_types(m: Manifest, where: str) -> None:
-    """Every path the manifest names is a string (JSON can say anything)."""
-    paths = [("tokenizer.vocab_file", m.tokenizer.vocab_file)] + [
-        (f"runtimes.{r}", rel) for r in m.runtime_names for rel in m.runtimes[r].runtime_files]
-    for t in m.tasks:
-        if not isinstance(t.files, dict):
-            raise BundleError(f"{where}: task '{t.name}' 'files' is not an object; re-export "
-                              "the bundle")
-        paths += [(f"task '{t.name}' files", v) for v in t.files.values()]
-    program = m.all_tasks("executorch")
-    if program is not None and not isinstance(program.tasks, list):
-        raise BundleError(f"{where}: runtimes.executorch.all_tasks.tasks is not a list; "
-                          "re-export the bundle")
-    for key, value in paths:
-        if not isinstance(value, str):
-            raise BundleError(f"{where}: {key} is not a path string; re-export the bundle")
-
-
-def check_manifest(m: Manifest, where: str) -> None:
-    """The rules between keys: known task kinds, one trunk, a file per task and runtime."""
-    check_path_types(m, where)
-    for t in m.tasks:
-        if t.kind not in TASK_KINDS:
-            raise BundleError(f"{where}: task '{t.name}' has unknown kind '{t.kind}'")
-        if t.decoding != KINDS[t.kind].decoding:
-            raise BundleError(f"{where}: task '{t.name}' ({t.kind}) has decoding '{t.decoding}', "
-                              f"this palkit decodes it as '{KINDS[t.kind].decoding}'; re-export "
-                              "the bundle")
-        if t.trunk_sha256 != m.trunk.sha256:
-            raise BundleError(f"{where}: task '{t.name}' was built against trunk "
-                              f"{str(t.trunk_sha256)[:12]}…, but this bundle's trunk is "
-                              f"{str(m.trunk.sha256)[:12]}…; re-export it with `palkit export "
-                              f"RUN --adapter {t.name}` from this trunk's run")
-        for r in m.runtime_names:
-            if r not in t.files:
-                raise BundleError(f"{where}: task '{t.name}' has no {r} file")
-    program = m.all_tasks("executorch")
-    if program is not None:
-        unknown = [t for t in program.tasks if t not in m.task_names]
-        if unknown or not program.tasks:
-            raise BundleError(f"{where}: runtimes.executorch.all_tasks names tasks "
-                              f"{unknown or '[]'} that the bundle lacks; re-export the bundle")
-    if "executorch" in m.runtimes:
-        check_methods(m, where)
-    if "onnxruntime" in m.runtimes:
-        check_graph_pal(m, where)
-    for rel, owner in m.files_for().items():
-        check_relative(rel, where, owner)
-        if rel not in m.files:
-            raise BundleError(f"{where}: {owner} names '{rel}', which is not listed under "
-                              "'files'; re-export the bundle")
-
-
-def check_methods(m: Manifest, where: str) -> None:
-    """Every task's adapter is a head or PALs in known layers and has an ExecuTorch method; the
-    all-tasks method's tasks come grouped by method (its inputs are one group after another)."""
-    section = m.runtimes["executorch"]
-    assert isinstance(section, ExecuTorchSection)
-    for method, spec in (section.methods or {}).items():
-        if not isinstance(spec, dict) or set(spec) != {"adapter", "task_inputs"} \
-                or not isinstance(spec["task_inputs"], list):
-            raise BundleError(f"{where}: runtimes.executorch.methods.{method} is not "
-                              "{adapter, task_inputs}; re-export the bundle")
-    layers = range(m.trunk.num_layers)
-    for t in m.tasks:
-        a = t.adapter
-        if a is not None and not (isinstance(a, dict) and set(a) == {"kind", "layers"}
-                                  and a["kind"] in ("head", "pal")
-                                  and isinstance(a["layers"], list)
-                                  and all(isinstance(x, int) and x in layers for x in a["layers"])
-                                  and (a["kind"] == "pal") == bool(a["layers"])):
-            raise BundleError(f"{where}: task '{t.name}' adapter {a!r} is not a head or PALs in "
-                              "the trunk's layers; re-export the bundle")
-        try:
-            m.executorch_method(t.name)
-        except BundleError as e:
-            raise BundleError(f"{where}: {e}") from None
-    program = section.all_tasks
-    if program is not None:
-        runs = [m.executorch_method(t)[0] for t in program.tasks]
-        starts = [r for i, r in enumerate(runs) if i == 0 or runs[i - 1] != r]
-        if len(starts) != len(set(starts)):
-            raise BundleError(f"{where}: runtimes.executorch.all_tasks lists tasks of one "
-                              "placement apart; re-export the bundle")
-
-
-def check_graph_pal(m: Manifest, where: str) -> None:
-    """runtimes.onnxruntime.pal, when written, is null or a PAL placement in the trunk's layers."""
-    pal = m.runtimes["onnxruntime"].pal  # type: ignore[union-attr]
-    if pal is None or pal == TRUNK_PAL:  # _build_runtimes refuses the string itself
-        return
-    layers = range(m.trunk.num_layers)
-    if not (isinstance(pal, dict) and set(pal) == {"size", "heads", "layers", "share_projections"}
-            and all(isinstance(pal[k], int) and pal[k] > 0 for k in ("size", "heads"))
-            and isinstance(pal["share_projections"], bool) and isinstance(pal["layers"], list)
-            and pal["layers"] and all(isinstance(x, int) and x in layers for x in pal["layers"])):
-        raise BundleError(f"{where}: runtimes.onnxruntime.pal {pal!r} is not null or a PAL "
-                          "placement in the trunk's layers; re-export the bundle")
 
 
 def read_manifest(folder: str | Path) -> Manifest:

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from palkit.core.quiet import native_stderr_filtered
-from palkit.runtime.manifest import BundleError, Manifest, TaskEntry
+from palkit.runtime.manifest import TEXT_INPUTS, BundleError, Manifest, TaskEntry
 
 
 class BundleFiles(Protocol):
@@ -285,22 +285,35 @@ def _torch_inputs(*arrays: np.ndarray) -> tuple[Any, ...]:
 
 
 class OnnxRuntimeRunner(TaskRunner):
-    """One session on trunk.onnx; each task is a LoraAdapter applied through RunOptions."""
+    """One session on trunk.onnx; each task is a LoraAdapter applied through RunOptions. The
+    all-tasks graph is a second session, started on the first `run_all`, fed every task's
+    adapter tensors as inputs. Both read the one trunk.onnx.data, checked before either starts."""
 
     def __init__(self, bundle: BundleFiles, threads: int | None):
         import onnxruntime as ort
 
-        self.bundle, self.ort = bundle, ort
-        trunk = bundle.path(bundle.manifest.trunk_file("onnxruntime"))
-        try:
-            self.session = ort_session(trunk, threads)
-        except ort_errors() as e:
-            raise BundleError(f"{trunk}: ONNX Runtime cannot load it ({e}); re-export") from None
+        self.bundle, self.ort, self.threads = bundle, ort, threads
+        self.section = bundle.manifest.runtimes["onnxruntime"]
+        if self.section.trunk_data is not None:
+            bundle.path(self.section.trunk_data, "runtimes.onnxruntime")
+        self.session = self.start(self.section.trunk_model, "runtimes.onnxruntime")
         self.adapters: dict[str, Any] = {}
+        self.all_session: Any = None
+        self.all_feed: dict[str, np.ndarray] = {}
+
+    def start(self, rel: str, field: str) -> Any:
+        path = self.bundle.path(rel, field)
+        try:
+            return ort_session(path, self.threads)
+        except ort_errors() as e:
+            raise BundleError(f"{path}: ONNX Runtime cannot load it ({e}); re-export") from None
+
+    def adapter_path(self, task: TaskEntry) -> Path:
+        return self.bundle.path(task.files["onnxruntime"], f"task '{task.name}'")
 
     def select(self, task: TaskEntry) -> None:
         if task.name not in self.adapters:
-            path = self.bundle.path(task.files["onnxruntime"])
+            path = self.adapter_path(task)
             adapter = self.ort.LoraAdapter()
             try:
                 adapter.Load(str(path))
@@ -315,6 +328,37 @@ class OnnxRuntimeRunner(TaskRunner):
     def run(self, task, ids, mask, types):
         feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
         return task.rows(self.session.run(["logits"], feed, self.current)[0][0])
+
+    def load_all(self) -> list[str]:
+        spec = self.section.all_tasks
+        if spec is None:
+            return super().load_all()
+        if self.all_session is None:
+            feed = {}
+            for t in spec.tasks:
+                path = self.adapter_path(self.bundle.tasks[t])
+                try:
+                    tensors = self.ort.AdapterFormat.read_adapter(str(path)).get_parameters()
+                except ort_errors() as e:
+                    raise BundleError(f"{path}: not a readable .onnx_adapter ({e}); re-export "
+                                      "the bundle") from None
+                # copies: the arrays view memory the adapter frees with `tensors`
+                feed.update({f"{t}/{name}": v.numpy().copy() for name, v in tensors.items()})
+            session = self.start(spec.model, "runtimes.onnxruntime.all_tasks")
+            wanted = [i.name for i in session.get_inputs() if i.name not in TEXT_INPUTS]
+            missing = [n for n in wanted if n not in feed]
+            if missing:
+                raise BundleError(f"{self.bundle.folder / spec.model}: takes {missing[0]}, which "
+                                  "no task's .onnx_adapter holds; re-export the bundle")
+            self.all_feed = {n: feed[n] for n in wanted}
+            self.all_session = session
+        return list(spec.tasks)
+
+    def run_all(self, ids, mask, types):
+        tasks = self.load_all()
+        feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types, **self.all_feed}
+        out = self.all_session.run(["logits"], feed)[0]
+        return {t: self.bundle.tasks[t].rows(out[i]) for i, t in enumerate(tasks)}
 
 
 RUNNERS: dict[str, type[TaskRunner]] = {"executorch": ExecuTorchRunner,

@@ -96,7 +96,8 @@ def test_all_tasks_method_matches_each_task(et_fp32, tiny_pal_run, tiny_data, tm
                                     data_path=str(et_fp32 / "executorch" / "trunk.ptd"))
         methods[name] = [program.get_method_name(i) for i in range(program.num_methods())]
     assert methods == {"trunk": ["forward"], "all_tasks": ["forward_all"]}
-    assert "all_tasks" not in m["runtimes"]["onnxruntime"]
+    assert m["runtimes"]["onnxruntime"]["all_tasks"] == {"model": "onnx/all_tasks.onnx",
+                                                         "tasks": ["sst", "sts"]}
     engine = Engine(load_bundle(et_fp32), "executorch")
     ids, mask, types = engine.tokenizer("the movie was good", "a man is running")
     outs, _ = engine.run_all_ids(ids, mask, types)
@@ -104,23 +105,28 @@ def test_all_tasks_method_matches_each_task(et_fp32, tiny_pal_run, tiny_data, tm
     for task in ("sst", "sts"):
         np.testing.assert_allclose(outs[task], reference_outputs(model, task, *tensors)[0].numpy(),
                                    atol=1e-4)
+    # ONNX Runtime's all-tasks graph: the same outputs in one call
+    ort_outs, _ = Engine(load_bundle(et_fp32), "onnxruntime").run_all_ids(ids, mask, types)
+    for task in ("sst", "sts"):
+        np.testing.assert_allclose(ort_outs[task], outs[task], atol=1e-4)
     verify = json.loads((et_fp32 / "verify.json").read_text())
-    checked = verify["runtimes"]["executorch"]["all_tasks_program"]["tasks"]
-    assert set(checked) == {"sst", "sts"} and all(r["max_abs_diff"] < 1e-4 for r in checked.values())
+    for rt in ("executorch", "onnxruntime"):
+        checked = verify["runtimes"][rt]["all_tasks_program"]["tasks"]
+        assert set(checked) == {"sst", "sts"}
+        assert all(r["max_abs_diff"] < 1e-4 for r in checked.values())
     # Mixed single/pair tasks read different inputs: predict_all runs those that read it.
     assert [p.task for p in engine.predict_all(Texts("good", "fine"))] == ["sts"]
     assert [p.task for p in engine.predict_all(Texts("good"))] == ["sst"]
-    with pytest.raises(BundleError, match="no all-tasks program for onnxruntime"):
-        Engine(load_bundle(et_fp32), "onnxruntime").run_all_ids(ids, mask, types)
     # Replacing a task keeps the all-tasks method: it takes the new weights file as its input.
     bundle = tmp_path / "replaced"
     shutil.copytree(et_fp32, bundle)
     add_adapter(tiny_pal_run, "sst", bundle, replace=True, data_dir=tiny_data, **QUIET)
     b = load_bundle(bundle)
-    assert b.manifest.all_tasks("executorch").tasks == ["sst", "sts"]
-    outs, _ = Engine(b, "executorch").run_all_ids(ids, mask, types)
-    np.testing.assert_allclose(outs["sst"], reference_outputs(model, "sst", *tensors)[0].numpy(),
-                               atol=1e-4)
+    for rt in ("executorch", "onnxruntime"):
+        assert b.manifest.all_tasks(rt).tasks == ["sst", "sts"]
+        outs, _ = Engine(b, rt).run_all_ids(ids, mask, types)
+        np.testing.assert_allclose(outs["sst"],
+                                   reference_outputs(model, "sst", *tensors)[0].numpy(), atol=1e-4)
 
 
 @pytest.mark.slow
@@ -184,13 +190,21 @@ def test_manifest_contents(onnx_fp32, tiny_pal_run):
         assert (onnx_fp32 / rel).stat().st_size == f["bytes"]
 
 
-def test_trunk_stored_once_and_adapters_small(onnx_fp32):
+def test_trunk_stored_once_and_adapters_small(onnx_fp32, tiny_pal_run):
     files = sorted(p.name for p in (onnx_fp32 / "onnx").iterdir())
-    assert files == ["quora.onnx_adapter", "sst.onnx_adapter", "sts.onnx_adapter", "trunk.onnx"]
-    trunk = (onnx_fp32 / "onnx" / "trunk.onnx").stat().st_size
-    for f in files[:3]:
-        # The tiny model's PAL is relatively large; MiniLM's is ~1-2 % of its trunk.
-        assert (onnx_fp32 / "onnx" / f).stat().st_size < 0.1 * trunk
+    assert files == ["all_tasks.onnx", "quora.onnx_adapter", "sst.onnx_adapter",
+                     "sts.onnx_adapter", "trunk.onnx", "trunk.onnx.data"]
+    size = {f: (onnx_fp32 / "onnx" / f).stat().st_size for f in files}
+    # both graphs read the one weights file, which holds the trunk once
+    model, _, _ = load_model(resolve_model_dir(tiny_pal_run))
+    trunk_bytes = 4 * sum(p.numel() for p in model.trunk.parameters())
+    assert 0.9 * trunk_bytes < size["trunk.onnx.data"] < 1.1 * trunk_bytes
+    for f in files:
+        if f.endswith(".onnx_adapter"):
+            # The tiny model's PAL is relatively large; MiniLM's is ~1-2 % of its trunk.
+            assert size[f] < 0.1 * size["trunk.onnx.data"], f
+    # the graphs hold nodes and tensors under 1 KiB (the tiny model's are nearly all that)
+    assert size["trunk.onnx"] + size["all_tasks.onnx"] < size["trunk.onnx.data"]
 
 
 def test_reexport_is_byte_identical(onnx_fp32, tiny_pal_run, tiny_data, tmp_path):
@@ -591,7 +605,11 @@ def test_bench_and_report_on_a_pal_bundle(et_fp32, tiny_pal_run, tiny_data, tmp_
     assert et["bundle_dir"] == str(et_fp32)
     rows = {(r["subject"], r["config"]): r for r in data["results"]}
     assert rows[("et-fp32/executorch", "all_tasks")]["all_tasks_mode"] == "program"
-    assert rows[("et-fp32/onnxruntime", "all_tasks")]["all_tasks_mode"] == "sequential"
+    assert rows[("et-fp32/onnxruntime", "all_tasks")]["all_tasks_mode"] == "program"
+    ort = data["subjects"]["et-fp32/onnxruntime"]
+    assert ort["bundle"]["all_tasks_program_bytes"] == listed["onnx/all_tasks.onnx"]["bytes"]
+    assert ort["bundle"]["trunk_bytes"] == listed["onnx/trunk.onnx"]["bytes"] + \
+        listed["onnx/trunk.onnx.data"]["bytes"]
     assert set(data["accuracy"]) == {"et-fp32/executorch", "et-fp32/onnxruntime", "fp32:pals"}
     # The app's own C++ path is a subject of its own, timed in the same condition.
     from palkit.android_demo.host import native_host

@@ -11,7 +11,7 @@ import onnx
 import pytest
 import torch
 
-from palkit.export.onnx_export import export_trunk, write_adapter
+from palkit.export.onnx_export import export_trunk, save_sharing_weights, write_adapter
 from palkit.export.programs import graph_pal, output_columns, reference_outputs
 from palkit.trainer.checkpoint import load_model, resolve_model_dir
 
@@ -38,8 +38,9 @@ def export(model, folder: Path, int8: bool, tasks: list[str]):
     folder.mkdir()
     ids, mask, types = inputs(model.trunk.config.vocab_size, seed=1)
     graph = graph_pal([model.task_pal(t) for t in tasks])
-    export_trunk(model, folder / "trunk.onnx", int8, (ids[:1], mask[:1], types[:1]), graph,
-                 output_columns(model))
+    proto, _ = export_trunk(model, int8, (ids[:1], mask[:1], types[:1]), graph,
+                            output_columns(model))
+    save_sharing_weights({folder / "trunk.onnx": proto}, folder / "trunk.onnx.data")
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     session = ort.InferenceSession(str(folder / "trunk.onnx"), opts,

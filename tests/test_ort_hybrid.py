@@ -144,17 +144,29 @@ def test_head_only_task_runs_the_plain_trunk(ort_hybrid: Path, model):
 
 
 @pytest.mark.slow
-def test_all_tasks_on_onnxruntime_run_one_by_one(ort_hybrid: Path, model):
-    from palkit.runtime.inputs import Texts
+def test_all_tasks_graph_runs_every_task_in_one_call(ort_hybrid: Path, model):
+    """all_tasks.onnx: the head-only task reads the plain trunk, the PAL tasks their PALs in the
+    union's placement; each output is the task's own forward, and the trunk runs once below the
+    first PAL layer (one MultiHeadAttention there, not one per task)."""
+    import onnx
+    m = read_manifest(ort_hybrid)
+    assert m.all_tasks("onnxruntime").tasks == TASKS
     engine = Engine(load_bundle(ort_hybrid), "onnxruntime")
-    assert engine.all_tasks_program() is None
-    single = engine.predict_all(Texts("the movie was good", None))
-    assert [p.task for p in single] == ["sst", "cfimdb"]
-    pairs = engine.predict_all(Texts("a man is running", "a man runs"))
-    assert [p.task for p in pairs] == ["quora", "para"]
-    ids, mask, types = engine.tokenizer("a man is running", "a man runs")
-    np.testing.assert_allclose(pairs[1].outputs, reference(model, "para", ids, mask, types),
-                               atol=1e-4)
+    for texts in TEXTS:
+        ids, mask, types = engine.tokenizer(*texts)
+        outs, _ = engine.run_all_ids(ids, mask, types)
+        assert list(outs) == TASKS
+        for task in TASKS:
+            np.testing.assert_allclose(outs[task], reference(model, task, ids, mask, types),
+                                       atol=1e-4, err_msg=task)
+    graph = onnx.load(str(ort_hybrid / "onnx" / "all_tasks.onnx"), load_external_data=False)
+    attentions = [n for n in graph.graph.node if n.op_type == "MultiHeadAttention"]
+    # layer 0: the trunk once + 3 PAL tasks' PALs; layer 1: (trunk + PAL) per PAL task + the
+    # head-only task's plain trunk
+    assert len(attentions) == (1 + 3) + (3 * 2 + 1)
+    from palkit.runtime.inputs import Texts
+    assert [p.task for p in engine.predict_all(Texts("a man is running", "a man runs"))] == \
+        ["quora", "para"]
 
 
 def test_int8_hybrid_bundle_is_close_to_pytorch(hybrid_run: Path, tiny_data: Path, model,

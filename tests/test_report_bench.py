@@ -584,3 +584,30 @@ def test_the_bootstrap_scores_are_the_trainers_average():
         metrics.update(task_metrics(BUILTIN_TASKS[t], torch.tensor(e.pred), torch.tensor(e.gold)))
     expected = 100 * average_score([BUILTIN_TASKS["sst"], BUILTIN_TASKS["sts"]], metrics)
     assert _average_score(examples, ["sst", "sts"], whole)[0] == pytest.approx(expected, abs=1e-4)
+
+
+def test_report_scores_intent_and_slots_together_beside_the_published_figures(tmp_path: Path):
+    """Tasks on the same texts get their own table: each task's own metric (exact-set accuracy,
+    span F1) and sentence accuracy, per model and split, and JointBERT's published row."""
+    data = _one_bundle(tmp_path, 0.9, 0.91)
+    both = {"atis_intent_acc": 0.924, "atis_intent_micro_f1": 0.93, "atis_slots_f1": 0.956,
+            "atis_slots_precision": 0.95, "atis_slots_recall": 0.96,
+            "atis_intent+atis_slots_sentence_acc": 0.832}
+    data["accuracy"]["pal/executorch"]["test"] = {**both, "avg": 0.94}
+    out = tmp_path / "r"
+    build_report([_write_bench(tmp_path, data)], [], out)
+    text = (out / "report.md").read_text()
+    table = text.split("## atis_intent and atis_slots on the same texts (points)")[1]
+    lines = [line for line in table.splitlines() if line.startswith("|")]
+    assert lines[0] == ("| model | split | atis_intent_acc | atis_slots_f1 "
+                        "| all right (sentence) |")
+    assert lines[2] == "| pal/executorch | test | 92.4 | 95.6 | 83.2 |"
+    assert lines[3] == "| JointBERT (published) | test | 97.5 | 96.1 | 88.2 |"
+    assert "full 893-utterance test set" in table
+    assert text.count("on the same texts") == 1   # the dev split has no such group
+
+
+def _write_bench(tmp_path: Path, data: dict) -> Path:
+    path = tmp_path / "host.json"
+    path.write_text(json.dumps(data))
+    return path

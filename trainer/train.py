@@ -143,7 +143,7 @@ class Run:
             self.resume_from(last)
         else:
             self.model, self.tokenizer, self.frozen_trunk_file = fresh_model(
-                cfg, self.specs, self.dist.device)
+                cfg, self.specs, self.dist.device, examples.train)
         self.teachers = (Teachers(Path(cfg.distill_from), [s.name for s in self.specs],
                                   self.tokenizer, self.dist.device) if cfg.distill_from else None)
         data = encode_task_data(cfg, examples, self.tokenizer, self.dist.device, self.pad_multiple)

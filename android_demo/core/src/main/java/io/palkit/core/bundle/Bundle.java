@@ -79,6 +79,9 @@ public final class Bundle {
         if (runtime == RuntimeKind.EXECUTORCH) {
             total += manifest.files.get(manifest.executorchProgram).bytes;
         }
+        if (runtime == RuntimeKind.ONNXRUNTIME && manifest.onnxTrunkData != null) {
+            total += manifest.files.get(manifest.onnxTrunkData).bytes;
+        }
         for (TaskSpec task : manifest.tasks) {
             total += manifest.files.get(task.files.get(runtime)).bytes;
         }
@@ -103,6 +106,9 @@ public final class Bundle {
             paths.add(manifest.trunkFiles.get(runtime));
             if (runtime == RuntimeKind.EXECUTORCH) {
                 paths.add(manifest.executorchProgram);
+            }
+            if (runtime == RuntimeKind.ONNXRUNTIME && manifest.onnxTrunkData != null) {
+                paths.add(manifest.onnxTrunkData);  // ORT reads it beside the graph: check it too
             }
             for (TaskSpec task : manifest.tasks) {
                 String path = task.files.get(runtime);

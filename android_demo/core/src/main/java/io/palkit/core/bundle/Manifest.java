@@ -19,6 +19,9 @@ public final class Manifest {
     public final Map<RuntimeKind, String> runtimeVersions;
     /** Bundle-relative path of the shared trunk file, per runtime present. */
     public final Map<RuntimeKind, String> trunkFiles;
+    /** ONNX Runtime: the weights file its graph reads (next to it, as ONNX external data), or
+     *  null where the graph holds its own. */
+    public final String onnxTrunkData;
     /** ExecuTorch: the one program (its trunk constants in trunkFiles), or null without it. */
     public final String executorchProgram;
     /** ExecuTorch: the program's method for one task of the trunk's placement (each task names
@@ -35,7 +38,7 @@ public final class Manifest {
 
     Manifest(String trunkSha256, String baseModel, String vocabFile, TokenizerConfig tokenizer,
             Map<RuntimeKind, String> runtimeVersions, Map<RuntimeKind, String> trunkFiles,
-            String executorchProgram, String executorchMethod, List<String> executorchTaskInputs,
+            String onnxTrunkData, String executorchProgram, String executorchMethod, List<String> executorchTaskInputs,
             List<String> inputNames, String outputName, List<TaskSpec> tasks,
             Map<String, FileEntry> files) {
         this.trunkSha256 = trunkSha256;
@@ -44,6 +47,7 @@ public final class Manifest {
         this.tokenizer = tokenizer;
         this.runtimeVersions = runtimeVersions;
         this.trunkFiles = trunkFiles;
+        this.onnxTrunkData = onnxTrunkData;
         this.executorchProgram = executorchProgram;
         this.executorchMethod = executorchMethod;
         this.executorchTaskInputs = executorchTaskInputs;

@@ -33,6 +33,8 @@ public final class ManifestParser {
         JsonFields runtimes = root.object("runtimes");
         JsonFields et = runtimes.has(RuntimeKind.EXECUTORCH.key)
                 ? runtimes.object(RuntimeKind.EXECUTORCH.key) : null;
+        JsonFields ort = runtimes.has(RuntimeKind.ONNXRUNTIME.key)
+                ? runtimes.object(RuntimeKind.ONNXRUNTIME.key) : null;
         JsonFields io = root.object("io");
         return new Manifest(
                 trunk.string("sha256"),
@@ -41,6 +43,7 @@ public final class ManifestParser {
                 readTokenizer(tokenizer),
                 Collections.unmodifiableMap(versions),
                 Collections.unmodifiableMap(trunkFiles),
+                ort != null && ort.has("trunk_data") ? ort.string("trunk_data") : null,
                 et == null ? null : et.string("program"),
                 et == null ? null : et.string("method"),
                 et == null ? Collections.<String>emptyList()
