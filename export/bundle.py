@@ -204,32 +204,48 @@ def write_executorch(model, names: list[str], build: Path, int8: bool, max_len: 
 
 def write_onnx(model, names: list[str], build: Path, int8: bool, calib, all_tasks: bool,
                log: Log) -> dict[str, Any]:
-    """onnx/trunk.onnx (one task per run: PALs in the union of the tasks' placements), for
-    several tasks onnx/all_tasks.onnx (all of them on one input), their weights once in
-    onnx/trunk.onnx.data, and one .onnx_adapter per task."""
+    """onnx/trunk.onnx (one task per run: PALs in the union of the tasks' placements, which any
+    task added later that fits it runs in), a one-task graph per other placement the tasks have
+    (onnx/head.onnx, onnx/pal_<layers>.onnx: a task runs only its own adapter), for several
+    tasks onnx/all_tasks.onnx (all of them on one input), every graph's weights once in
+    onnx/trunk.onnx.data, and one .onnx_adapter per task, laid out for its own placement."""
     from palkit.export.onnx_export import (export_all_tasks, export_trunk,
                                            save_sharing_weights, write_adapter)
     from palkit.export.programs import graph_pal
 
-    graph = graph_pal([model.task_pal(n) for n in names])
-    kind = "int8" if int8 else "fp32"
-    log(f"onnxruntime: exporting trunk.onnx ({kind}, {graph_text(graph)})")
+    pals = {n: model.task_pal(n) for n in names}
+    union = graph_pal(list(pals.values()))
+    kind, columns = "int8" if int8 else "fp32", output_columns(model)
     (build / "onnx").mkdir()
-    columns = output_columns(model)
-    trunk, info = export_trunk(model, int8, calib[0], graph, columns)
+    log(f"onnxruntime: exporting trunk.onnx ({kind}, {graph_text(union)})")
+    trunk, info = export_trunk(model, int8, calib[0], union, columns)
     graphs = {build / ONNX_TRUNK: trunk}
+    own: dict[str, dict[str, Any]] = {}
+    for pal in dict.fromkeys(p for p in pals.values() if p != union):
+        name = onnx_graph_name(pal)
+        log(f"onnxruntime: exporting {name}.onnx ({kind}, {graph_text(pal)})")
+        graphs[build / "onnx" / f"{name}.onnx"], facts = export_trunk(model, int8, calib[0], pal,
+                                                                      columns)
+        own[name] = {"model": f"onnx/{name}.onnx", "adapter": adapter_of(pal),
+                     "pal": pal.to_dict() if pal else None,
+                     "adapter_inputs": facts["adapter_inputs"]}
     several = all_tasks and len(names) > 1
     if several:
         log(f"onnxruntime: exporting all_tasks.onnx ({kind}, {len(names)} tasks on one input)")
-        graphs[build / ONNX_ALL_TASKS] = export_all_tasks(model, names, int8, calib[0], graph,
-                                                          columns)
+        graphs[build / ONNX_ALL_TASKS] = export_all_tasks(model, names, int8, calib[0], columns)
     save_sharing_weights(graphs, build / ONNX_DATA)
     for i, name in enumerate(names, 1):
         log(f"onnxruntime: writing {name}.onnx_adapter [{i}/{len(names)}]")
-        write_adapter(model, name, build / "onnx" / f"{name}.onnx_adapter", int8, graph, columns)
+        write_adapter(model, name, build / "onnx" / f"{name}.onnx_adapter", int8, pals[name],
+                      columns)
     return {"fusions": info["fusions"], "adapter_inputs": info["adapter_inputs"],
-            "pal": graph.to_dict() if graph else None,
+            "pal": union.to_dict() if union else None, "graphs": own or None,
             "all_tasks": AllTasksGraph(ONNX_ALL_TASKS, list(names)) if several else None}
+
+
+def onnx_graph_name(pal: PalConfig | None) -> str:
+    """A one-task graph's name (its file onnx/<name>.onnx) from the adapter it runs."""
+    return "head" if pal is None else "pal_" + "_".join(map(str, pal.layers))
 
 
 def graph_text(graph) -> str:
@@ -266,7 +282,7 @@ def build_manifest(build: Path, model, model_dir: Path, trunk_sha: str, tokenize
             version=version("onnxruntime"), opset=OPSET, trunk_model=ONNX_TRUNK,
             output_columns=output_columns(model), adapter_inputs=ort["adapter_inputs"],
             fusions=ort["fusions"], pal=ort["pal"], trunk_data=ONNX_DATA,
-            all_tasks=ort["all_tasks"])
+            all_tasks=ort["all_tasks"], graphs=ort["graphs"])
     schemes = {"executorch": xnnpack.SCHEME, "onnxruntime": onnx_int8.SCHEME}
     q_details = {r: schemes[r] for r in runtimes} if int8 else {}
     kept = {r: details[r]["float_layers"] for r in runtimes} if int8 else {}
@@ -393,22 +409,22 @@ def write_task_files(model, tokenizer, task: str, manifest: Manifest, folder: Pa
     if "onnxruntime" in manifest.runtimes:
         from palkit.export.onnx_export import write_adapter
         from palkit.export.programs import adapter_tensors, fits_graph
-        ort = manifest.runtimes["onnxruntime"]
-        recorded = manifest.onnx_graph_pal()
-        graph = PalConfig.from_dict(recorded) if recorded is not None else None
         pal = model.task_pal(task)
+        target = manifest.onnx_graph(adapter_of(pal))  # its own placement's graph, else trunk.onnx
+        graph = PalConfig.from_dict(target.pal) if target.pal is not None else None
+        model_file = target.model.rpartition("/")[2]
         if not fits_graph(pal, graph):
             raise ExportError(f"task '{task}' has {adapter_text(adapter_of(pal))}, which this "
-                              f"bundle's trunk.onnx ({graph_text(graph)}) cannot run; `palkit "
+                              f"bundle's {model_file} ({graph_text(graph)}) cannot run; `palkit "
                               "export RUN --overwrite` re-exports the bundle with a graph for "
                               "all its tasks")
-        if ort.adapter_inputs is not None and \
+        if target.adapter_inputs is not None and \
                 sorted(adapter_tensors(model, task, int8, graph, columns)) != \
-                sorted(ort.adapter_inputs):
-            raise ExportError("this bundle's trunk.onnx takes other adapter inputs than this "
+                sorted(target.adapter_inputs):
+            raise ExportError(f"this bundle's {model_file} takes other adapter inputs than this "
                               "palkit writes (exported by an older palkit?); re-export the "
                               "bundle with all its tasks")
-        log(f"onnxruntime: writing {task}.onnx_adapter (no export: trunk.onnx takes it)")
+        log(f"onnxruntime: writing {task}.onnx_adapter (no export: {model_file} takes it)")
         write_adapter(model, task, folder / f"{task}.onnx_adapter", int8, graph, columns)
         new[f"onnx/{task}.onnx_adapter"] = f"{task}.onnx_adapter"
     return new

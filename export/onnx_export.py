@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from palkit.export import onnx_ops
-from palkit.export.programs import SwappableTrunk, adapter_tensors
+from palkit.export.programs import SwappableTrunk, adapter_tensors, fits_graph
 from palkit.runtime.manifest import TEXT_INPUTS
 from palkit.trainer.model import PalBert, PalConfig
 
@@ -42,7 +42,8 @@ def export_trunk(model: PalBert, int8: bool, example: tuple[torch.Tensor, ...],
 
     wrapper = SwappableTrunk(model, int8_adapters=int8, pals=[graph], columns=columns)
     names = wrapper.adapter_input_names()
-    defaults = adapter_tensors(model, next(iter(model.tasks)), int8, graph, columns)
+    example_task = next(t for t in model.tasks if fits_graph(model.task_pal(t), graph))
+    defaults = adapter_tensors(model, example_task, int8, graph, columns)
     proto = trace_graph(model, wrapper, {n: defaults[n] for n in names}, example, int8)
     for n in names:
         zero = np.zeros_like(defaults[n].numpy())
@@ -52,17 +53,16 @@ def export_trunk(model: PalBert, int8: bool, example: tuple[torch.Tensor, ...],
 
 
 def export_all_tasks(model: PalBert, tasks: list[str], int8: bool,
-                     example: tuple[torch.Tensor, ...], graph: PalConfig | None,
-                     columns: int) -> Any:
-    """all_tasks.onnx: every task of `tasks` on one input, the trunk run once up to where the
-    PALs begin. A head-only task reads the plain trunk; a PAL task its PALs in `graph`'s
-    placement (trunk.onnx's). Its inputs are each task's .onnx_adapter tensors named
-    `task/name` (plain inputs: the runner feeds them from the adapter files)."""
-    pals = [None if model.task_pal(t) is None else graph for t in tasks]
+                     example: tuple[torch.Tensor, ...], columns: int) -> Any:
+    """all_tasks.onnx: every task of `tasks` on one input with its own PALs (none for a head),
+    the trunk run once up to where the PALs begin. Its inputs are each task's .onnx_adapter
+    tensors (laid out for the task's own placement) named `task/name`: plain inputs, which the
+    runner feeds from the adapter files."""
+    pals = [model.task_pal(t) for t in tasks]
     wrapper = SwappableTrunk(model, int8_adapters=int8, pals=pals, columns=columns)
     inputs = {}
-    for slot, task in enumerate(tasks):
-        tensors = adapter_tensors(model, task, int8, graph, columns)
+    for slot, (task, pal) in enumerate(zip(tasks, pals)):
+        tensors = adapter_tensors(model, task, int8, pal, columns)
         inputs.update({all_tasks_input(task, n): tensors[n]
                        for n in wrapper.adapter_input_names(slot)})
     return trace_graph(model, wrapper, inputs, example, int8)

@@ -95,6 +95,10 @@ MEANING = {
     "runtimes.onnxruntime.trunk_data": "the weights trunk_model and all_tasks.model read (ONNX "
                                        "external data, each tensor once); absent: trunk_model "
                                        "holds its own",
+    "runtimes.onnxruntime.graphs": "one-task graphs of the tasks' own placements where they "
+                                   "differ from pal, name -> {\"model\", \"adapter\", \"pal\", "
+                                   "\"adapter_inputs\"}; a task runs in the one of its adapter, "
+                                   "else in trunk_model",
     "runtimes.onnxruntime.all_tasks": "the graph running several tasks on one input",
     "runtimes.onnxruntime.all_tasks.model": "its own graph over the same trunk_data; each "
                                             "task's adapter tensors are inputs named task/name",

@@ -150,6 +150,10 @@ class OnnxRuntimeSection:
     # bundles whose trunk_model holds its own
     trunk_data: str | None = None
     all_tasks: AllTasksGraph | None = None  # written only when present
+    # one-task graphs of the tasks' own placements where they differ from `pal` (a task runs
+    # only its own adapter): name -> {"model", "adapter", "pal", "adapter_inputs"}; written only
+    # when present
+    graphs: dict[str, dict[str, Any]] | None = None
 
     trunk_key = "trunk_model"
 
@@ -157,7 +161,17 @@ class OnnxRuntimeSection:
     def runtime_files(self) -> list[str]:
         data = [self.trunk_data] if self.trunk_data is not None else []
         all_tasks = [self.all_tasks.file] if self.all_tasks is not None else []
-        return [self.trunk_model, *data, *all_tasks]
+        own = [g["model"] for g in (self.graphs or {}).values()]
+        return [self.trunk_model, *data, *own, *all_tasks]
+
+
+@dataclass(frozen=True)
+class OnnxGraph:
+    """A one-task ONNX graph: its file, PAL placement (a PalConfig dict; None: heads only) and
+    the overridable inputs an .onnx_adapter for it sets (None: not recorded)."""
+    model: str
+    pal: dict[str, Any] | None
+    adapter_inputs: list[str] | None
 
 
 @dataclass(frozen=True)
@@ -242,6 +256,16 @@ class Manifest:
         assert isinstance(section, OnnxRuntimeSection)
         return self.trunk.pal if section.pal == TRUNK_PAL else section.pal  # type: ignore
 
+    def onnx_graph(self, adapter: dict[str, Any]) -> OnnxGraph:
+        """The ONNX graph a task of this adapter record runs in (its .onnx_adapter is laid out
+        for it): the `graphs` entry of that adapter, else trunk_model."""
+        section = self.runtimes["onnxruntime"]
+        assert isinstance(section, OnnxRuntimeSection)
+        for g in (section.graphs or {}).values():
+            if g["adapter"] == adapter:
+                return OnnxGraph(g["model"], g["pal"], g["adapter_inputs"])
+        return OnnxGraph(section.trunk_model, self.onnx_graph_pal(), section.adapter_inputs)
+
     def all_tasks(self, runtime: str) -> AllTasksMethod | AllTasksGraph | None:
         return getattr(self.runtimes.get(runtime), "all_tasks", None)
 
@@ -266,7 +290,7 @@ class Manifest:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         for section in d["runtimes"].values():
-            for key in ("all_tasks", "methods", "trunk_data"):
+            for key in ("all_tasks", "methods", "trunk_data", "graphs"):
                 if key in section and section[key] is None:
                     del section[key]
             if section.get("pal") == TRUNK_PAL:
@@ -363,6 +387,12 @@ def _build_runtimes(raw: Any, where: str) -> dict[str, ExecuTorchSection | OnnxR
         if ort.get("all_tasks") is not None:
             ort["all_tasks"] = _build(AllTasksGraph, ort["all_tasks"], where,
                                       "runtimes.onnxruntime.all_tasks")
+        for name, g in (_object(ort.get("graphs") or {}, where,
+                                "runtimes.onnxruntime.graphs")).items():
+            if not isinstance(g, dict) or set(g) != {"model", "adapter", "pal", "adapter_inputs"} \
+                    or not isinstance(g["adapter_inputs"], list):
+                raise BundleError(f"{where}: runtimes.onnxruntime.graphs.{name} is not "
+                                  "{model, adapter, pal, adapter_inputs}; re-export the bundle")
         if isinstance(ort.get("pal"), str):  # only an absent pal means trunk.pal
             raise BundleError(f"{where}: runtimes.onnxruntime.pal is a string; re-export the "
                               "bundle")

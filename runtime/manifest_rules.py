@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from palkit.runtime.kinds import KINDS, TASK_KINDS
 from palkit.runtime.manifest import (TRUNK_PAL, BundleError, ExecuTorchSection, Manifest,
-                                     check_relative)
+                                     OnnxRuntimeSection, check_relative)
 
 
 def check_path_types(m: Manifest, where: str) -> None:
@@ -97,14 +97,22 @@ def check_methods(m: Manifest, where: str) -> None:
 
 
 def check_graph_pal(m: Manifest, where: str) -> None:
-    """runtimes.onnxruntime.pal, when written, is null or a PAL placement in the trunk's layers."""
-    pal = m.runtimes["onnxruntime"].pal  # type: ignore[union-attr]
-    if pal is None or pal == TRUNK_PAL:  # _build_runtimes refuses the string itself
-        return
+    """runtimes.onnxruntime.pal, when written, is null or a PAL placement in the trunk's
+    layers; so is each of its `graphs`' pal."""
+    section = m.runtimes["onnxruntime"]
+    assert isinstance(section, OnnxRuntimeSection)
+    if section.pal is not None and section.pal != TRUNK_PAL:  # _build_runtimes refuses the string
+        check_placement(m, section.pal, f"{where}: runtimes.onnxruntime.pal")
+    for name, g in (section.graphs or {}).items():
+        if g["pal"] is not None:
+            check_placement(m, g["pal"], f"{where}: runtimes.onnxruntime.graphs.{name}.pal")
+
+
+def check_placement(m: Manifest, pal: object, field: str) -> None:
     layers = range(m.trunk.num_layers)
     if not (isinstance(pal, dict) and set(pal) == {"size", "heads", "layers", "share_projections"}
             and all(isinstance(pal[k], int) and pal[k] > 0 for k in ("size", "heads"))
             and isinstance(pal["share_projections"], bool) and isinstance(pal["layers"], list)
             and pal["layers"] and all(isinstance(x, int) and x in layers for x in pal["layers"])):
-        raise BundleError(f"{where}: runtimes.onnxruntime.pal {pal!r} is not null or a PAL "
-                          "placement in the trunk's layers; re-export the bundle")
+        raise BundleError(f"{field} {pal!r} is not null or a PAL placement in the trunk's "
+                          "layers; re-export the bundle")

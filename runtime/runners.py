@@ -285,9 +285,10 @@ def _torch_inputs(*arrays: np.ndarray) -> tuple[Any, ...]:
 
 
 class OnnxRuntimeRunner(TaskRunner):
-    """One session on trunk.onnx; each task is a LoraAdapter applied through RunOptions. The
-    all-tasks graph is a second session, started on the first `run_all`, fed every task's
-    adapter tensors as inputs. Both read the one trunk.onnx.data, checked before either starts."""
+    """A session per one-task graph a selected task runs in (Manifest.onnx_graph: trunk.onnx,
+    or its own placement's), started on first use; each task is a LoraAdapter applied through
+    RunOptions. The all-tasks graph is a session of its own, started on the first `run_all`, fed
+    every task's adapter tensors as inputs. All read the one trunk.onnx.data, checked first."""
 
     def __init__(self, bundle: BundleFiles, threads: int | None):
         import onnxruntime as ort
@@ -296,7 +297,7 @@ class OnnxRuntimeRunner(TaskRunner):
         self.section = bundle.manifest.runtimes["onnxruntime"]
         if self.section.trunk_data is not None:
             bundle.path(self.section.trunk_data, "runtimes.onnxruntime")
-        self.session = self.start(self.section.trunk_model, "runtimes.onnxruntime")
+        self.sessions: dict[str, Any] = {}   # by graph file
         self.adapters: dict[str, Any] = {}
         self.all_session: Any = None
         self.all_feed: dict[str, np.ndarray] = {}
@@ -322,8 +323,11 @@ class OnnxRuntimeRunner(TaskRunner):
                                   "the bundle") from None
             options = self.ort.RunOptions()
             options.add_active_adapter(adapter)
-            self.adapters[task.name] = (adapter, options)
-        self.current = self.adapters[task.name][1]
+            graph = self.bundle.manifest.onnx_graph(self.bundle.manifest.adapter(task.name)).model
+            if graph not in self.sessions:
+                self.sessions[graph] = self.start(graph, "runtimes.onnxruntime")
+            self.adapters[task.name] = (adapter, options, self.sessions[graph])
+        _, self.current, self.session = self.adapters[task.name]
 
     def run(self, task, ids, mask, types):
         feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}

@@ -42,10 +42,11 @@ def test_without_a_jdk_the_java_tests_skip_with_the_reason(monkeypatch):
         jdk_tool("javac")
 
 
-def _java(classes: Path, main: str, *args: str) -> subprocess.CompletedProcess:
+def _java(classes: Path, main: str, *args: str,
+          java: tuple[str, ...] | None = None) -> subprocess.CompletedProcess:
     vocab = _load_tool(TOKENIZER_GOLDEN).model_dir() / "vocab.txt"
     return subprocess.run(
-        [jdk_tool("java"), "-Xmx512m", f"-Dpalkit.golden={GOLDEN}", f"-Dpalkit.vocab={vocab}",
+        [*(java or (jdk_tool("java"),)), "-Xmx512m", f"-Dpalkit.golden={GOLDEN}", f"-Dpalkit.vocab={vocab}",
          f"-Dpalkit.signing={SIGNING}", f"-Dpalkit.decoding={DECODING}", "-cp", str(classes), main, *args],
         capture_output=True, text=True, timeout=HANG_GUARD_S)
 
@@ -57,6 +58,20 @@ def test_java_core_tests_pass(core_classes):
     assert run.returncode == 0, f"Java core tests failed:\n{run.stdout[-6000:]}{run.stderr[-2000:]}"
     assert " 0 failed" in run.stdout
     assert "PASS SignatureGoldenTest.testEveryGoldenCaseGivesPythonsVerdicts" in run.stdout
+
+
+def test_java_core_tests_pass_on_aarch64_under_qemu(core_classes):
+    """The same tests on the phone's instruction set: an aarch64 JRE under qemu (the decoding
+    golden's sigmoids and thresholds, the tokenizer's tables, signature checks as the phone
+    computes them)."""
+    from palkit.android_demo.host import native_host as host
+    reason = host.missing_toolchain("aarch64")
+    if reason:
+        pytest.skip(reason)
+    run = _java(core_classes, "io.palkit.core.TestMain", java=host.launcher("aarch64"))
+    assert run.returncode == 0, f"Java core tests failed:\n{run.stdout[-6000:]}{run.stderr[-2000:]}"
+    assert " 0 failed" in run.stdout
+    assert "PASS DecodingGoldenTest." in run.stdout and "PASS TokenizerGoldenTest." in run.stdout
 
 
 def test_fuzz_smoke_finds_no_crash_in_the_core_parsers(core_classes, tmp_path):

@@ -119,8 +119,19 @@ def test_hybrid_bundle_runs_every_task_as_its_own_forward(ort_hybrid: Path, mode
     assert m.onnx_graph_pal() == UNION
     assert json.loads((ort_hybrid / "manifest.json").read_text())["runtimes"]["onnxruntime"][
         "pal"] == UNION
-    # every task brings tensors for both layers' PALs, each with its own V^E/V^D
+    # trunk.onnx (the union: a task added later that fits runs in it) takes both layers' PALs,
+    # each with its own V^E/V^D; each exported task runs in its own placement's graph, and its
+    # adapter file holds only its own tensors
     assert "pal.decoders.1.bias" in m.runtimes["onnxruntime"].adapter_inputs
+    graphs = {t: m.onnx_graph(m.adapter(t)) for t in TASKS}
+    assert {t: g.model for t, g in graphs.items()} == {
+        "sst": "onnx/pal_0_1.onnx", "quora": "onnx/pal_0_1.onnx", "cfimdb": "onnx/head.onnx",
+        "para": "onnx/pal_1.onnx"}
+    assert graphs["sst"].pal == m.trunk.pal and graphs["cfimdb"].pal is None
+    import onnxruntime as ort
+    head = ort.AdapterFormat.read_adapter(str(ort_hybrid / "onnx" / "cfimdb.onnx_adapter"))
+    assert sorted(head.get_parameters()) == sorted(graphs["cfimdb"].adapter_inputs)
+    assert not [n for n in graphs["cfimdb"].adapter_inputs if n.startswith("pal.")]
     for task in TASKS:
         for runtime in ("onnxruntime", "executorch"):
             for got, x in zip(outputs(ort_hybrid, task, runtime), encoded(ort_hybrid)):
@@ -145,9 +156,9 @@ def test_head_only_task_runs_the_plain_trunk(ort_hybrid: Path, model):
 
 @pytest.mark.slow
 def test_all_tasks_graph_runs_every_task_in_one_call(ort_hybrid: Path, model):
-    """all_tasks.onnx: the head-only task reads the plain trunk, the PAL tasks their PALs in the
-    union's placement; each output is the task's own forward, and the trunk runs once below the
-    first PAL layer (one MultiHeadAttention there, not one per task)."""
+    """all_tasks.onnx: the head-only task reads the plain trunk, each PAL task its own PALs;
+    each output is the task's own forward, and the trunk runs once below each task's first PAL
+    layer (one MultiHeadAttention there, not one per task)."""
     import onnx
     m = read_manifest(ort_hybrid)
     assert m.all_tasks("onnxruntime").tasks == TASKS
@@ -161,9 +172,9 @@ def test_all_tasks_graph_runs_every_task_in_one_call(ort_hybrid: Path, model):
                                        atol=1e-4, err_msg=task)
     graph = onnx.load(str(ort_hybrid / "onnx" / "all_tasks.onnx"), load_external_data=False)
     attentions = [n for n in graph.graph.node if n.op_type == "MultiHeadAttention"]
-    # layer 0: the trunk once + 3 PAL tasks' PALs; layer 1: (trunk + PAL) per PAL task + the
-    # head-only task's plain trunk
-    assert len(attentions) == (1 + 3) + (3 * 2 + 1)
+    # layer 0: the trunk once + sst's and quora's PALs; layer 1: (trunk + PAL) for each of those
+    # two, the plain trunk once (cfimdb reads it, para's PAL joins it) + para's PAL
+    assert len(attentions) == (1 + 2) + (2 * 2 + 1 + 1)
     from palkit.runtime.inputs import Texts
     assert [p.task for p in engine.predict_all(Texts("a man is running", "a man runs"))] == \
         ["quora", "para"]

@@ -10,7 +10,8 @@ import io.palkit.core.bundle.TaskSpec
 import io.palkit.core.tokenizer.Encoding
 import java.nio.LongBuffer
 
-/** One OrtSession on onnx/trunk.onnx; each task is an OrtLoraAdapter activated per run. */
+/** An OrtSession per one-task graph a task runs in (TaskSpec.onnxModel: the trunk graph, or its
+ *  own placement's), opened on first use; each task is an OrtLoraAdapter activated per run. */
 class OrtTaskRunner(private val bundle: Bundle, threads: Int) : TaskRunner {
     override val runtime = RuntimeKind.ONNXRUNTIME
 
@@ -19,11 +20,13 @@ class OrtTaskRunner(private val bundle: Bundle, threads: Int) : TaskRunner {
     private val options = OrtSession.SessionOptions().apply {
         if (threads > 0) setIntraOpNumThreads(threads)
     }
-    private val session: OrtSession =
-        env.createSession(bundle.file(bundle.manifest.trunkFiles.getValue(runtime)).path, options)
+    private val sessions = HashMap<String, OrtSession>()
     private val adapters = HashMap<String, OrtLoraAdapter>()
 
     override fun loadTask(task: TaskSpec) {
+        sessions.getOrPut(task.onnxModel) {
+            env.createSession(bundle.file(task.onnxModel).path, options)
+        }
         adapters.getOrPut(task.name) {
             OrtLoraAdapter.create(bundle.file(task.files.getValue(runtime)).path)
         }
@@ -39,7 +42,7 @@ class OrtTaskRunner(private val bundle: Bundle, threads: Int) : TaskRunner {
         try {
             OrtSession.RunOptions().use { options ->
                 options.addActiveLoraAdapter(adapters.getValue(task.name))
-                session.run(tensors, options).use { result ->
+                sessions.getValue(task.onnxModel).run(tensors, options).use { result ->
                     // [1, 1 + seq, columns]: flattened as the ExecuTorch program returns it
                     @Suppress("UNCHECKED_CAST")
                     val rows = (result.get(0).value as Array<Array<FloatArray>>)[0]
@@ -54,7 +57,7 @@ class OrtTaskRunner(private val bundle: Bundle, threads: Int) : TaskRunner {
 
     override fun close() {
         adapters.values.forEach { it.close() }
-        session.close()
+        sessions.values.forEach { it.close() }
         options.close()
     }
 }

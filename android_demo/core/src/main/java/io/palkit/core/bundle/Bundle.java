@@ -82,8 +82,15 @@ public final class Bundle {
         if (runtime == RuntimeKind.ONNXRUNTIME && manifest.onnxTrunkData != null) {
             total += manifest.files.get(manifest.onnxTrunkData).bytes;
         }
+        Set<String> graphs = new LinkedHashSet<>();
         for (TaskSpec task : manifest.tasks) {
             total += manifest.files.get(task.files.get(runtime)).bytes;
+            if (runtime == RuntimeKind.ONNXRUNTIME && !task.onnxModel.equals(manifest.trunkFiles.get(runtime))) {
+                graphs.add(task.onnxModel);  // a graph of the task's own placement
+            }
+        }
+        for (String graph : graphs) {
+            total += manifest.files.get(graph).bytes;
         }
         return total;
     }
@@ -109,6 +116,11 @@ public final class Bundle {
             }
             if (runtime == RuntimeKind.ONNXRUNTIME && manifest.onnxTrunkData != null) {
                 paths.add(manifest.onnxTrunkData);  // ORT reads it beside the graph: check it too
+            }
+            for (TaskSpec task : manifest.tasks) {
+                if (runtime == RuntimeKind.ONNXRUNTIME) {
+                    paths.add(task.onnxModel);
+                }
             }
             for (TaskSpec task : manifest.tasks) {
                 String path = task.files.get(runtime);

@@ -50,7 +50,7 @@ public final class ManifestParser {
                         : Collections.unmodifiableList(et.strings("task_inputs")),
                 readNames(io, "inputs"),
                 readNames(io, "outputs").get(0),
-                readTasks(root, et, placementOf(trunk)),
+                readTasks(root, et, ort, placementOf(trunk)),
                 readFiles(root.object("files")));
     }
 
@@ -105,15 +105,16 @@ public final class ManifestParser {
         return Collections.unmodifiableList(names);
     }
 
-    private static List<TaskSpec> readTasks(JsonFields root, JsonFields et, List<Integer> trunkLayers)
-            throws BundleException {
+    private static List<TaskSpec> readTasks(JsonFields root, JsonFields et, JsonFields ort,
+            List<Integer> trunkLayers) throws BundleException {
         List<Object> items = root.list("tasks");
         if (items.isEmpty()) {
             throw new BundleException("manifest: the bundle has no tasks");
         }
         List<TaskSpec> tasks = new ArrayList<>();
         for (int i = 0; i < items.size(); i++) {
-            tasks.add(readTask(new JsonFields(items.get(i), "tasks[" + i + "]"), et, trunkLayers));
+            tasks.add(readTask(new JsonFields(items.get(i), "tasks[" + i + "]"), et, ort,
+                    trunkLayers));
         }
         return Collections.unmodifiableList(tasks);
     }
@@ -185,8 +186,24 @@ public final class ManifestParser {
                 + ", for which the ExecuTorch program has no method; re-export the bundle");
     }
 
-    private static TaskSpec readTask(JsonFields t, JsonFields et, List<Integer> trunkLayers)
+    /** The ONNX graph a task of these adapter layers runs in: the "graphs" entry of that
+     *  adapter, else the trunk graph (whose PALs are zeros where the task has none). */
+    private static String onnxModelFor(List<Integer> adapter, JsonFields ort)
             throws BundleException {
+        if (ort.has("graphs")) {
+            JsonFields graphs = ort.object("graphs");
+            for (Map.Entry<?, ?> entry : graphs.entries()) {
+                JsonFields g = new JsonFields(entry.getValue(), graphs.where(String.valueOf(entry.getKey())));
+                if (layers(g.object("adapter"), "layers").equals(adapter)) {
+                    return g.string("model");
+                }
+            }
+        }
+        return ort.string("trunk_model");
+    }
+
+    private static TaskSpec readTask(JsonFields t, JsonFields et, JsonFields ort,
+            List<Integer> trunkLayers) throws BundleException {
         TaskKind kind = TaskKind.fromKey(t.string("kind"));
         int numOutputs = t.intAtLeast("num_outputs", 1);
         List<String> labels = kind == TaskKind.PAIR_REGRESSION
@@ -215,7 +232,7 @@ public final class ManifestParser {
                 : methodFor(name, adapter, et, trunkLayers);
         return new TaskSpec(name, kind, Collections.unmodifiableList(labels), scoreRange,
                 numOutputs, threshold, t.string("trunk_sha256"), Collections.unmodifiableMap(files), adapter,
-                method.name, method.taskInputs);
+                method.name, method.taskInputs, ort == null ? null : onnxModelFor(adapter, ort));
     }
 
     private static double readThreshold(JsonFields t) throws BundleException {

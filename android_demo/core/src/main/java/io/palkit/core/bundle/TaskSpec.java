@@ -26,10 +26,13 @@ public final class TaskSpec {
     /** ExecuTorch: the tensor names of the task's weights file, in its method's input order
      *  after the text inputs (empty without ExecuTorch). */
     public final List<String> executorchTaskInputs;
+    /** ONNX Runtime: the one-task graph the task's adapter file is laid out for (the trunk
+     *  graph, or its own placement's), or null without ONNX Runtime. */
+    public final String onnxModel;
 
     TaskSpec(String name, TaskKind kind, List<String> labels, double[] scoreRange, int numOutputs,
             double threshold, String trunkSha256, Map<RuntimeKind, String> files, List<Integer> adapterLayers,
-            String executorchMethod, List<String> executorchTaskInputs) {
+            String executorchMethod, List<String> executorchTaskInputs, String onnxModel) {
         this.name = name;
         this.kind = kind;
         this.labels = labels;
@@ -41,6 +44,7 @@ public final class TaskSpec {
         this.adapterLayers = adapterLayers;
         this.executorchMethod = executorchMethod;
         this.executorchTaskInputs = executorchTaskInputs;
+        this.onnxModel = onnxModel;
     }
 
     public boolean headOnly() {
