@@ -179,7 +179,7 @@ def markdown(r: dict[str, Any]) -> str:
     for c in r["configurations"] + [r["published"]]:
         lines.append(f"| {c['configuration']} | {c['intent_accuracy']:.1f} | {c['slot_f1']:.1f} "
                      f"| {c['sentence_accuracy']:.1f} |")
-    lines += ["", f"JointBERT's row is {r['published']['note']}.", "",
+    lines += ["", f"JointBERT's row is published: {r['published']['note']}.", "",
               f"Differences in points with their paired bootstrap {r['confidence']:.0%} "
               "intervals over utterances:", "",
               "| comparison | intent accuracy | slot F1 | sentence accuracy |", "|---|---:|---:|---:|"]

@@ -238,7 +238,8 @@ def _texts_together(bench: BenchFile) -> list[str]:
             if key in ref.scores:
                 lines.append(f"| {ref.name} | test | " + " | ".join(
                     fmt(ref.scores.get(c), 1) for c in [*columns, key]) + " |")
-                lines += ["", f"{ref.name}: {ref.note}."]
+                lines += ["", f"{ref.name}: {ref.note} (as published; palkit's rows score "
+                          "its own test file)."]
     return lines
 
 

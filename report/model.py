@@ -217,8 +217,9 @@ class TimedPair:
 
 @dataclass(frozen=True)
 class TaskPredictions:
-    pred: Sequence[float]
-    gold: Sequence[float]
+    # class indices or scores; a set or tagging task's label names or tags per text
+    pred: Sequence[float] | Sequence[Sequence[str]]
+    gold: Sequence[float] | Sequence[Sequence[str]]
 
 
 @dataclass(frozen=True)

@@ -17,4 +17,4 @@ class Published:
 JOINTBERT_ATIS = Published(
     "JointBERT (published)",
     {"atis_intent_acc": 97.5, "atis_slots_f1": 96.1, "atis_intent+atis_slots_sentence_acc": 88.2},
-    "published: BERT-base (110M parameters), fp32, the full 893-utterance test set")
+    "BERT-base (110M parameters), fp32, the full 893-utterance test set")

@@ -24,6 +24,7 @@ from palkit.report.model import (FLATTEN, INTERNAL, OMIT_IF_NONE, BenchFile, Int
                                  TaskPredictions, TimedPair, TimingPlan)
 from palkit.report.recommend import LAUNCH, LaunchChoice
 from palkit.report.selection import source_run
+from palkit.trainer.metrics import ratio_terms
 from palkit.trainer.tasks import BUILTIN_TASKS
 
 # A study's rows for the launch configuration and the separate models, by its configuration names
@@ -143,12 +144,18 @@ def calibration(bench: BenchFile) -> Calibration:
 
 def _average_score(examples: Mapping[str, TaskPredictions], tasks: list[str],
                    rows: Mapping[str, np.ndarray]) -> np.ndarray:
-    """The trainer's average (accuracies, (Pearson + 1) / 2) in points, per row of indices."""
+    """The trainer's average (accuracies, (Pearson + 1) / 2, span F1) in points, per row of
+    indices."""
     per_task = []
     for t in tasks:
+        spec = BUILTIN_TASKS[t]
+        if spec.is_multi_label or spec.is_tagging:
+            sums = ratio_terms(spec, examples[t].pred, examples[t].gold)[rows[t]].sum(-2)
+            per_task.append(sums[..., 0] / np.maximum(sums[..., 1], 1e-12))
+            continue
         pred = np.asarray(examples[t].pred)[rows[t]]
         gold = np.asarray(examples[t].gold)[rows[t]]
-        per_task.append((rowwise_pearson(pred, gold) + 1) / 2 if BUILTIN_TASKS[t].is_regression
+        per_task.append((rowwise_pearson(pred, gold) + 1) / 2 if spec.is_regression
                         else rowwise_accuracy(pred, gold))
     return 100 * np.mean(per_task, axis=0)
 

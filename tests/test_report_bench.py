@@ -611,3 +611,24 @@ def _write_bench(tmp_path: Path, data: dict) -> Path:
     path = tmp_path / "host.json"
     path.write_text(json.dumps(data))
     return path
+
+
+def test_the_verdicts_accuracy_gap_scores_sets_and_tags_by_their_own_metrics():
+    """Exact-set accuracy and span F1 (a ratio of sums, resampled by text), not equality of
+    lists: the paired gap's value is the two averages' difference."""
+    from palkit.report.model import TaskPredictions
+    from palkit.report.verdict import paired_gap
+
+    intents = [["atis_flight"], ["atis_airfare"], ["atis_airfare", "atis_flight"]]
+    tags = [["B-toloc", "O"], ["B-toloc", "O"], ["O"]]
+    right = {"atis_intent": TaskPredictions(intents, intents),
+             "atis_slots": TaskPredictions(tags, tags)}
+    wrong = {"atis_intent": TaskPredictions([["atis_flight"], ["atis_flight"],
+                                             ["atis_flight", "atis_airfare"]], intents),
+             "atis_slots": TaskPredictions([["B-toloc", "O"], ["O", "O"], ["O"]], tags)}
+    gap = paired_gap(wrong, right)
+    # intents: 2 of 3 sets right (order does not matter); slots: 1 of 2 spans found, 1 predicted
+    # (F1 = 2 x 1 / (1 + 2)); average 66.7 against 100
+    assert gap.tasks == ("atis_intent", "atis_slots") and gap.examples == 6
+    assert gap.gap == pytest.approx(-100 / 3)
+    assert gap.interval[0] <= gap.gap <= gap.interval[1]

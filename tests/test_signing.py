@@ -282,20 +282,21 @@ def executorch_stubbed(monkeypatch, runtimes_stubbed):
     return runtimes_stubbed
 
 
-@pytest.mark.parametrize("runtime, task_file, trunk_file", [
-    ("onnxruntime", "onnx/sst-adapter.bin", "onnx/trunk-graph.bin"),
-    ("executorch", "executorch/sst-program.bin", "executorch/trunk-program.bin")])
+@pytest.mark.parametrize("runtime, task_file, trunk_file, trunk_at_load", [
+    ("onnxruntime", "onnx/sst-adapter.bin", "onnx/trunk-graph.bin", False),
+    ("executorch", "executorch/sst-program.bin", "executorch/trunk-program.bin", True)])
 def test_engine_opens_only_checked_files(tmp_path, executorch_stubbed, runtime, task_file,
-                                         trunk_file):
+                                         trunk_file, trunk_at_load):
     """predict / demo / evaluate: load_bundle + Engine. A task file altered after loading is
     refused when first used, before the runtime; intact, the runtime is reached (so the stub
-    can fail this test)."""
+    can fail this test). ExecuTorch loads its program with the engine; ONNX Runtime opens the
+    graph a task runs in when the task is first used (a hybrid bundle has several)."""
     from palkit.runtime.bundle import load_bundle
     from palkit.runtime.engine import Engine
 
     folder = runtime_bundle(tmp_path)
     engine = Engine(load_bundle(folder, runtime=runtime, tasks=[]), runtime)
-    opened = [str(folder / trunk_file)] if trunk_file else []
+    opened = [str(folder / trunk_file)] if trunk_at_load else []
     assert executorch_stubbed == opened
     original = (folder / task_file).read_bytes()
     flip_byte(folder / task_file)
@@ -304,7 +305,8 @@ def test_engine_opens_only_checked_files(tmp_path, executorch_stubbed, runtime, 
     assert executorch_stubbed == opened
     (folder / task_file).write_bytes(original)
     engine.swap("sst")
-    assert executorch_stubbed == opened + [str(folder / task_file)]
+    first_use = [str(folder / task_file)] + ([] if trunk_at_load else [str(folder / trunk_file)])
+    assert executorch_stubbed == opened + first_use
 
 
 def test_load_bundle_with_trusted_key_refuses_before_reading_the_manifest(

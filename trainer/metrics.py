@@ -1,6 +1,7 @@
 """Task metrics and the single average the seeds' reports rank models by."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from palkit.runtime.labels import span_counts, span_f1
@@ -113,6 +114,16 @@ def primary_score(spec: TaskSpec, metrics: dict[str, float]) -> float:
     if spec.is_tagging:
         return metrics[f"{spec.name}_f1"]
     return metrics[f"{spec.name}_acc"]
+
+
+def ratio_terms(spec: TaskSpec, predictions: Named, gold: Named) -> np.ndarray:
+    """Per text [n, 2], what a set or tagging task's primary metric sums above and below its
+    line: exact-set accuracy is sum(right) / sum(1), span F1 sum(2 correct) / sum(predicted +
+    gold); a resample's metric is the ratio of its texts' sums (the report's paired gap)."""
+    if spec.is_tagging:
+        counts = [span_counts(g, p) for p, g in zip(predictions, gold)]
+        return np.array([[2 * c.correct, c.predicted + c.gold] for c in counts], float)
+    return np.array([[set(p) == set(g), 1] for p, g in zip(predictions, gold)], float)
 
 
 def average_score(specs: list[TaskSpec], metrics: dict[str, float]) -> float:
