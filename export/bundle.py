@@ -218,21 +218,27 @@ def write_onnx(model, names: list[str], build: Path, int8: bool, calib, all_task
     kind, columns = "int8" if int8 else "fp32", output_columns(model)
     (build / "onnx").mkdir()
     log(f"onnxruntime: exporting trunk.onnx ({kind}, {graph_text(union)})")
-    trunk, info = export_trunk(model, int8, calib[0], union, columns)
+    work = build / "onnx"
+    trunk, info = export_trunk(model, int8, calib[0], union, columns, work)
     graphs = {build / ONNX_TRUNK: trunk}
     own: dict[str, dict[str, Any]] = {}
     for pal in dict.fromkeys(p for p in pals.values() if p != union):
         name = onnx_graph_name(pal)
+        if name in own:  # a task names its graph by its adapter's layers alone
+            raise ExportError(f"two placements of this run's tasks have PALs in layers "
+                              f"{list(pal.layers)} (one with a shared V^E/V^D, one without); a "
+                              "bundle runs one placement per set of layers: export them apart")
         log(f"onnxruntime: exporting {name}.onnx ({kind}, {graph_text(pal)})")
         graphs[build / "onnx" / f"{name}.onnx"], facts = export_trunk(model, int8, calib[0], pal,
-                                                                      columns)
+                                                                      columns, work)
         own[name] = {"model": f"onnx/{name}.onnx", "adapter": adapter_of(pal),
                      "pal": pal.to_dict() if pal else None,
                      "adapter_inputs": facts["adapter_inputs"]}
     several = all_tasks and len(names) > 1
     if several:
         log(f"onnxruntime: exporting all_tasks.onnx ({kind}, {len(names)} tasks on one input)")
-        graphs[build / ONNX_ALL_TASKS] = export_all_tasks(model, names, int8, calib[0], columns)
+        graphs[build / ONNX_ALL_TASKS] = export_all_tasks(model, names, int8, calib[0], columns,
+                                                          work)
     save_sharing_weights(graphs, build / ONNX_DATA)
     for i, name in enumerate(names, 1):
         log(f"onnxruntime: writing {name}.onnx_adapter [{i}/{len(names)}]")

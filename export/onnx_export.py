@@ -1,6 +1,7 @@
-"""ONNX Runtime export: `trunk.onnx` (one task per run: its `.onnx_adapter` chooses which) and,
-for several tasks, `all_tasks.onnx` (every task on one input, the trunk run once), both reading
-their weights from one shared `trunk.onnx.data`.
+"""ONNX Runtime export: one-task graphs (`trunk.onnx`, and in a bundle whose tasks' placements
+differ one per other placement; a task's `.onnx_adapter` chooses the task per run) and, for
+several tasks, `all_tasks.onnx` (every task on one input, the trunk run once), all reading their
+weights from one shared `trunk.onnx.data`.
 
 Each graph is SwappableTrunk (export/programs.py) exported with the legacy TorchScript exporter,
 its attention and the task's int8 matrix multiplies already written as ONNX Runtime's fused
@@ -8,8 +9,8 @@ kernels (export/onnx_ops.py), optionally int8 by quant/onnx_int8.py.
 onnxruntime.transformers' optimize_model is not used: what it fused here (Gelu, BiasGelu) ONNX
 Runtime fuses itself when a session starts, and its other fusions are either done already or
 slower (see residual_sums). Adapter tensors are graph inputs during all of that, so nothing
-folds them; at the end each of trunk.onnx's gets a same-named zero initializer, which makes it an
-overridable initializer that `RunOptions.add_active_adapter` replaces per run.
+folds them; at the end each of a one-task graph's gets a same-named zero initializer, which makes
+it an overridable initializer that `RunOptions.add_active_adapter` replaces per run.
 """
 from __future__ import annotations
 
@@ -34,17 +35,18 @@ WEIGHT_ALIGN = 64        # each shared tensor starts on a cache line
 
 
 def export_trunk(model: PalBert, int8: bool, example: tuple[torch.Tensor, ...],
-                 graph: PalConfig | None, columns: int) -> tuple[Any, dict[str, Any]]:
-    """trunk.onnx with PALs of placement `graph` (None: heads only), every task input an
-    overridable initializer (zeros: an .onnx_adapter sets them); returns the graph, its adapter
-    input names and the fused kernels it holds."""
+                 graph: PalConfig | None, columns: int, work: Path) -> tuple[Any, dict[str, Any]]:
+    """A one-task graph (trunk.onnx, head.onnx, ...) with PALs of placement `graph` (None: heads
+    only), every task input an overridable initializer (zeros: an .onnx_adapter sets them);
+    returns the graph, its adapter input names and the fused kernels it holds. Intermediate
+    files go to a temporary folder in `work`."""
     from onnx import numpy_helper
 
     wrapper = SwappableTrunk(model, int8_adapters=int8, pals=[graph], columns=columns)
     names = wrapper.adapter_input_names()
     example_task = next(t for t in model.tasks if fits_graph(model.task_pal(t), graph))
     defaults = adapter_tensors(model, example_task, int8, graph, columns)
-    proto = trace_graph(model, wrapper, {n: defaults[n] for n in names}, example, int8)
+    proto = trace_graph(model, wrapper, {n: defaults[n] for n in names}, example, int8, work)
     for n in names:
         zero = np.zeros_like(defaults[n].numpy())
         proto.graph.initializer.append(numpy_helper.from_array(zero, n))
@@ -53,7 +55,7 @@ def export_trunk(model: PalBert, int8: bool, example: tuple[torch.Tensor, ...],
 
 
 def export_all_tasks(model: PalBert, tasks: list[str], int8: bool,
-                     example: tuple[torch.Tensor, ...], columns: int) -> Any:
+                     example: tuple[torch.Tensor, ...], columns: int, work: Path) -> Any:
     """all_tasks.onnx: every task of `tasks` on one input with its own PALs (none for a head),
     the trunk run once up to where the PALs begin. Its inputs are each task's .onnx_adapter
     tensors (laid out for the task's own placement) named `task/name`: plain inputs, which the
@@ -65,7 +67,7 @@ def export_all_tasks(model: PalBert, tasks: list[str], int8: bool,
         tensors = adapter_tensors(model, task, int8, pal, columns)
         inputs.update({all_tasks_input(task, n): tensors[n]
                        for n in wrapper.adapter_input_names(slot)})
-    return trace_graph(model, wrapper, inputs, example, int8)
+    return trace_graph(model, wrapper, inputs, example, int8, work)
 
 
 def all_tasks_input(task: str, name: str) -> str:
@@ -74,14 +76,16 @@ def all_tasks_input(task: str, name: str) -> str:
 
 
 def trace_graph(model: PalBert, wrapper: SwappableTrunk, inputs: dict[str, torch.Tensor],
-                example: tuple[torch.Tensor, ...], int8: bool) -> Any:
+                example: tuple[torch.Tensor, ...], int8: bool, work: Path) -> Any:
     """`wrapper` exported with the text inputs and `inputs` (task tensors by input name),
-    int8 when asked (task inputs keep their own int8), residual sums written."""
+    int8 when asked (task inputs keep their own int8), residual sums written; the raw and
+    int8 files in a temporary folder in `work` (the bundle's build folder: a system /tmp may
+    be small or in memory)."""
     import onnx
 
     dynamic = {**{n: {0: "batch", 1: "seq"} for n in TEXT_INPUTS},
                "logits": {0: "rows", 1: "positions"}}
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=work) as tmp:
         raw, quant = Path(tmp) / "raw.onnx", Path(tmp) / "q.onnx"
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")

@@ -177,9 +177,10 @@ OUTPUT_MAP = ("output.linear", "output.sigmoid", "output.offset")
 
 class SwappableTrunk(nn.Module):
     """An ONNX graph: `model`'s trunk with one task slot per placement in `pals` (None: a head
-    only), every slot's weights graph inputs. One slot is trunk.onnx (its inputs are what an
-    .onnx_adapter overrides); several are the all-tasks graph: the trunk runs once up to where a
-    slot's PALs begin (PalBert.branched), output [slots, 1 + S, columns] for one input."""
+    only), every slot's weights graph inputs. One slot is a one-task graph (trunk.onnx,
+    head.onnx, ...: its inputs are what an .onnx_adapter overrides); several are the all-tasks
+    graph: the trunk runs once up to where a slot's PALs begin (PalBert.branched), output
+    [slots, 1 + S, columns] for one input."""
 
     def __init__(self, model: PalBert, int8_adapters: bool, pals: list[PalConfig | None],
                  columns: int):

@@ -92,7 +92,7 @@ MEANING = {
     "runtimes.onnxruntime.fusions": "fused operators the graph holds, by name, or null",
     "runtimes.onnxruntime.pal": "the graph's PAL placement (null: heads only); absent: "
                                 "trunk.pal",
-    "runtimes.onnxruntime.trunk_data": "the weights trunk_model and all_tasks.model read (ONNX "
+    "runtimes.onnxruntime.trunk_data": "the weights every graph of the section reads (ONNX "
                                        "external data, each tensor once); absent: trunk_model "
                                        "holds its own",
     "runtimes.onnxruntime.graphs": "one-task graphs of the tasks' own placements where they "

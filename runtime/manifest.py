@@ -146,7 +146,7 @@ class OnnxRuntimeSection:
     # the graph's PAL placement (a PalConfig dict; None: heads only), the union of the tasks'
     # when they differ; TRUNK_PAL (not written) in bundles from before this field
     pal: dict[str, Any] | None | str = TRUNK_PAL
-    # the weights trunk_model and all_tasks read (external data, each tensor once); None in
+    # the weights every graph of the section reads (external data, each tensor once); None in
     # bundles whose trunk_model holds its own
     trunk_data: str | None = None
     all_tasks: AllTasksGraph | None = None  # written only when present
@@ -389,6 +389,7 @@ def _build_runtimes(raw: Any, where: str) -> dict[str, ExecuTorchSection | OnnxR
                                       "runtimes.onnxruntime.all_tasks")
         for name, g in (_object(ort.get("graphs") or {}, where,
                                 "runtimes.onnxruntime.graphs")).items():
+            # the shape runtime_files and onnx_graph read; manifest_rules checks the values
             if not isinstance(g, dict) or set(g) != {"model", "adapter", "pal", "adapter_inputs"} \
                     or not isinstance(g["adapter_inputs"], list):
                 raise BundleError(f"{where}: runtimes.onnxruntime.graphs.{name} is not "

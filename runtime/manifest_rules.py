@@ -4,9 +4,11 @@ adapters with a method or graph, all-tasks programs naming the bundle's tasks. r
 reads each key; these check what the keys say together."""
 from __future__ import annotations
 
+import json
+
 from palkit.runtime.kinds import KINDS, TASK_KINDS
 from palkit.runtime.manifest import (TRUNK_PAL, BundleError, ExecuTorchSection, Manifest,
-                                     OnnxRuntimeSection, check_relative)
+                                     OnnxRuntimeSection, adapter_record, check_relative)
 
 
 def check_path_types(m: Manifest, where: str) -> None:
@@ -104,11 +106,20 @@ def check_graph_pal(m: Manifest, where: str) -> None:
     if section.pal is not None and section.pal != TRUNK_PAL:  # _build_runtimes refuses the string
         check_placement(m, section.pal, f"{where}: runtimes.onnxruntime.pal")
     for name, g in (section.graphs or {}).items():
+        field = f"{where}: runtimes.onnxruntime.graphs.{name}"
         if g["pal"] is not None:
-            check_placement(m, g["pal"], f"{where}: runtimes.onnxruntime.graphs.{name}.pal")
+            check_placement(m, g["pal"], f"{field}.pal")
+        if g["adapter"] != adapter_record(g["pal"]):
+            raise BundleError(f"{field}.adapter {g['adapter']!r} is not its pal's adapter; "
+                              "re-export the bundle")
+    records = [json.dumps(g["adapter"], sort_keys=True) for g in (section.graphs or {}).values()]
+    if len(records) != len(set(records)):
+        raise BundleError(f"{where}: runtimes.onnxruntime.graphs has two graphs of one adapter; "
+                          "re-export the bundle")
 
 
 def check_placement(m: Manifest, pal: object, field: str) -> None:
+    """A PalConfig dict of positive size and heads, in some of the trunk's layers."""
     layers = range(m.trunk.num_layers)
     if not (isinstance(pal, dict) and set(pal) == {"size", "heads", "layers", "share_projections"}
             and all(isinstance(pal[k], int) and pal[k] > 0 for k in ("size", "heads"))

@@ -77,6 +77,10 @@ def test_files_for_lists_only_what_a_reader_loads():
                                                        "executorch/b.safetensors"}
 
 
+HEAD_GRAPH = {"model": "onnx/head.onnx", "adapter": {"kind": "head", "layers": []}, "pal": None,
+              "adapter_inputs": ["head.out.bias"]}
+
+
 def edited(tmp_path: Path, fn) -> Path:
     write_manifest(tmp_path, manifest())
     raw = json.loads((tmp_path / "manifest.json").read_text())
@@ -103,6 +107,17 @@ def edited(tmp_path: Path, fn) -> Path:
      r"'runtimes.executorch.all_tasks' lacks \['program'\]; re-export"),
     (lambda m: m["files"].pop("executorch/all_tasks.pte"), "not listed under 'files'"),
     (lambda m: m.update(runtimes={}), "names no runtime"),
+    # a per-placement ONNX graph: its shape, its pal, its adapter, one graph per adapter
+    (lambda m: m["runtimes"]["onnxruntime"].update(graphs={"head": {"model": "onnx/head.onnx"}}),
+     r"graphs.head is not \{model, adapter, pal, adapter_inputs\}"),
+    (lambda m: m["runtimes"]["onnxruntime"].update(graphs={"head": HEAD_GRAPH, "pal_0": {
+        **HEAD_GRAPH, "model": "onnx/pal_0.onnx"}}), "two graphs of one adapter"),
+    (lambda m: m["runtimes"]["onnxruntime"].update(graphs={"head": {
+        **HEAD_GRAPH, "adapter": {"kind": "pal", "layers": [0]}}}), "is not its pal's adapter"),
+    (lambda m: m["runtimes"]["onnxruntime"].update(graphs={"head": {
+        **HEAD_GRAPH, "pal": {"layers": [0]}}}), r"graphs.head.pal .* is not null or a PAL"),
+    (lambda m: m["runtimes"]["onnxruntime"].update(graphs={"head": HEAD_GRAPH}),
+     "'onnx/head.onnx', which is not listed under 'files'"),
 ])
 def test_refusals_are_one_line(tmp_path: Path, edit, message):
     with pytest.raises(BundleError, match=message) as e:

@@ -39,7 +39,7 @@ def export(model, folder: Path, int8: bool, tasks: list[str]):
     ids, mask, types = inputs(model.trunk.config.vocab_size, seed=1)
     graph = graph_pal([model.task_pal(t) for t in tasks])
     proto, _ = export_trunk(model, int8, (ids[:1], mask[:1], types[:1]), graph,
-                            output_columns(model))
+                            output_columns(model), folder)
     save_sharing_weights({folder / "trunk.onnx": proto}, folder / "trunk.onnx.data")
     opts = ort.SessionOptions()
     opts.log_severity_level = 3

@@ -79,7 +79,8 @@ SENTENCE_SUFFIX = "_sentence_acc"
 
 
 def sentence_key(group: list[TaskSpec]) -> str:
-    return "+".join(s.name for s in group) + SENTENCE_SUFFIX
+    """The group's names sorted: one key however its tasks are ordered (a bundle, two models)."""
+    return "+".join(sorted(s.name for s in group)) + SENTENCE_SUFFIX
 
 
 def sentence_metrics(specs: list[TaskSpec], kept: dict[str, tuple[Named, Named]]) -> dict[str, float]:

@@ -54,7 +54,7 @@ def label_prior_logits(spec: TaskSpec, examples: list[Example]) -> torch.Tensor:
     """Each label's log-odds among `examples` (smoothed by half an example): a set task's
     starting bias. At zero bias every sigmoid starts at 0.5, and the first steps go to pushing
     each rare label down, the representation with them."""
-    counts = Counter(name for e in examples for name in e.label)  # type: ignore[union-attr]
+    counts = Counter(name for e in examples for name in set(e.label))  # type: ignore[arg-type]
     share = torch.tensor([(counts[name] + 0.5) / (len(examples) + 1) for name in spec.labels])
     return torch.log(share / (1 - share))
 
